@@ -1,0 +1,43 @@
+# Tandem: the two commands are `make demo` and `make test` (see README.md).
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DEBIAN_PACKAGES := prometheus chromium poppler-utils
+
+.PHONY: demo test lint format bench soak screenshots debian-packages clean
+
+$(STAMP): requirements.txt
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@touch $(STAMP)
+
+# Debian packages the demo and the tests run for real: Prometheus (+ promtool), Chromium,
+# pdftotext/pdftoppm. Installed only when missing, so a prepared machine pays nothing.
+debian-packages:
+	@missing=""; \
+	command -v promtool >/dev/null || missing="$$missing prometheus"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v pdftotext >/dev/null || missing="$$missing poppler-utils"; \
+	if [ -n "$$missing" ]; then \
+	  echo "==> installing Debian packages:$$missing"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+demo: debian-packages $(STAMP)
+	$(PY) -m simulator.demo
+
+test: debian-packages $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: $(STAMP)
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+clean:
+	rm -rf var/prometheus var/simulated

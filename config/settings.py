@@ -1,0 +1,154 @@
+"""Tandem settings: one module, the environment first.
+
+Every value that differs between a laptop, CI and production comes from an environment
+variable; the defaults are those of the demo (`make demo`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from config import embedded
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("TANDEM_VAR_DIR", BASE_DIR / "var"))
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off", ""):
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), got {value!r}")
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, got {value!r}") from None
+
+
+DEBUG = env_bool("TANDEM_DEBUG", True)
+
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY must be set when TANDEM_DEBUG is off")
+    SECRET_KEY = embedded.demo_secret_key(VAR_DIR)
+
+ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "metering",
+    "billing",
+    "reports",
+    "dashboards",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------
+DATABASE_URL = os.environ.get("DATABASE_URL", "")
+if not DATABASE_URL:
+    DATABASE_URL = embedded.embedded_database_url(VAR_DIR)
+try:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+except Exception as error:  # dj_database_url raises several types; the message is what matters
+    raise ImproperlyConfigured(f"DATABASE_URL is malformed ({error})") from None
+if DATABASES["default"].get("ENGINE") != "django.db.backends.postgresql":
+    raise ImproperlyConfigured("DATABASE_URL must be a postgres:// URL: Tandem needs PostgreSQL")
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Time -----------------------------------------------------------------------------
+USE_TZ = True
+TIME_ZONE = "UTC"  # storage and APIs are UTC; the pool's zone below is for periods and pages
+TANDEM_TIMEZONE = os.environ.get("TANDEM_TIMEZONE", "Asia/Shanghai")
+LANGUAGE_CODE = "en-us"
+USE_I18N = False
+
+# --- Static files (plotly.js is served from here: no CDN) -----------------------------
+STATIC_URL = "/static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+# --- Celery ---------------------------------------------------------------------------
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
+if not CELERY_BROKER_URL:
+    if embedded.redis_answers():
+        CELERY_BROKER_URL = "redis://127.0.0.1:6379/0"
+    else:
+        CELERY_BROKER_URL = "filesystem://"
+        CELERY_BROKER_TRANSPORT_OPTIONS = embedded.filesystem_broker_options(VAR_DIR)
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True  # a window killed mid-way is redelivered, never lost
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TIMEZONE = "UTC"
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+
+# --- Telemetry ------------------------------------------------------------------------
+PROMETHEUS_URL = os.environ.get("PROMETHEUS_URL", "")
+TANDEM_STEP_SECONDS = env_int("TANDEM_STEP_SECONDS", 300)
+TANDEM_INGEST_LAG_SECONDS = env_int("TANDEM_INGEST_LAG_SECONDS", 60)
+
+# --- API ------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 100,
+    "COERCE_DECIMAL_TO_STRING": True,
+}
+SPECTACULAR_SETTINGS = {"TITLE": "Tandem API", "VERSION": "1.0.0"}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("TANDEM_LOG_LEVEL", "WARNING")},
+}

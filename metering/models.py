@@ -1,0 +1,229 @@
+"""What Tandem knows about the pool: where telemetry comes from, and the metered facts.
+
+Usage, capacity and latency are stored per metering interval (`step_seconds`, aligned to the
+Unix epoch, named by its start in UTC). A window re-ingested replaces its rows, so every
+table that a window writes has a unique key on (thing, interval start).
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+TASK_KINDS = [
+    ("inference", "Inference"),
+    ("training_interactive", "Training (interactive)"),
+    ("training_batch", "Training (batch)"),
+    ("preprocessing", "Preprocessing"),
+]
+TRAINING_KINDS = ("training_interactive", "training_batch", "preprocessing")
+
+DEFAULT_LABEL_MAPPING = {
+    "task_label": "label_task",
+    "team_label": "label_team",
+    "service_label": "model_name",
+}
+DEFAULT_PRIORITY_CLASS_KINDS = {
+    "inference-critical": "inference",
+    "training-interactive": "training_interactive",
+    "training-batch": "training_batch",
+    "preprocessing": "preprocessing",
+}
+
+
+class Source(models.Model):
+    """A Prometheus (or any PromQL-compatible store) that Tandem reads."""
+
+    name = models.SlugField(unique=True)
+    url = models.URLField(max_length=500)
+    bearer_token = models.CharField(max_length=500, blank=True)
+    basic_auth_user = models.CharField(max_length=200, blank=True)
+    basic_auth_password = models.CharField(max_length=200, blank=True)
+    verify_tls = models.BooleanField(default=True)
+    scrape_interval_seconds = models.PositiveIntegerField(default=15)
+    label_mapping = models.JSONField(default=dict, blank=True)
+    priority_class_kinds = models.JSONField(default=dict, blank=True)
+    max_concurrent_queries = models.PositiveSmallIntegerField(default=4)
+    enabled = models.BooleanField(default=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Team(models.Model):
+    name = models.CharField(max_length=200, unique=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Task(models.Model):
+    """A unit of work that is billed: a Job, a Deployment's service, a notebook."""
+
+    source = models.ForeignKey(Source, on_delete=models.PROTECT, related_name="tasks")
+    external_id = models.CharField(max_length=300)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="tasks")
+    kind = models.CharField(max_length=32, choices=TASK_KINDS)
+    fault_domain = models.CharField(max_length=200, blank=True)
+    first_seen = models.DateTimeField()
+    created = models.DateTimeField(null=True, blank=True)
+    first_started = models.DateTimeField(null=True, blank=True)
+    ended = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["external_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["source", "external_id"], name="task_unique_per_source"),
+            models.CheckConstraint(
+                condition=models.Q(kind__in=[k for k, _ in TASK_KINDS]), name="task_kind_known"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.external_id
+
+
+class Service(models.Model):
+    """An inference service with a latency objective (SLO on P99)."""
+
+    source = models.ForeignKey(Source, on_delete=models.PROTECT, related_name="services")
+    external_id = models.CharField(max_length=300)  # namespace/model_name by default
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="services")
+    slo_p99_ms = models.PositiveIntegerField(default=1000)
+    is_key = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["external_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "external_id"], name="service_unique_per_source"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.external_id
+
+
+class UsageInterval(models.Model):
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="usage")
+    interval_start = models.DateTimeField()
+    alloc_gpu_seconds = models.DecimalField(max_digits=20, decimal_places=6)
+    busy_gpu_seconds = models.DecimalField(max_digits=20, decimal_places=6, default=0)
+    memory_avg_bytes = models.BigIntegerField(default=0)
+    memory_peak_bytes = models.BigIntegerField(default=0)
+    read_operations = models.BigIntegerField(default=0)
+    write_operations = models.BigIntegerField(default=0)
+    read_bytes = models.BigIntegerField(default=0)
+    write_bytes = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["task", "interval_start"], name="usage_unique"),
+            models.CheckConstraint(
+                condition=models.Q(alloc_gpu_seconds__gte=0), name="usage_alloc_not_negative"
+            ),
+        ]
+        indexes = [models.Index(fields=["interval_start"])]
+
+
+class CapacityInterval(models.Model):
+    source = models.ForeignKey(Source, on_delete=models.PROTECT, related_name="capacity")
+    fault_domain = models.CharField(max_length=200, blank=True)
+    interval_start = models.DateTimeField()
+    gpus_present = models.DecimalField(max_digits=12, decimal_places=6)
+    capacity_gpu_seconds = models.DecimalField(max_digits=20, decimal_places=6)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "fault_domain", "interval_start"], name="capacity_unique"
+            ),
+        ]
+        indexes = [models.Index(fields=["interval_start"])]
+
+
+class LatencyInterval(models.Model):
+    """Histogram bucket increments of one service within one interval (cumulative by `le`)."""
+
+    service = models.ForeignKey(Service, on_delete=models.PROTECT, related_name="latency")
+    interval_start = models.DateTimeField()
+    # [[le_seconds_as_string, cumulative_count], ...], last le is "+Inf"
+    buckets = models.JSONField()
+    request_count = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["service", "interval_start"], name="latency_unique"),
+        ]
+        indexes = [models.Index(fields=["interval_start"])]
+
+
+class Preemption(models.Model):
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="preemptions")
+    pod = models.CharField(max_length=300, blank=True)
+    at = models.DateTimeField()
+    gpus = models.DecimalField(max_digits=12, decimal_places=6)
+    seconds_since_start = models.PositiveIntegerField()
+    lost_gpu_seconds = models.DecimalField(
+        max_digits=20, decimal_places=6, null=True, blank=True
+    )
+
+    class Meta:
+        ordering = ["at"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "pod", "at"], name="preemption_unique"),
+        ]
+
+
+class PodWait(models.Model):
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="waits")
+    pod = models.CharField(max_length=300)
+    created = models.DateTimeField()
+    scheduled = models.DateTimeField()
+    seconds = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["task", "pod"], name="podwait_unique"),
+        ]
+        indexes = [models.Index(fields=["scheduled"])]
+
+
+class IngestWindow(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    source = models.ForeignKey(Source, on_delete=models.PROTECT, related_name="windows")
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    rows_written = models.PositiveIntegerField(default=0)
+    queries = models.JSONField(default=list, blank=True)  # [{"promql", "seconds"}]
+    prometheus_seconds = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    samples_seen = models.BigIntegerField(default=0)
+    samples_expected = models.BigIntegerField(default=0)
+    completeness = models.DecimalField(max_digits=7, decimal_places=6, default=0)
+    warnings = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True)
+    content_hash = models.CharField(max_length=64, blank=True)
+    first_written = models.DateTimeField(null=True, blank=True)
+    changed_after_first_write = models.DateTimeField(null=True, blank=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["start"]
+        constraints = [
+            models.UniqueConstraint(fields=["source", "start", "end"], name="window_unique"),
+            models.CheckConstraint(condition=models.Q(end__gt=models.F("start")), name="window_ordered"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source} {self.start:%Y-%m-%d %H:%M}–{self.end:%H:%M}"
