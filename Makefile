@@ -13,19 +13,20 @@ $(STAMP): requirements.txt
 	@touch $(STAMP)
 
 # Debian packages the demo and the tests run for real: Prometheus (+ promtool), Chromium,
-# pdftotext/pdftoppm. Installed only when missing, so a prepared machine pays nothing.
+# pdftotext/pdftoppm, and a compose client to validate docker-compose.yml. Installed only when missing, so a prepared machine pays nothing.
 debian-packages:
 	@missing=""; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v pdftotext >/dev/null || missing="$$missing poppler-utils"; \
+	docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
 	if [ -n "$$missing" ]; then \
 	  echo "==> installing Debian packages:$$missing"; \
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
 	fi
 
 demo: debian-packages $(STAMP)
-	$(PY) -m simulator.demo
+	$(PY) -m config.demo
 
 test: debian-packages $(STAMP)
 	$(PY) -m ruff check .

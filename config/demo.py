@@ -1,0 +1,169 @@
+"""`make demo`: the whole stack on one machine, from nothing, on embedded defaults.
+
+Steps (each prints progress; artefacts under var/ are reused on later runs):
+simulate last month's pool -> back-fill a Prometheus TSDB -> start Prometheus -> migrate ->
+ingest the month -> close it -> report -> start Celery worker + beat and the web server.
+Ctrl-C stops everything this script started.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+REPO = Path(__file__).resolve().parent.parent
+VAR = Path(os.environ.get("TANDEM_VAR_DIR", REPO / "var"))
+PYTHON = sys.executable
+DEMO_GPUS = 16
+DEMO_SCRAPE_SECONDS = 60
+WEB_ADDRESS = "127.0.0.1:8000"
+
+
+def say(message: str) -> None:
+    print(f"==> {message}", flush=True)
+
+
+def previous_month(timezone: str) -> tuple[dt.date, int]:
+    today = dt.datetime.now(ZoneInfo(timezone)).date()
+    last_day = today.replace(day=1) - dt.timedelta(days=1)
+    first_day = last_day.replace(day=1)
+    return first_day, last_day.day
+
+
+def manage(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "manage.py", *args], cwd=REPO, env=env, check=check)
+
+
+def has_command(name: str, env: dict[str, str]) -> bool:
+    probe = subprocess.run(
+        [PYTHON, "manage.py", "help", name], cwd=REPO, env=env, capture_output=True
+    )
+    return probe.returncode == 0
+
+
+def demo_environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("TANDEM_DEBUG", "1")
+    env.setdefault("TANDEM_TIMEZONE", "Asia/Shanghai")
+    if not env.get("DATABASE_URL"):
+        sys.path.insert(0, str(REPO))
+        from config.embedded import embedded_database_url
+
+        say("starting the embedded PostgreSQL under var/pgdata")
+        env["DATABASE_URL"] = embedded_database_url(VAR)
+    return env
+
+
+def demo_admin_password() -> str:
+    path = VAR / "demo_admin_password"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(12))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def main() -> int:
+    VAR.mkdir(parents=True, exist_ok=True)
+    env = demo_environment()
+    month_start, days = previous_month(env["TANDEM_TIMEZONE"])
+    label = f"{month_start:%Y-%m}"
+    sys.path.insert(0, str(REPO))
+    from simulator.prometheus import backfill, free_port, start_prometheus
+
+    simulated = VAR / "simulated" / label
+    if not (simulated / "truth.json").exists():
+        say(f"simulating {label}: {DEMO_GPUS} GPUs, {days} days, {DEMO_SCRAPE_SECONDS} s scrape")
+        manage(
+            "simulate_pool", "--gpus", str(DEMO_GPUS), "--days", str(days),
+            "--start", month_start.isoformat(), "--seed", "1",
+            "--scrape-interval", str(DEMO_SCRAPE_SECONDS), "--out", str(simulated), env=env,
+        )  # fmt: skip
+    tsdb = VAR / "prometheus" / label
+    if not (tsdb / ".backfilled").exists():
+        say("back-filling a Prometheus TSDB with promtool (once; reused later)")
+        backfill(simulated / "metrics.om", tsdb)
+        (tsdb / ".backfilled").touch()
+
+    children: list[subprocess.Popen] = []
+    port = free_port() if os.environ.get("TANDEM_PROMETHEUS_PORT") is None else int(
+        os.environ["TANDEM_PROMETHEUS_PORT"]
+    )
+    say(f"starting Prometheus on 127.0.0.1:{port}")
+    prometheus, url = start_prometheus(tsdb, port=port, lookback_delta=f"{DEMO_SCRAPE_SECONDS - 1}s")
+    children.append(prometheus)
+    env["PROMETHEUS_URL"] = url
+    try:
+        return run_stack(env, children, month_start, label)
+    finally:
+        for child in reversed(children):
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for child in children:
+            try:
+                child.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        say("stopped everything the demo started")
+
+
+def run_stack(
+    env: dict[str, str], children: list[subprocess.Popen], month_start: dt.date, label: str
+) -> int:
+    say("migrating the database")
+    manage("migrate", "--noinput", "-v", "0", env=env)
+    manage("collectstatic", "--noinput", "-v", "0", env=env)
+    month_end = (month_start + dt.timedelta(days=32)).replace(day=1)
+    zone = ZoneInfo(env["TANDEM_TIMEZONE"])
+    start_utc = dt.datetime.combine(month_start, dt.time(), zone).astimezone(dt.UTC)
+    end_utc = dt.datetime.combine(month_end, dt.time(), zone).astimezone(dt.UTC)
+    if has_command("ingest", env):
+        say(f"ingesting {label} from Prometheus ({start_utc:%Y-%m-%dT%H:%MZ} to {end_utc:%Y-%m-%dT%H:%MZ})")
+        manage(
+            "ingest", "--source", "default", "--start", start_utc.isoformat(),
+            "--end", end_utc.isoformat(), "--now", env=env,
+        )  # fmt: skip
+    if has_command("close_period", env):
+        say(f"closing {label} and pricing its statements")
+        manage("close_period", "--period", label, env=env, check=False)
+    if has_command("run_report", env):
+        say(f"writing the monthly report for {label}")
+        manage("run_report", "--period", label, env=env, check=False)
+    password = demo_admin_password()
+    manage("ensure_demo_admin", "--password", password, env=env)
+
+    say("starting the Celery worker, beat and the web server")
+    celery = [PYTHON, "-m", "celery", "-A", "config"]
+    children.append(subprocess.Popen([*celery, "worker", "-l", "warning", "-c", "2"], cwd=REPO, env=env))
+    schedule = str(VAR / "celerybeat-schedule")
+    children.append(
+        subprocess.Popen([*celery, "beat", "-l", "warning", "-s", schedule], cwd=REPO, env=env)
+    )
+    children.append(
+        subprocess.Popen([PYTHON, "manage.py", "runserver", "--noreload", WEB_ADDRESS], cwd=REPO, env=env)
+    )
+    print(
+        f"\nTandem is up: http://{WEB_ADDRESS}/\n"
+        f"  log in as: demo / {password}\n"
+        f"  Prometheus: {env['PROMETHEUS_URL']}\n"
+        "Press Ctrl-C to stop everything.\n",
+        flush=True,
+    )
+    try:
+        while all(child.poll() is None for child in children):
+            time.sleep(1)
+    except KeyboardInterrupt:
+        return 0
+    failed = [child.args for child in children if child.poll() is not None]
+    say(f"a process stopped on its own: {failed}")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
