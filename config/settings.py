@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+import plotly
 from django.core.exceptions import ImproperlyConfigured
 
 from config import embedded
@@ -116,6 +117,8 @@ USE_I18N = False
 # --- Static files (plotly.js is served from here: no CDN) -----------------------------
 STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"
+# plotly.js comes from the plotly package we pin, served as /static/plotly/plotly.min.js
+STATICFILES_DIRS = [("plotly", Path(plotly.__file__).parent / "package_data")]
 
 # --- Celery ---------------------------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
