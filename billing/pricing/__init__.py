@@ -1,0 +1,101 @@
+"""The pricing engine: pricing.md version 1, to the cent, in plain Python.
+
+Design
+------
+- **Pure.** Standard library only: no Django, no database, no clock, no network. The same
+  scenario gives the same result on any machine at any time.
+- **Input** is a `Scenario` of frozen dataclasses (`scenario_from_dict` reads the JSON of
+  pricing.md "Scenario files"). A Scenario validates itself when built and groups usage by
+  interval once; usage rows stay plain `(interval, task, alloc)` tuples because a month of a
+  1,000-GPU pool has millions of them.
+- **Arithmetic** is `Decimal` only (a float raises TypeError) in a pinned context of 60
+  digits that traps any inexact sum. Every division is rounded once onto a fixed grid of 30
+  decimal places (`money.scaled`), so every sum is exact and the result does not depend on
+  the order of the records. One rounding rule, `ROUNDING = ROUND_HALF_UP`, for those
+  divisions and for the final rounding of each team line to the currency's minor unit.
+- **Output** is a `PricingResult`: per team its lines (baseline, standard, off-peak, SLA
+  penalty, SLA credit, compensation) each with quantity, rate, unrounded and rounded amount,
+  a plain-English description and the per-task contributions; the platform balance and its
+  named lines; the SLA breaches; the rates and their derivation. `result_to_dict` gives the
+  JSON of pricing.md; `scenario_hash` pins a statement to its exact input.
+
+Modules: `model` (input), `engine` (rules), `quantile` (Prometheus' histogram_quantile),
+`result` (output), `output` (JSON), `parsing` (scenario files, canonical JSON), `money`
+(context and rounding), `times`, `wording` (descriptions).
+"""
+
+from billing.pricing.engine import ENGINE_VERSION, derive_rates, price
+from billing.pricing.model import (
+    DECIMAL_BOOK_FIELDS,
+    TASK_KINDS,
+    TRAINING_KINDS,
+    Capacity,
+    Latency,
+    Preemption,
+    PriceBook,
+    Scenario,
+    ScenarioError,
+    Service,
+    Task,
+    Usage,
+)
+from billing.pricing.money import CONTEXT, ROUNDING
+from billing.pricing.output import result_to_dict
+from billing.pricing.parsing import (
+    canonical_json,
+    scenario_from_dict,
+    scenario_hash,
+    scenario_to_dict,
+)
+from billing.pricing.quantile import histogram_quantile
+from billing.pricing.result import (
+    PLATFORM_LINE_NAMES,
+    TEAM_LINE_KINDS,
+    Breach,
+    CompensatedPreemption,
+    Contribution,
+    Line,
+    PlatformResult,
+    PricingResult,
+    Rates,
+    TeamResult,
+)
+from billing.pricing.times import format_interval, parse_instant
+
+__all__ = [
+    "CONTEXT",
+    "DECIMAL_BOOK_FIELDS",
+    "ENGINE_VERSION",
+    "PLATFORM_LINE_NAMES",
+    "ROUNDING",
+    "TASK_KINDS",
+    "TEAM_LINE_KINDS",
+    "TRAINING_KINDS",
+    "Breach",
+    "Capacity",
+    "CompensatedPreemption",
+    "Contribution",
+    "Latency",
+    "Line",
+    "PlatformResult",
+    "Preemption",
+    "PriceBook",
+    "PricingResult",
+    "Rates",
+    "Scenario",
+    "ScenarioError",
+    "Service",
+    "Task",
+    "TeamResult",
+    "Usage",
+    "canonical_json",
+    "derive_rates",
+    "format_interval",
+    "histogram_quantile",
+    "parse_instant",
+    "price",
+    "result_to_dict",
+    "scenario_from_dict",
+    "scenario_hash",
+    "scenario_to_dict",
+]

@@ -1,0 +1,412 @@
+"""Scenario files (pricing.md "Scenario files") to and from the engine's dataclasses.
+
+`scenario_from_dict` refuses a bad scenario with a `ScenarioError` naming the record
+(`usage[12]: unknown task 'x'`). Price-book amounts must be strings or ints (a JSON float
+such as `11.5` is refused: binary floats have no place near money); measured quantities
+(allocations, capacity, latency buckets, preemption figures) may also be JSON floats, which
+are read by their shortest text (`150.0` → `Decimal("150.0")`).
+
+`canonical_json` is the scenario in one fixed text: keys sorted, no whitespace, records
+sorted by their natural key, decimals as strings. Its SHA-256 (`scenario_hash`) pins a
+statement to its exact input.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
+from operator import itemgetter
+from typing import Any
+
+from billing.pricing.model import (
+    DECIMAL_BOOK_FIELDS,
+    Capacity,
+    Latency,
+    Preemption,
+    PriceBook,
+    Scenario,
+    ScenarioError,
+    Service,
+    Task,
+)
+from billing.pricing.money import canonical_decimal
+from billing.pricing.times import epoch_seconds, format_instant, format_interval, parse_instant
+
+DEFAULT_STEP_SECONDS = 300
+SCENARIO_FIELDS = (
+    "step_seconds",
+    "price_book",
+    "tasks",
+    "services",
+    "capacity",
+    "usage",
+    "latency",
+    "preemptions",
+)
+BOOK_FIELDS = (
+    "currency",
+    "timezone",
+    *DECIMAL_BOOK_FIELDS,
+    "peak_hours",
+    "sla_min_requests",
+    "starvation_preemption_threshold",
+)
+INFINITY = Decimal("Infinity")
+
+
+class _FieldError(Exception):
+    """A field-level problem, turned into a ScenarioError naming the record."""
+
+
+def scenario_from_dict(data: dict) -> Scenario:
+    """Parse and validate a scenario (the JSON object of pricing.md "Scenario files").
+
+    `step_seconds` defaults to 300; `services`, `latency` and `preemptions` may be absent.
+    Raises ScenarioError naming the offending record: unknown task or service, negative
+    allocation, allocations above the interval's capacity, unparsable or misaligned time,
+    missing or invalid price-book field, float where money is required, unknown kind,
+    duplicate record.
+    """
+    if not isinstance(data, dict):
+        raise ScenarioError(f"scenario: expected a JSON object, got {type(data).__name__}")
+    _refuse_unknown("scenario", data, SCENARIO_FIELDS)
+    for name in ("price_book", "tasks", "capacity", "usage"):
+        if name not in data:
+            raise ScenarioError(f"scenario: missing field {name!r}")
+    step = data.get("step_seconds", DEFAULT_STEP_SECONDS)
+    if type(step) is not int:
+        raise ScenarioError(f"scenario: step_seconds must be a whole number, got {step!r}")
+    return Scenario(
+        step_seconds=step,
+        price_book=_price_book(data["price_book"]),
+        tasks=_records("tasks", data["tasks"], _task),
+        services=_records("services", data.get("services", []), _service),
+        capacity=_records("capacity", data["capacity"], _capacity),
+        usage=_usage(data["usage"]),
+        latency=_records("latency", data.get("latency", []), _latency),
+        preemptions=_records("preemptions", data.get("preemptions", []), _preemption),
+    )
+
+
+def scenario_to_dict(scenario: Scenario) -> dict:
+    """The scenario as a JSON-ready dict in canonical order (records sorted)."""
+    return json.loads(canonical_json(scenario))
+
+
+def canonical_json(data: dict | Scenario) -> str:
+    """The one text of a scenario: sorted keys, no whitespace, records sorted, decimals as
+    strings. A dict is parsed (and validated) first, so equal scenarios give equal text."""
+    scenario = data if isinstance(data, Scenario) else scenario_from_dict(data)
+    head = json.dumps(_small_parts(scenario), sort_keys=True, separators=(",", ":"))
+    # "usage" sorts last among the keys: append it to the object, written row by row, as a
+    # month of a large pool has millions of rows.
+    return f'{head[:-1]},"usage":[{_usage_text(scenario)}]}}'
+
+
+def scenario_hash(data: dict | Scenario) -> str:
+    """SHA-256 (hex) of `canonical_json(data)`: pins a statement to its exact input."""
+    return hashlib.sha256(canonical_json(data).encode()).hexdigest()
+
+
+# --- reading ---------------------------------------------------------------------------
+
+
+def _refuse_unknown(where: str, record: dict, known: tuple[str, ...]) -> None:
+    unknown = sorted(set(record) - set(known))
+    if unknown:
+        raise ScenarioError(f"{where}: unknown field {unknown[0]!r}")
+
+
+def _records(where: str, rows: Any, parse: Callable[[dict], Any]) -> list:
+    if not isinstance(rows, list):
+        raise ScenarioError(f"{where}: expected a list, got {type(rows).__name__}")
+    parsed = []
+    for number, row in enumerate(rows):
+        try:
+            if not isinstance(row, dict):
+                raise _FieldError(f"expected an object, got {type(row).__name__}")
+            parsed.append(parse(row))
+        except (_FieldError, ScenarioError) as error:
+            raise ScenarioError(f"{where}[{number}]: {error}") from None
+    return parsed
+
+
+def _field(record: dict, name: str, known: tuple[str, ...] | None = None) -> Any:
+    if known is not None:
+        unknown = sorted(set(record) - set(known))
+        if unknown:
+            raise _FieldError(f"unknown field {unknown[0]!r}")
+    if name not in record:
+        raise _FieldError(f"missing field {name!r}")
+    return record[name]
+
+
+def _money(name: str, value: Any) -> Decimal:
+    """A price-book amount: a decimal string, an int or a Decimal; never a float."""
+    if isinstance(value, float):
+        raise _FieldError(
+            f'{name} must be a decimal string such as "{value!r}", not the JSON float {value!r}'
+        )
+    return _decimal(name, value)
+
+
+def _decimal(name: str, value: Any) -> Decimal:
+    """A measured quantity: decimal string, int, Decimal, or a finite float read by its
+    shortest text."""
+    kind = type(value)
+    if kind is Decimal:
+        number = value
+    elif kind is str or kind is int:
+        try:
+            number = Decimal(value)
+        except InvalidOperation:
+            raise _FieldError(f"{name} is not a decimal number: {value!r}") from None
+    elif kind is float and math.isfinite(value):
+        number = Decimal(repr(value))
+    else:
+        raise _FieldError(f"{name} must be a decimal number, got {value!r}")
+    if not number.is_finite():
+        raise _FieldError(f"{name} must be a finite number, got {value!r}")
+    return number
+
+
+def _whole(name: str, value: Any) -> int:
+    if type(value) is not int:
+        raise _FieldError(f"{name} must be a whole number, got {value!r}")
+    return value
+
+
+def _text(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise _FieldError(f"{name} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _interval(name: str, value: Any) -> int:
+    try:
+        moment = parse_instant(value)
+    except ValueError as error:
+        raise _FieldError(f"{name}: {error}") from None
+    if moment.microsecond:
+        raise _FieldError(f"{name}: an interval starts on a whole second, got {value!r}")
+    return epoch_seconds(moment)
+
+
+def _price_book(book: Any) -> PriceBook:
+    try:
+        if not isinstance(book, dict):
+            raise _FieldError(f"expected an object, got {type(book).__name__}")
+        for name in BOOK_FIELDS:
+            _field(book, name, BOOK_FIELDS)
+        peak_hours = book["peak_hours"]
+        if not (isinstance(peak_hours, list) and len(peak_hours) == 2):
+            raise _FieldError(f"peak_hours must be [start, end), got {peak_hours!r}")
+        return PriceBook(
+            currency=_text("currency", book["currency"]),
+            timezone=_text("timezone", book["timezone"]),
+            **{name: _money(name, book[name]) for name in DECIMAL_BOOK_FIELDS},
+            peak_hours=tuple(_whole("peak_hours", hour) for hour in peak_hours),
+            sla_min_requests=_whole("sla_min_requests", book["sla_min_requests"]),
+            starvation_preemption_threshold=_whole(
+                "starvation_preemption_threshold", book["starvation_preemption_threshold"]
+            ),
+        )
+    except (_FieldError, ScenarioError) as error:
+        raise ScenarioError(f"price_book: {error}") from None
+
+
+def _task(row: dict) -> Task:
+    known = ("id", "team", "kind")
+    return Task(
+        id=_text("id", _field(row, "id", known)),
+        team=_text("team", _field(row, "team")),
+        kind=_field(row, "kind"),
+    )
+
+
+def _service(row: dict) -> Service:
+    known = ("id", "team", "slo_p99_ms")
+    return Service(
+        id=_text("id", _field(row, "id", known)),
+        team=_text("team", _field(row, "team")),
+        slo_p99_ms=_decimal("slo_p99_ms", _field(row, "slo_p99_ms")),
+    )
+
+
+def _capacity(row: dict) -> Capacity:
+    known = ("interval", "capacity_gpu_seconds")
+    return Capacity(
+        interval=_interval("interval", _field(row, "interval", known)),
+        capacity_gpu_seconds=_decimal("capacity_gpu_seconds", _field(row, "capacity_gpu_seconds")),
+    )
+
+
+def _usage(rows: Any) -> list[tuple[int, str, Decimal]]:
+    """Usage rows as plain tuples; the hot path of a month's scenario (millions of rows)."""
+    if not isinstance(rows, list):
+        raise ScenarioError(f"usage: expected a list, got {type(rows).__name__}")
+    intervals: dict[str, int] = {}
+    parsed = []
+    append = parsed.append
+    for number, row in enumerate(rows):
+        try:
+            interval_text = row["interval"]
+            task = row["task"]
+            alloc = row["alloc_gpu_seconds"]
+            if len(row) != 3 or type(task) is not str or type(interval_text) is not str:
+                raise KeyError
+            interval = intervals.get(interval_text)
+            if interval is None:
+                interval = intervals[interval_text] = _interval("interval", interval_text)
+            # Decimal text is the common case (and the cheapest to read): no helper call.
+            value = Decimal(alloc) if type(alloc) is str else _decimal("alloc_gpu_seconds", alloc)
+            if not value.is_finite():
+                raise _FieldError(f"alloc_gpu_seconds must be a finite number, got {alloc!r}")
+            append((interval, task, value))
+        except (KeyError, TypeError):
+            raise ScenarioError(f"usage[{number}]: {_usage_shape(row)}") from None
+        except InvalidOperation:
+            message = f"alloc_gpu_seconds is not a decimal number: {alloc!r}"
+            raise ScenarioError(f"usage[{number}]: {message}") from None
+        except _FieldError as error:
+            raise ScenarioError(f"usage[{number}]: {error}") from None
+    return parsed
+
+
+def _usage_shape(row: Any) -> str:
+    """Why a usage row could not be read (the fast path only knows that it could not)."""
+    if not isinstance(row, dict):
+        return f"expected an object, got {type(row).__name__}"
+    try:
+        _field(row, "interval", ("interval", "task", "alloc_gpu_seconds"))
+        _field(row, "alloc_gpu_seconds")
+        _text("task", _field(row, "task"))
+        _interval("interval", row["interval"])
+    except _FieldError as error:
+        return str(error)
+    return f"unreadable usage record {row!r}"
+
+
+def _latency(row: dict) -> Latency:
+    known = ("service", "interval", "buckets")
+    service = _text("service", _field(row, "service", known))
+    interval = _interval("interval", _field(row, "interval"))
+    buckets = _field(row, "buckets")
+    if not isinstance(buckets, list) or not buckets:
+        raise _FieldError(f"buckets must be a list of [le, cumulative_count], got {buckets!r}")
+    parsed = []
+    for bucket in buckets:
+        if not (isinstance(bucket, list) and len(bucket) == 2):
+            raise _FieldError(f"a bucket must be [le, cumulative_count], got {bucket!r}")
+        le, count = bucket
+        upper = INFINITY if le in ("+Inf", "Inf", "inf", "+inf") else _decimal("le", le)
+        parsed.append((upper, _decimal("cumulative_count", count)))
+    parsed.sort(key=itemgetter(0))
+    return Latency(service=service, interval=interval, buckets=tuple(parsed))
+
+
+def _preemption(row: dict) -> Preemption:
+    known = ("task", "at", "gpus", "seconds_since_start", "lost_gpu_seconds", "pod")
+    try:
+        at = parse_instant(_field(row, "at", known))
+    except ValueError as error:
+        raise _FieldError(f"at: {error}") from None
+    lost = _field(row, "lost_gpu_seconds")
+    return Preemption(
+        task=_text("task", _field(row, "task")),
+        at=at,
+        gpus=_decimal("gpus", _field(row, "gpus")),
+        seconds_since_start=_decimal("seconds_since_start", _field(row, "seconds_since_start")),
+        lost_gpu_seconds=None if lost is None else _decimal("lost_gpu_seconds", lost),
+        pod=row.get("pod", ""),
+    )
+
+
+# --- writing ---------------------------------------------------------------------------
+
+
+def _small_parts(scenario: Scenario) -> dict:
+    """Everything but usage, as JSON-ready values (the JSON dump sorts the keys)."""
+    book = scenario.price_book
+    text = canonical_decimal
+    return {
+        "step_seconds": scenario.step_seconds,
+        "price_book": {
+            "currency": book.currency,
+            "timezone": book.timezone,
+            **{name: text(getattr(book, name)) for name in DECIMAL_BOOK_FIELDS},
+            "peak_hours": list(book.peak_hours),
+            "sla_min_requests": book.sla_min_requests,
+            "starvation_preemption_threshold": book.starvation_preemption_threshold,
+        },
+        "tasks": [
+            {"id": task.id, "team": task.team, "kind": task.kind}
+            for task in sorted(scenario.tasks, key=lambda task: task.id)
+        ],
+        "services": [
+            {"id": service.id, "team": service.team, "slo_p99_ms": text(service.slo_p99_ms)}
+            for service in sorted(scenario.services, key=lambda service: service.id)
+        ],
+        "capacity": [
+            {
+                "interval": format_interval(row.interval),
+                "capacity_gpu_seconds": text(row.capacity_gpu_seconds),
+            }
+            for row in sorted(scenario.capacity, key=lambda row: row.interval)
+        ],
+        "latency": [
+            _latency_dict(row)
+            for row in sorted(scenario.latency, key=lambda row: (row.service, row.interval))
+        ],
+        "preemptions": [
+            _preemption_dict(row)
+            for row in sorted(scenario.preemptions, key=lambda row: (row.task, row.at, row.pod))
+        ],
+    }
+
+
+def _latency_dict(row: Latency) -> dict:
+    return {
+        "service": row.service,
+        "interval": format_interval(row.interval),
+        "buckets": [
+            ["+Inf" if le.is_infinite() else canonical_decimal(le), canonical_decimal(count)]
+            for le, count in row.buckets
+        ],
+    }
+
+
+def _preemption_dict(row: Preemption) -> dict:
+    lost = row.lost_gpu_seconds
+    record = {
+        "task": row.task,
+        "at": format_instant(row.at),
+        "gpus": canonical_decimal(row.gpus),
+        "seconds_since_start": canonical_decimal(row.seconds_since_start),
+        "lost_gpu_seconds": None if lost is None else canonical_decimal(lost),
+    }
+    if row.pod:
+        record["pod"] = row.pod
+    return record
+
+
+def _usage_text(scenario: Scenario) -> str:
+    """Usage rows sorted by (interval, task), each `{"alloc_gpu_seconds":...,"interval":...,
+    "task":...}` exactly as `json.dumps(sort_keys=True, separators=(",", ":"))` writes it.
+
+    Walks the scenario's per-interval groups (sorting a few hundred task ids per interval is
+    cheaper than sorting millions of rows) and concatenates plain strings: the hot path of
+    hashing a month.
+    """
+    quoted = {task: json.dumps(task) + "}" for task in scenario.index.tasks}
+    parts: list[str] = []
+    append = parts.append
+    for interval in sorted(scenario.index.usage):
+        group = scenario.index.usage[interval]
+        middle = f'","interval":"{format_interval(interval)}","task":'
+        for task in sorted(group):
+            append('{"alloc_gpu_seconds":"' + str(group[task]) + middle + quoted[task])
+    return ",".join(parts)
