@@ -30,13 +30,6 @@ def say(message: str) -> None:
     print(f"==> {message}", flush=True)
 
 
-def previous_month(timezone: str) -> tuple[dt.date, int]:
-    today = dt.datetime.now(ZoneInfo(timezone)).date()
-    last_day = today.replace(day=1) - dt.timedelta(days=1)
-    first_day = last_day.replace(day=1)
-    return first_day, last_day.day
-
-
 def manage(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run([PYTHON, "manage.py", *args], cwd=REPO, env=env, check=check)
 
@@ -72,33 +65,41 @@ def demo_admin_password() -> str:
 def main() -> int:
     VAR.mkdir(parents=True, exist_ok=True)
     env = demo_environment()
-    month_start, days = previous_month(env["TANDEM_TIMEZONE"])
-    label = f"{month_start:%Y-%m}"
     sys.path.insert(0, str(REPO))
-    from simulator.prometheus import backfill, free_port, start_prometheus
+    from simulator.config import previous_calendar_month
+    from simulator.prometheus import backfill, free_port, lookback_for, start_prometheus
+
+    today = dt.datetime.now(ZoneInfo(env["TANDEM_TIMEZONE"])).date()
+    month_start, days = previous_calendar_month(today)
+    label = f"{month_start:%Y-%m}"
 
     simulated = VAR / "simulated" / label
-    if not (simulated / "truth.json").exists():
+    tsdb = VAR / "prometheus" / label
+    if not (simulated / "truth.json").exists() and not (tsdb / ".backfilled").exists():
         say(f"simulating {label}: {DEMO_GPUS} GPUs, {days} days, {DEMO_SCRAPE_SECONDS} s scrape")
         manage(
             "simulate_pool", "--gpus", str(DEMO_GPUS), "--days", str(days),
             "--start", month_start.isoformat(), "--seed", "1",
             "--scrape-interval", str(DEMO_SCRAPE_SECONDS), "--out", str(simulated), env=env,
         )  # fmt: skip
-    tsdb = VAR / "prometheus" / label
     if not (tsdb / ".backfilled").exists():
         say("back-filling a Prometheus TSDB with promtool (once; reused later)")
         backfill(simulated / "metrics.om", tsdb)
         (tsdb / ".backfilled").touch()
+        # The TSDB now holds every sample; the 4-5 GB text file is no longer needed.
+        (simulated / "metrics.om").unlink()
 
     children: list[subprocess.Popen] = []
-    port = free_port() if os.environ.get("TANDEM_PROMETHEUS_PORT") is None else int(
-        os.environ["TANDEM_PROMETHEUS_PORT"]
-    )
+    port = int(os.environ.get("TANDEM_PROMETHEUS_PORT") or free_port())
     say(f"starting Prometheus on 127.0.0.1:{port}")
-    prometheus, url = start_prometheus(tsdb, port=port, lookback_delta=f"{DEMO_SCRAPE_SECONDS - 1}s")
-    children.append(prometheus)
-    env["PROMETHEUS_URL"] = url
+    prometheus = start_prometheus(
+        tsdb,
+        port=port,
+        lookback_delta=lookback_for(DEMO_SCRAPE_SECONDS),
+        scrape_interval=f"{DEMO_SCRAPE_SECONDS}s",
+    )
+    children.append(prometheus.process)
+    env["PROMETHEUS_URL"] = prometheus.url
     try:
         return run_stack(env, children, month_start, label)
     finally:
@@ -124,7 +125,7 @@ def run_stack(
     start_utc = dt.datetime.combine(month_start, dt.time(), zone).astimezone(dt.UTC)
     end_utc = dt.datetime.combine(month_end, dt.time(), zone).astimezone(dt.UTC)
     if has_command("ingest", env):
-        say(f"ingesting {label} from Prometheus ({start_utc:%Y-%m-%dT%H:%MZ} to {end_utc:%Y-%m-%dT%H:%MZ})")
+        say(f"ingesting {label} from Prometheus (from {start_utc:%Y-%m-%d %H:%M} UTC)")
         manage(
             "ingest", "--source", "default", "--start", start_utc.isoformat(),
             "--end", end_utc.isoformat(), "--now", env=env,
@@ -140,13 +141,17 @@ def run_stack(
 
     say("starting the Celery worker, beat and the web server")
     celery = [PYTHON, "-m", "celery", "-A", "config"]
-    children.append(subprocess.Popen([*celery, "worker", "-l", "warning", "-c", "2"], cwd=REPO, env=env))
+    children.append(
+        subprocess.Popen([*celery, "worker", "-l", "warning", "-c", "2"], cwd=REPO, env=env)
+    )
     schedule = str(VAR / "celerybeat-schedule")
     children.append(
         subprocess.Popen([*celery, "beat", "-l", "warning", "-s", schedule], cwd=REPO, env=env)
     )
     children.append(
-        subprocess.Popen([PYTHON, "manage.py", "runserver", "--noreload", WEB_ADDRESS], cwd=REPO, env=env)
+        subprocess.Popen(
+            [PYTHON, "manage.py", "runserver", "--noreload", WEB_ADDRESS], cwd=REPO, env=env
+        )
     )
     print(
         f"\nTandem is up: http://{WEB_ADDRESS}/\n"

@@ -1,0 +1,96 @@
+"""What to simulate: a pool size, a period, a seed and the scrape/step clocks, validated up front.
+
+The period starts at 00:00 of `start` in the pool's own time zone (`timezone`, default
+Asia/Shanghai), because that is where the daytime peak and the calendar month live; it is
+stored and written in UTC.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+MAX_GPUS = 4096
+MAX_DAYS = 400
+
+
+class SimulatorConfigError(ValueError):
+    """A nonsense simulator argument. The message is one line and names the argument."""
+
+
+def parse_start(text: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(text)
+    except (TypeError, ValueError):
+        raise SimulatorConfigError(f"--start must be a date YYYY-MM-DD, got {text!r}") from None
+
+
+def parse_timezone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise SimulatorConfigError(f"--timezone {name!r} is not a known IANA time zone") from None
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    gpus: int
+    days: int
+    start: dt.date
+    seed: int = 0
+    scrape_interval_seconds: int = 15
+    step_seconds: int = 300
+    timezone: str = "Asia/Shanghai"
+
+    def __post_init__(self) -> None:
+        _check_whole("--gpus", self.gpus, 1, MAX_GPUS)
+        _check_whole("--days", self.days, 1, MAX_DAYS)
+        _check_whole("--scrape-interval", self.scrape_interval_seconds, 1, 3600)
+        _check_whole("--step", self.step_seconds, 1, 86400)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise SimulatorConfigError(f"--seed must be a whole number, got {self.seed!r}")
+        if self.step_seconds % self.scrape_interval_seconds:
+            raise SimulatorConfigError(
+                f"--step ({self.step_seconds}) must be a multiple of --scrape-interval "
+                f"({self.scrape_interval_seconds})"
+            )
+        if not isinstance(self.start, dt.date):
+            raise SimulatorConfigError(f"--start must be a date, got {self.start!r}")
+        parse_timezone(self.timezone)
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    @property
+    def start_epoch(self) -> int:
+        """00:00 of the start date in the pool's time zone, as Unix seconds."""
+        midnight = dt.datetime.combine(self.start, dt.time(0), tzinfo=self.zone)
+        return int(midnight.timestamp())
+
+    @property
+    def end_epoch(self) -> int:
+        """00:00 of the day after the last simulated day, local time (DST-safe)."""
+        last = self.start + dt.timedelta(days=self.days)
+        return int(dt.datetime.combine(last, dt.time(0), tzinfo=self.zone).timestamp())
+
+    def ticks(self) -> range:
+        """Scrape instants: exact multiples of the scrape interval in (start, end]."""
+        s = self.scrape_interval_seconds
+        first = (self.start_epoch // s + 1) * s
+        return range(first, self.end_epoch + 1, s)
+
+
+def previous_calendar_month(today: dt.date) -> tuple[dt.date, int]:
+    """(first day, number of days) of the month before `today`'s, as the demo simulates."""
+    last = today.replace(day=1) - dt.timedelta(days=1)
+    first = last.replace(day=1)
+    return first, (last - first).days + 1
+
+
+def _check_whole(argument: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SimulatorConfigError(f"{argument} must be a whole number, got {value!r}")
+    if not low <= value <= high:
+        raise SimulatorConfigError(f"{argument} must be between {low} and {high}, got {value}")

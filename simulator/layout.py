@@ -1,0 +1,204 @@
+"""The pool's hardware: nodes, physical GPUs and the devices the scheduler hands out.
+
+A device is what dcgm-exporter reports as one series and what a pod is bound to: a whole GPU,
+one MIG instance (`UUID` is the parent's, `GPU_I_ID` tells the instances apart), or a
+time-sliced GPU that up to `TIME_SLICE_REPLICAS` pods hold at once.
+
+Shares are kept in 84ths of a GPU: 84 = lcm(7, 1, 2, 3, 4), so a MIG instance (slices/7) and a
+time-sliced holder (1/k, k <= 4) are whole numbers of 84ths and every truth amount stays exact.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from simulator.workload import Pod
+
+MODEL_NAME = "NVIDIA H100 80GB HBM3"
+GPU_MEMORY_MIB = 81559
+SHARE_UNITS = 84
+TIME_SLICE_REPLICAS = 4
+IDLE_POWER_W = 70.0
+POWER_PER_BUSY_PERCENT_W = 6.3
+
+# (profile, memory MiB); slices are the leading number of the profile.
+MIG_PROFILE_MEMORY_MIB = {"1g.10gb": 9856, "2g.20gb": 19968, "3g.40gb": 40192, "4g.40gb": 40192}
+# Valid H100/A100-80GB partitions (compute slices sum to 7), with the instance ids NVML assigns.
+MIG_LAYOUTS = (
+    (("3g.40gb", "2"), ("2g.20gb", "3"), ("1g.10gb", "9"), ("1g.10gb", "10")),
+    (("4g.40gb", "1"), ("2g.20gb", "5"), ("1g.10gb", "13")),
+)
+# (Hostname label key, pod label style, cAdvisor reports container level too): nodes cycle
+# through these so that even a two-node pool shows every exporter variant.
+NODE_VARIANTS = (
+    ("Hostname", "pod", True),
+    ("hostname", "exported_pod", False),
+    ("Hostname", "exported_pod", False),
+    ("hostname", "pod", True),
+)
+
+
+def mig_slices(profile: str) -> int:
+    return int(profile.split("g.", 1)[0])
+
+
+@dataclass(eq=False)
+class Device:
+    gpu: Gpu
+    mode: str  # whole | mig | timesliced
+    memory_mib: int
+    share_units: int  # of a whole device, in 84ths (a time-sliced GPU is split at each tick)
+    profile: str = ""
+    instance_id: str = ""
+    labels: str = ""  # dcgm-exporter labels without pod attribution
+    holders: list[Pod] = field(default_factory=list)
+    reserved_for: Pod | None = None
+    energy_mj: int = 0
+
+    @property
+    def node(self) -> Node:
+        return self.gpu.node
+
+    @property
+    def available(self) -> bool:
+        return self.gpu.present and self.gpu.node.present
+
+    def capacity_left(self) -> int:
+        limit = TIME_SLICE_REPLICAS if self.mode == "timesliced" else 1
+        return limit - len(self.holders)
+
+
+@dataclass(eq=False)
+class Gpu:
+    node: Node
+    index: int
+    uuid: str
+    mode: str
+    devices: list[Device] = field(default_factory=list)
+    present: bool = True
+    down_until: int = 0
+
+
+@dataclass(eq=False)
+class Node:
+    index: int
+    name: str
+    ip: str
+    hostname_label: str
+    pod_label_style: str
+    cadvisor_container_level: bool
+    gpus: list[Gpu] = field(default_factory=list)
+    present: bool = True
+    down_until: int = 0
+
+    @property
+    def pod_label_keys(self) -> tuple[str, str, str]:
+        """(container, namespace, pod) label keys as Prometheus stores them on this node."""
+        if self.pod_label_style == "exported_pod":
+            return ("exported_container", "exported_namespace", "exported_pod")
+        return ("container", "namespace", "pod")
+
+
+def fake_uuid(rng: random.Random) -> str:
+    hexdigits = f"{rng.getrandbits(128):032x}"
+    parts = (hexdigits[:8], hexdigits[8:12], hexdigits[12:16], hexdigits[16:20], hexdigits[20:])
+    return "-".join(parts)
+
+
+def node_sizes(gpus: int) -> list[int]:
+    """GPUs per node: at least two nodes (both exporter variants), at most eight GPUs each."""
+    nodes = max(2 if gpus >= 2 else 1, -(-gpus // 8))
+    base, extra = divmod(gpus, nodes)
+    return [base + (1 if i < extra else 0) for i in range(nodes)]
+
+
+def build_layout(gpus: int, rng: random.Random) -> list[Node]:
+    nodes = []
+    for index, size in enumerate(node_sizes(gpus)):
+        hostname_label, pod_style, container_level = NODE_VARIANTS[index % len(NODE_VARIANTS)]
+        node = Node(
+            index=index,
+            name=f"gpu-node-{index + 1:02d}",
+            ip=f"10.42.0.{11 + index}",
+            hostname_label=hostname_label,
+            pod_label_style=pod_style,
+            cadvisor_container_level=container_level,
+        )
+        # Every third node (the first one included) has one MIG and one time-sliced GPU.
+        mixed = size >= 3 and index % 3 == 0
+        for gpu_index in range(size):
+            mode = "whole"
+            if mixed and gpu_index == size - 1:
+                mode = "mig"
+            elif mixed and gpu_index == size - 2:
+                mode = "timesliced"
+            gpu = Gpu(node=node, index=gpu_index, uuid=f"GPU-{fake_uuid(rng)}", mode=mode)
+            _add_devices(gpu, layout=MIG_LAYOUTS[index % len(MIG_LAYOUTS)], rng=rng)
+            node.gpus.append(gpu)
+        nodes.append(node)
+    return nodes
+
+
+def _add_devices(gpu: Gpu, *, layout: tuple[tuple[str, str], ...], rng: random.Random) -> None:
+    node = gpu.node
+    base = (
+        f'gpu="{gpu.index}",UUID="{gpu.uuid}",device="nvidia{gpu.index}",'
+        f'modelName="{MODEL_NAME}",{node.hostname_label}="{node.name}"'
+    )
+    target = f'job="dcgm-exporter",instance="{node.ip}:9400"'
+    # Energy counters count since the GPU booted, not since the simulation started.
+    boot_energy = rng.randrange(10**9, 10**11)
+    if gpu.mode != "mig":
+        gpu.devices.append(
+            Device(
+                gpu=gpu,
+                mode=gpu.mode,
+                memory_mib=GPU_MEMORY_MIB,
+                share_units=SHARE_UNITS,
+                labels=f"{base},{target}",
+                energy_mj=boot_energy,
+            )
+        )
+        return
+    for profile, instance_id in layout:
+        slices = mig_slices(profile)
+        gpu.devices.append(
+            Device(
+                gpu=gpu,
+                mode="mig",
+                memory_mib=MIG_PROFILE_MEMORY_MIB[profile],
+                share_units=slices * SHARE_UNITS // 7,
+                profile=profile,
+                instance_id=instance_id,
+                labels=f'{base},GPU_I_PROFILE="{profile}",GPU_I_ID="{instance_id}",{target}',
+                energy_mj=boot_energy * slices // 7,
+            )
+        )
+
+
+def describe_nodes(nodes: list[Node]) -> list[dict]:
+    """The `meta.nodes` part of truth.json."""
+    return [
+        {
+            "name": node.name,
+            "hostname_label": node.hostname_label,
+            "pod_label_style": node.pod_label_style,
+            "gpus": [
+                {
+                    "UUID": gpu.uuid,
+                    "gpu": str(gpu.index),
+                    "mode": gpu.mode,
+                    "instances": [
+                        {"GPU_I_ID": d.instance_id, "GPU_I_PROFILE": d.profile}
+                        for d in gpu.devices
+                        if d.mode == "mig"
+                    ],
+                }
+                for gpu in node.gpus
+            ],
+        }
+        for node in nodes
+    ]

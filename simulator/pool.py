@@ -1,0 +1,888 @@
+"""The pool engine: one scrape tick at a time, the scheduler, the controllers and the exporters.
+
+Each tick `t` runs, in order: hardware (GPUs/nodes drop out and come back), controllers (the
+inference autoscaler, Job arrivals, Jobs re-creating preempted pods, notebooks), progress
+(finished pods end), the scheduler (priority order, preemption for inference), then the
+exporters write every series for `t` and the bookkeeping for truth.json. Devices freed at `t`
+are free from the next tick on: a pod that ends at `t` still held its GPU during (t - s, t].
+
+Everything random comes from one `random.Random(seed)`; nothing reads the clock, so a seed
+gives the same files byte for byte.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from operator import add
+from pathlib import Path
+
+from simulator.config import PoolConfig
+from simulator.layout import (
+    IDLE_POWER_W,
+    POWER_PER_BUSY_PERCENT_W,
+    SHARE_UNITS,
+    TIME_SLICE_REPLICAS,
+    Device,
+    Gpu,
+    Node,
+    build_layout,
+    fake_uuid,
+)
+from simulator.truth import build_truth, iso, write_truth
+from simulator.workload import (
+    LATENCY_BOUNDS,
+    LATENCY_LE,
+    LOG_LATENCY_BOUNDS,
+    TEAMS,
+    Pod,
+    Service,
+    Task,
+    name_suffix,
+)
+
+DCGM_METRICS = (
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+)
+# DCGM_FI_DEV_GPU_UTIL is not supported in MIG mode: instances report only profiling metrics.
+MIG_DCGM_METRICS = DCGM_METRICS[1:]
+CADVISOR_METRICS = (
+    "container_fs_reads_total",
+    "container_fs_writes_total",
+    "container_fs_reads_bytes_total",
+    "container_fs_writes_bytes_total",
+)
+PERCENT = tuple(str(i) for i in range(101))
+RATIO = tuple(f"{i / 100:.2f}" for i in range(101))
+DISK = "/dev/nvme0n1"
+# (reads/s, writes/s, bytes per read, bytes per write) of a pod's main container, per kind.
+IO_RATES = {
+    "inference": (2.0, 1.0, 65536, 4096),
+    "training_batch": (40.0, 5.0, 262144, 1048576),
+    "preprocessing": (400.0, 150.0, 131072, 131072),
+    "training_interactive": (10.0, 3.0, 65536, 65536),
+}
+SERVED_MODELS = (  # (model_name, median latency s, lognormal sigma)
+    ("qwen2-7b-instruct", 0.9, 0.45),
+    ("llama3-8b-chat", 1.1, 0.5),
+    ("mistral-7b-instruct", 0.8, 0.45),
+    ("deepseek-coder-6-7b", 1.3, 0.55),
+    ("qwen2-72b-awq", 2.2, 0.5),
+    ("glm4-9b-chat", 1.0, 0.5),
+)
+TRAINED_MODELS = ("llama3-8b", "qwen2-7b", "mixtral-8x7b", "vit-l16", "whisper-large", "dlrm")
+PURPOSES = ("sft", "pretrain", "dpo", "lora", "distill")
+DATASETS = ("clickstream", "asr-corpus", "web-crawl", "images-v3", "catalog")
+USERS = ("alice", "bob", "chen", "dana", "eve", "farid", "gao", "hana")
+JOB_GPU_CHOICES = ((1, 0.45), (2, 0.3), (4, 0.2), (8, 0.05))
+REPLICA_TARGET_LOAD = 0.7
+SCALE_DOWN_AFTER_SECONDS = 600
+STARVATION_SECONDS = 3 * 3600
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    metrics_path: Path
+    truth_path: Path
+    samples_written: int
+    seconds: float
+
+
+def demand_shape(hour: float) -> float:
+    """Inference demand by local hour, 1.0 at the top of the 9:00-22:00 peak."""
+    if 9 <= hour < 22:
+        return 0.7 + 0.3 * math.sin(math.pi * (hour - 9) / 13)
+    if 7 <= hour < 9:
+        return 0.12 + 0.3 * (hour - 7) / 2
+    if 22 <= hour < 24:
+        return 0.42 - 0.3 * (hour - 22) / 2
+    return 0.12
+
+
+def bucket_p99(median: float, sigma: float) -> float:
+    """P99 of a lognormal as read back from vLLM's buckets by linear interpolation."""
+    spread = 1 / (sigma * math.sqrt(2))
+    previous_bound, previous_share = 0.0, 0.0
+    for bound, log_bound in zip(LATENCY_BOUNDS, LOG_LATENCY_BOUNDS, strict=True):
+        share = 0.5 * (1 + math.erf((log_bound - math.log(median)) * spread))
+        if share >= 0.99:
+            fraction = (0.99 - previous_share) / (share - previous_share)
+            return previous_bound + (bound - previous_bound) * fraction
+        previous_bound, previous_share = bound, share
+    return LATENCY_BOUNDS[-1]
+
+
+class Pool:
+    def __init__(self, config: PoolConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.s = config.scrape_interval_seconds
+        self.d = config.step_seconds
+        self.zone = config.zone
+        self.nodes: list[Node] = build_layout(config.gpus, self.rng)
+        self.gpus: list[Gpu] = [gpu for node in self.nodes for gpu in node.gpus]
+        self.devices: list[Device] = [d for gpu in self.gpus for d in gpu.devices]
+        self.whole_by_node = {
+            node: [d for gpu in node.gpus for d in gpu.devices if d.mode == "whole"]
+            for node in self.nodes
+        }
+        self.mig_devices = [d for d in self.devices if d.mode == "mig"]
+        self.timesliced_devices = [d for d in self.devices if d.mode == "timesliced"]
+        self.bare_prefixes = {d: _dcgm_prefixes(d, "") for d in self.devices}
+        self.whole_count = sum(len(v) for v in self.whole_by_node.values())
+        self.max_whole_per_node = max(len(v) for v in self.whole_by_node.values())
+        self.tasks: dict[str, Task] = {}
+        self.services: list[Service] = []
+        self.capacity_gpu_seconds: dict[int, int] = {}
+        self.pending: list[Pod] = []
+        self.running: list[Pod] = []
+        self.lingering: list[Pod] = []
+        self.recreate: list[Task] = []
+        self.sequence = 0
+        self.started = False
+        self._create_services()
+
+    # -- names -------------------------------------------------------------------------------
+
+    def _next(self) -> int:
+        self.sequence += 1
+        return self.sequence
+
+    def _local(self, t: int) -> tuple[float, bool]:
+        local = dt.datetime.fromtimestamp(t, self.zone)
+        return local.hour + local.minute / 60, local.weekday() >= 5
+
+    # -- one tick ----------------------------------------------------------------------------
+
+    def step(self, t: int) -> list[str]:
+        """Advance to tick `t` and return every sample line for it (without the timestamp)."""
+        hour, weekend = self._local(t)
+        if not self.started:
+            self.started = True
+            self._initial_backlog(t)
+        self._hardware(t)
+        self._controllers(t, hour, weekend)
+        self._progress(t)
+        self._schedule(t)
+        lines = self._emit(t)
+        self._finish()
+        return lines
+
+    def forget_history(self) -> None:
+        """Drop the bookkeeping kept for truth.json (live mode runs for days, memory stays flat):
+        per-interval amounts, and tasks that have no pod left."""
+        live = {p.task for group in (self.pending, self.running, self.lingering) for p in group}
+        live |= set(self.recreate) | {service.task for service in self.services}
+        self.tasks = {task_id: task for task_id, task in self.tasks.items() if task in live}
+        self.capacity_gpu_seconds.clear()
+        for service in self.services:
+            service.increments.clear()
+        for task in self.tasks.values():
+            for amounts in (task.alloc_units, task.busy_units, task.io_operations):
+                amounts.clear()
+            task.pods.clear()
+            task.preemptions.clear()
+            task.waits.clear()
+
+    # -- hardware ----------------------------------------------------------------------------
+
+    def _hardware(self, t: int) -> None:
+        rng, s = self.rng, self.s
+        for node in self.nodes:
+            if not node.present and t >= node.down_until:
+                node.present = True
+        for gpu in self.gpus:
+            if not gpu.present and t >= gpu.down_until:
+                gpu.present = True
+        # Each GPU fails about once in 20 days, each node about once in 30 (if the pool has >1).
+        if rng.random() < len(self.gpus) * s / (20 * 86400):
+            free = [
+                g
+                for g in self.gpus
+                if g.mode == "whole"
+                and g.present
+                and g.node.present
+                and not g.devices[0].holders
+                and g.devices[0].reserved_for is None
+            ]
+            if free:
+                gpu = rng.choice(free)
+                gpu.present = False
+                gpu.down_until = t + rng.randrange(3600, 4 * 3600)
+        if len(self.nodes) > 1 and rng.random() < len(self.nodes) * s / (30 * 86400):
+            up = [n for n in self.nodes if n.present]
+            if len(up) > 1:
+                self._lose_node(rng.choice(up), t, t + rng.randrange(1200, 5400))
+
+    def _lose_node(self, node: Node, t: int, until: int) -> None:
+        node.present = False
+        node.down_until = until
+        for device in (d for gpu in node.gpus for d in gpu.devices):
+            if device.reserved_for is not None:
+                device.reserved_for.reserved.remove(device)
+                device.reserved_for = None
+        for pod in self.running:
+            if pod.node is node and not pod.ended:
+                # The kubelet is gone: no telemetry at t; the controllers re-create the work.
+                ran = max(0, t - self.s - pod.scheduled)
+                self._end(pod, t, "Failed", telemetry=False)
+                self._release(pod)
+                self._after_interruption(pod, ran)
+
+    # -- controllers -------------------------------------------------------------------------
+
+    def _controllers(self, t: int, hour: float, weekend: bool) -> None:
+        recreate, self.recreate = self.recreate, []
+        for task in recreate:
+            self._new_pod(task, t)
+        for service in self.services:
+            self._autoscale(service, t, hour, weekend)
+        self._arrivals(t, hour, weekend)
+
+    def _autoscale(self, service: Service, t: int, hour: float, weekend: bool) -> None:
+        rng = self.rng
+        if t >= service.surge_until and 9 <= hour < 22 and rng.random() < self.s / (3 * 3600):
+            service.surge_until = t + rng.randrange(1200, 3600)
+            service.surge_factor = 1.3 + 0.3 * rng.random()
+        surge = service.surge_factor if t < service.surge_until else 1.0
+        service.rate_rps = service.peak_rps * demand_shape(hour) * (0.8 if weekend else 1.0) * surge
+        wanted = math.ceil(service.rate_rps / (REPLICA_TARGET_LOAD * service.capacity_rps))
+        wanted = max(service.min_replicas, min(service.max_replicas, wanted))
+        live = service.pods
+        if wanted > len(live):
+            service.low_since = None
+            self._new_pod(service.task, t)
+        elif wanted < len(live):
+            service.low_since = service.low_since if service.low_since is not None else t
+            if t - service.low_since >= SCALE_DOWN_AFTER_SECONDS:
+                service.low_since = None
+                self._scale_down(service, t)
+        else:
+            service.low_since = None
+
+    def _scale_down(self, service: Service, t: int) -> None:
+        pending = [p for p in service.pods if p.phase == "Pending"]
+        if pending:
+            pod = pending[-1]
+            self._drop_pending(pod)
+            return
+        pod = max(service.pods, key=lambda p: (p.scheduled, p.seq))
+        self._end(pod, t, "Succeeded")
+
+    def _arrivals(self, t: int, hour: float, weekend: bool) -> None:
+        rng, per_hour = self.rng, self.s / 3600
+        if rng.random() < self.batch_rate * per_hour:
+            self._new_batch_job(t, hours=min(30.0, max(0.5, rng.lognormvariate(math.log(3), 0.7))))
+        busy_day = 8 <= hour < 20
+        prep_rate = 0.2 * (len(self.mig_devices) + 1) * (1.3 if busy_day else 0.6)
+        if rng.random() < prep_rate * per_hour:
+            self._new_preprocessing_job(t)
+        office = 9 <= hour < 19 and not weekend
+        notebook_rate = (0.6 if office else 0.05) * (len(self.timesliced_devices) + 1)
+        if rng.random() < notebook_rate * per_hour:
+            self._new_notebook(t)
+
+    @property
+    def batch_rate(self) -> float:
+        """Batch Jobs per hour for ~30% of the whole GPUs on average: inference takes about
+        half of them at the peak, Jobs queue by day and fill the nights."""
+        choices = [(g, w) for g, w in JOB_GPU_CHOICES if g <= self.max_whole_per_node]
+        mean_gpus = sum(g * w for g, w in choices) / sum(w for _, w in choices)
+        mean_hours = 3 * math.exp(0.7**2 / 2)
+        return 0.3 * self.whole_count / (mean_gpus * mean_hours)
+
+    def _initial_backlog(self, t: int) -> None:
+        """Jobs submitted before the period began, so the pool starts as busy as it runs."""
+        requested = 0
+        while requested < self.whole_count:
+            task = self._new_batch_job(t, hours=4 + 12 * self.rng.random())
+            requested += task.request_gpus
+
+    # -- tasks and pods ----------------------------------------------------------------------
+
+    def _create_services(self) -> None:
+        count = min(
+            len(SERVED_MODELS), max(2 if self.whole_count >= 3 else 1, self.whole_count // 4)
+        )
+        total = max(2 * count, round(0.55 * self.whole_count))
+        for index in range(count):
+            model, median, sigma = SERVED_MODELS[index]
+            team = TEAMS[index % len(TEAMS)]
+            replicas = total // count + (1 if index < total % count else 0)
+            # The SLO sits above what the buckets show for an unloaded replica, below a crowded
+            # one: readers interpolate P99 inside the bucket, as histogram_quantile does.
+            p99 = bucket_p99(median * 1.3, sigma)
+            service = Service(
+                namespace=team,
+                model_name=model,
+                replicaset=f"vllm-{model}-{name_suffix(self.rng, 10)}",
+                slo_p99_ms=math.ceil(p99 * 1.08 * 10) * 100,
+                median_seconds=median,
+                sigma=sigma,
+                capacity_rps=4.0,
+                min_replicas=1,
+                max_replicas=max(1, replicas),
+            )
+            service.peak_rps = service.max_replicas * service.capacity_rps * REPLICA_TARGET_LOAD
+            service.task = self._add_task(
+                Task(
+                    id=model,
+                    team=team,
+                    namespace=team,
+                    priority_class="inference-critical",
+                    owner_kind="ReplicaSet",
+                    owner_name=service.replicaset,
+                    label_task=model,
+                    label_team=True,
+                    request_mode="whole",
+                    containers=("vllm", "proxy"),
+                    service=service,
+                )
+            )
+            self.services.append(service)
+
+    def _add_task(self, task: Task) -> Task:
+        self.tasks[task.id] = task
+        return task
+
+    def _new_batch_job(self, t: int, *, hours: float) -> Task:
+        rng, n = self.rng, self._next()
+        team, purpose = rng.choice(TEAMS), rng.choice(PURPOSES)
+        job = f"{rng.choice(TRAINED_MODELS)}-{purpose}-{n:04d}"
+        label = f"{team}-{purpose}-{n:04d}" if rng.random() < 0.65 else None
+        choices = [(g, w) for g, w in JOB_GPU_CHOICES if g <= self.max_whole_per_node]
+        gpus = rng.choices([g for g, _ in choices], weights=[w for _, w in choices])[0]
+        task = self._add_task(
+            Task(
+                id=label or job,
+                team=team,
+                namespace=team,
+                priority_class="training-batch",
+                owner_kind="Job",
+                owner_name=job,
+                label_task=label,
+                label_team=rng.random() < 0.85,
+                request_mode="whole",
+                request_gpus=gpus,
+                remaining_seconds=int(hours * 3600),
+                checkpoint_seconds=rng.choice((600, 900, 1800, 3600)),
+                containers=("trainer",),
+            )
+        )
+        self._new_pod(task, t)
+        return task
+
+    def _new_preprocessing_job(self, t: int) -> None:
+        rng, n = self.rng, self._next()
+        team = rng.choice(TEAMS)
+        job = f"prep-{rng.choice(DATASETS)}-{n:04d}"
+        label = f"{team}-prep-{n:04d}" if rng.random() < 0.5 else None
+        on_mig = bool(self.mig_devices) and rng.random() < 0.85
+        task = self._add_task(
+            Task(
+                id=label or job,
+                team=team,
+                namespace=team,
+                priority_class="preprocessing",
+                owner_kind="Job",
+                owner_name=job,
+                label_task=label,
+                label_team=rng.random() < 0.85,
+                request_mode="mig" if on_mig else "whole",
+                request_profile=rng.choice(self.mig_devices).profile if on_mig else "",
+                remaining_seconds=rng.randrange(20 * 60, 120 * 60),
+                checkpoint_seconds=600,
+                containers=("worker",),
+            )
+        )
+        self._new_pod(task, t)
+
+    def _new_notebook(self, t: int) -> None:
+        rng, n = self.rng, self._next()
+        team, user = rng.choice(TEAMS), rng.choice(USERS)
+        small_mig = [d.profile for d in self.mig_devices if d.profile in ("1g.10gb", "2g.20gb")]
+        mode, profile = "whole", ""
+        if self.timesliced_devices and (not small_mig or rng.random() < 0.7):
+            mode = "timesliced"
+        elif small_mig:
+            mode, profile = "mig", rng.choice(small_mig)
+        owner = f"nb-{user}-{n:04d}"
+        task = self._add_task(
+            Task(
+                id=owner,
+                team=team,
+                namespace=team,
+                priority_class="training-interactive",
+                owner_kind="StatefulSet",
+                owner_name=owner,
+                label_task=None,
+                label_team=rng.random() < 0.9,
+                request_mode=mode,
+                request_profile=profile,
+                remaining_seconds=rng.randrange(3600, 5 * 3600),
+                containers=("notebook",),
+            )
+        )
+        self._new_pod(task, t)
+
+    def _new_pod(self, task: Task, t: int) -> Pod:
+        rng, seq = self.rng, self._next()
+        if task.owner_kind == "StatefulSet":
+            name = f"{task.owner_name}-0"
+        else:
+            name = f"{task.owner_name}-{name_suffix(rng)}"
+        pod = Pod(
+            name=name,
+            uid=fake_uuid(rng),
+            task=task,
+            seq=seq,
+            created=t - rng.randrange(0, self.s),
+            created_tick=t,
+            pod_ip=f"10.244.{(seq // 250) % 250}.{seq % 250 + 2}",
+        )
+        pod.rebuild_ksm_lines()
+        task.pods.append(name)
+        if task.service is not None:
+            task.service.pods.append(pod)
+        self.pending.append(pod)
+        return pod
+
+    # -- progress and endings ----------------------------------------------------------------
+
+    def _progress(self, t: int) -> None:
+        for pod in self.running:
+            if pod.ended or pod.task.kind == "inference":
+                continue
+            if t - pod.scheduled >= pod.run_seconds:
+                pod.task.remaining_seconds = 0
+                self._end(pod, t, "Succeeded")
+
+    def _end(
+        self, pod: Pod, t: int, phase: str, *, preempted: bool = False, telemetry: bool = True
+    ) -> None:
+        pod.ended = True
+        pod.phase = phase
+        pod.preempted = preempted
+        pod.telemetry = telemetry
+        pod.rebuild_ksm_lines()
+        service = pod.task.service
+        if service is not None and pod in service.pods:
+            service.pods.remove(pod)
+
+    def _drop_pending(self, pod: Pod) -> None:
+        """A pending pod deleted (scale-down): it never ran, its series simply stop."""
+        pod.ended = True
+        for device in pod.reserved:
+            device.reserved_for = None
+        pod.reserved = []
+        self.pending.remove(pod)
+        service = pod.task.service
+        if service is not None and pod in service.pods:
+            service.pods.remove(pod)
+
+    def _release(self, pod: Pod) -> None:
+        for device in pod.devices:
+            device.holders.remove(pod)
+        pod.devices = []
+
+    def _after_interruption(self, pod: Pod, ran: int) -> int:
+        """Work since the last checkpoint is lost; Jobs re-create a pod. Returns lost seconds."""
+        task = pod.task
+        if task.owner_kind != "Job":
+            return 0
+        saved = ran // task.checkpoint_seconds * task.checkpoint_seconds
+        task.remaining_seconds -= saved
+        self.recreate.append(task)
+        return ran - saved
+
+    def _finish(self) -> None:
+        ended = [p for p in self.running if p.ended]
+        for pod in ended:
+            self._release(pod)
+        self.running = [p for p in self.running if not p.ended]
+        self.lingering = ended
+
+    # -- scheduler ---------------------------------------------------------------------------
+
+    def _schedule(self, t: int) -> None:
+        order = sorted(self.pending, key=lambda p: (-p.task.priority, p.created, p.seq))
+        draining: Node | None = None
+        for pod in order:
+            if pod.created_tick >= t:
+                continue  # the scheduler sees a pod from the tick after its creation
+            whole_training = pod.task.request_mode == "whole" and pod.task.service is None
+            devices = self._fit(pod, avoid=draining if whole_training else None)
+            if devices:
+                self._bind(pod, devices, t)
+            elif pod.task.priority_class == "inference-critical" and not pod.reserved:
+                self._preempt_for(pod, t)
+            elif whole_training and draining is None and t - pod.created > STARVATION_SECONDS:
+                # A large Job has waited long: keep smaller training pods off the node that
+                # can free up most GPUs for it, so it cannot starve behind them.
+                draining = max(self.nodes, key=self._drainable_gpus)
+        self.pending = [p for p in self.pending if p.phase == "Pending"]
+
+    def _drainable_gpus(self, node: Node) -> int:
+        if not node.present:
+            return -1
+        devices = self.whole_by_node[node]
+        return sum(
+            1 for d in devices if d.gpu.present and not any(p.task.service for p in d.holders)
+        )
+
+    def _fit(self, pod: Pod, avoid: Node | None = None) -> list[Device] | None:
+        task = pod.task
+        if task.request_mode == "whole":
+            return self._fit_whole(pod, task.request_gpus, avoid)
+        if task.request_mode == "mig":
+            for device in self.mig_devices:
+                if (
+                    device.profile == task.request_profile
+                    and device.available
+                    and not device.holders
+                    and device.reserved_for is None
+                ):
+                    return [device]
+            return None
+        open_slices = [d for d in self.timesliced_devices if d.available and d.capacity_left() > 0]
+        if not open_slices:
+            return None
+        return [min(open_slices, key=lambda d: len(d.holders))]
+
+    def _fit_whole(self, pod: Pod, gpus: int, avoid: Node | None) -> list[Device] | None:
+        best = None
+        for node, devices in self.whole_by_node.items():
+            if not node.present or node is avoid:
+                continue
+            free = [
+                d
+                for d in devices
+                if d.gpu.present and not d.holders and d.reserved_for in (None, pod)
+            ]
+            if len(free) < gpus:
+                continue
+            # Prefer the node holding this pod's reservation, then the fullest node that fits.
+            key = (not any(d.reserved_for is pod for d in free), len(free))
+            if best is None or key < best[0]:
+                best = (key, free)
+        if best is None:
+            return None
+        return sorted(best[1], key=lambda d: d.reserved_for is not pod)[:gpus]
+
+    def _bind(self, pod: Pod, devices: list[Device], t: int) -> None:
+        rng, task = self.rng, pod.task
+        for device in pod.reserved:
+            device.reserved_for = None
+        pod.reserved = []
+        pod.devices = devices
+        pod.node = devices[0].node
+        for device in devices:
+            device.holders.append(pod)
+        pod.scheduled = t - self.s + (rng.randrange(1, self.s) if self.s > 1 else 0)
+        pod.phase = "Running"
+        pod.run_seconds = task.remaining_seconds
+        pod.rebuild_ksm_lines()
+        self._set_dynamics(pod)
+        self._build_prefixes(pod)
+        task.waits.append(
+            {
+                "pod": pod.name,
+                "created": iso(pod.created),
+                "scheduled": iso(pod.scheduled),
+                "seconds": pod.scheduled - pod.created,
+            }
+        )
+        self.running.append(pod)
+
+    def _preempt_for(self, pod: Pod, t: int) -> None:
+        """Free one whole GPU for an inference pod: reuse a GPU already being freed, else evict
+        the lowest-priority, most recently started training pod (as kube-scheduler prefers)."""
+        freeing = [
+            d
+            for devices in self.whole_by_node.values()
+            for d in devices
+            if d.available and d.reserved_for is None and d.holders and d.holders[0].ended
+        ]
+        if not freeing:
+            victims = [
+                p
+                for p in self.running
+                if not p.ended
+                and p.task.request_mode == "whole"
+                and p.task.priority < pod.task.priority
+            ]
+            if not victims:
+                return
+            victim = min(victims, key=lambda p: (p.task.priority, -p.scheduled, -p.seq))
+            self._preempt(victim, t)
+            freeing = victim.devices
+        device = freeing[0]
+        device.reserved_for = pod
+        pod.reserved.append(device)
+
+    def _preempt(self, victim: Pod, t: int) -> None:
+        task = victim.task
+        ran = t - victim.scheduled
+        self._end(victim, t, "Failed", preempted=True)
+        lost = self._after_interruption(victim, ran)
+        task.preemptions.append(
+            {
+                "pod": victim.name,
+                "at": iso(t),
+                "gpus": task.request_gpus,
+                "seconds_since_start": ran,
+                "lost_gpu_seconds": f"{lost * task.request_gpus}.000000",
+            }
+        )
+
+    # -- per-pod behaviour -------------------------------------------------------------------
+
+    def _set_dynamics(self, pod: Pod) -> None:
+        rng, kind = self.rng, pod.task.kind
+        memory = pod.devices[0].memory_mib
+        if pod.devices[0].mode == "timesliced":
+            memory //= TIME_SLICE_REPLICAS
+        if kind == "training_batch":
+            pod.engine_base, fill = 82 + rng.randrange(0, 14), 0.6 + 0.35 * rng.random()
+        elif kind == "inference":
+            pod.engine_base, fill = 0, 0.9
+        elif kind == "preprocessing":
+            pod.engine_base, fill = 25 + rng.randrange(0, 30), 0.3 + 0.4 * rng.random()
+        else:
+            pod.engine_base, fill = 0, 0.2 + 0.6 * rng.random()
+        pod.memory_mib = int(memory * fill)
+        pod.checkpoints_done = 0
+        pod.io = {c: [0, 0, 0, 0] for c in pod.task.containers}
+        pod.latency_counts = [0] * len(LATENCY_LE)
+        pod.latency_sum = 0.0
+
+    def _build_prefixes(self, pod: Pod) -> None:
+        node, task = pod.node, pod.task
+        pod.device_prefixes = {
+            id(d): _dcgm_prefixes(d, _pod_labels(node, pod, task.containers[0]))
+            for d in pod.devices
+        }
+        where = (
+            f'job="kubelet",instance="{node.ip}:10250",namespace="{pod.namespace}",'
+            f'pod="{pod.name}",device="{DISK}"'
+        )
+        levels = list(task.containers) if node.cadvisor_container_level else []
+        pod.cadvisor_prefixes = [
+            (level, [f'{m}{{{where},container="{level}"}} ' for m in CADVISOR_METRICS])
+            for level in [*levels, ""]
+        ]
+        if task.service is not None:
+            where = (
+                f'job="vllm",instance="{pod.pod_ip}:8000",namespace="{pod.namespace}",'
+                f'pod="{pod.name}",model_name="{task.service.model_name}"'
+            )
+            name = "vllm:e2e_request_latency_seconds"
+            pod.vllm_prefixes = [f'{name}_bucket{{{where},le="{le}"}} ' for le in LATENCY_LE]
+            pod.vllm_prefixes += [f"{name}_sum{{{where}}} ", f"{name}_count{{{where}}} "]
+
+    def _sample_pod(self, pod: Pod, t: int) -> None:
+        """This tick's engine activity (percent) and memory of a running pod."""
+        rnd, kind = self.rng.random, pod.task.kind
+        if kind == "training_batch":
+            engine = pod.engine_base + int(rnd() * 9) - 4
+            checkpoints = (t - pod.scheduled) // pod.task.checkpoint_seconds
+            if checkpoints > pod.checkpoints_done:
+                pod.checkpoints_done = checkpoints  # writing a checkpoint stalls the GPU
+                engine = 12
+        elif kind == "inference":
+            load = pod.task.service.utilization
+            engine = int(15 + 70 * min(1.0, load)) + int(rnd() * 7) - 3
+        elif kind == "preprocessing":
+            engine = pod.engine_base + int(rnd() * 31) - 15
+            pod.memory_mib += int(rnd() * 257) - 128
+        else:
+            engine = 40 + int(rnd() * 50) if rnd() < 0.2 else int(rnd() * 8)
+            pod.memory_mib += int(rnd() * 129) - 64
+        pod.engine_percent = 0 if engine < 0 else (100 if engine > 100 else engine)
+        pod.memory_mib = max(512, pod.memory_mib)
+
+    # -- exporters ---------------------------------------------------------------------------
+
+    def _emit(self, t: int) -> list[str]:
+        interval = (t - 1) // self.d * self.d
+        lines: list[str] = []
+        present = [g for g in self.gpus if g.present and g.node.present]
+        self.capacity_gpu_seconds[interval] = (
+            self.capacity_gpu_seconds.get(interval, 0) + len(present) * self.s
+        )
+        for service in self.services:
+            replicas = sum(1 for p in service.pods if p.devices) or 1
+            service.utilization = service.rate_rps / (replicas * service.capacity_rps)
+        for pod in self.running:
+            if pod.telemetry:
+                self._sample_pod(pod, t)
+        training_units = self._emit_devices(present, interval, lines)
+        crowding = training_units / (SHARE_UNITS * len(present)) if present else 0.0
+        for pod in self.running:
+            if pod.telemetry:
+                self._emit_cadvisor(pod, interval, lines)
+                if pod.task.service is not None:
+                    self._emit_vllm(pod, interval, crowding, lines)
+        for group in (self.lingering, self.pending, self.running):
+            for pod in group:
+                lines += pod.ksm_lines
+        return lines
+
+    def _read_device(self, device: Device) -> tuple[int, int, list[str]]:
+        """(engine percent, FB used MiB, the exporter's values) of one device at this tick.
+
+        A time-sliced GPU reports the sum of its pods' activity and memory on every series.
+        MIG instances get the parent's power split by slices, so sums over devices hold."""
+        holders = device.holders
+        if not holders:
+            engine, used = 0, 0
+        elif device.mode == "timesliced":
+            engine = min(100, sum(p.engine_percent for p in holders))
+            used = min(device.memory_mib - 512, sum(p.memory_mib for p in holders))
+        else:
+            engine, used = holders[0].engine_percent, min(device.memory_mib, holders[0].memory_mib)
+        share = device.share_units / SHARE_UNITS
+        power = (IDLE_POWER_W + POWER_PER_BUSY_PERCENT_W * engine) * share + 3 * self.rng.random()
+        device.energy_mj += int(power * self.s * 1000)
+        values = [
+            RATIO[engine],
+            str(used),
+            str(device.memory_mib - used),
+            f"{power:.3f}",
+            str(device.energy_mj),
+        ]
+        if device.mode != "mig":  # DCGM_FI_DEV_GPU_UTIL is not reported in MIG mode
+            values.insert(0, PERCENT[min(100, engine + 2) if engine else 0])
+        return engine, used, values
+
+    def _emit_devices(self, present: list[Gpu], interval: int, lines: list[str]) -> int:
+        """dcgm-exporter's series and the GPU bookkeeping; returns training's share units."""
+        s, training_units = self.s, 0
+        for gpu in present:
+            for device in gpu.devices:
+                engine, used, values = self._read_device(device)
+                holders = device.holders
+                if not holders or device.mode == "timesliced":
+                    lines += map(add, self.bare_prefixes[device], values)
+                if device.mode == "timesliced" and holders:
+                    units = SHARE_UNITS // len(holders)
+                else:
+                    units = device.share_units
+                for pod in holders:
+                    lines += map(add, pod.device_prefixes[id(device)], values)
+                    task = pod.task
+                    task.alloc_units[interval] += units * s
+                    task.busy_units[interval] += engine * units * s
+                    if used > task.memory_peak_mib:
+                        task.memory_peak_mib = used
+                    if task.service is None:
+                        training_units += units
+        return training_units
+
+    def _emit_cadvisor(self, pod: Pod, interval: int, lines: list[str]) -> None:
+        task = pod.task
+        reads, writes, read_size, write_size = IO_RATES[task.kind]
+        scale = self.s * (0.5 + self.rng.random())
+        r, w = int(reads * scale), int(writes * scale)
+        main = pod.io[task.containers[0]]
+        main[0] += r
+        main[1] += w
+        main[2] += r * read_size
+        main[3] += w * write_size
+        operations = r + w
+        for sidecar in task.containers[1:]:
+            logs = self.s // 10  # a proxy writing access logs
+            counters = pod.io[sidecar]
+            counters[1] += logs
+            counters[3] += logs * 512
+            operations += logs
+        task.io_operations[interval] += operations
+        if len(pod.io) == 1:
+            totals = main
+        else:
+            totals = [sum(column) for column in zip(*pod.io.values(), strict=True)]
+        for level, prefixes in pod.cadvisor_prefixes:
+            counters = pod.io[level] if level else totals
+            lines += map(add, prefixes, map(str, counters))
+
+    def _emit_vllm(self, pod: Pod, interval: int, crowding: float, lines: list[str]) -> None:
+        """Requests of this tick, bucketed from a lognormal whose median grows with the replica's
+        load and, under load, with how much of the pool training holds (shared PCIe, power,
+        memory bandwidth): that is what makes peak hours breach the SLO."""
+        rng, service = self.rng, pod.task.service
+        replicas = sum(1 for p in service.pods if p.devices) or 1
+        mean = service.rate_rps * self.s / replicas
+        count = max(0, int(mean + math.sqrt(mean) * rng.gauss(0.0, 1.0) + 0.5)) if mean else 0
+        load = min(1.5, service.utilization)
+        median = service.median_seconds * (1 + 0.3 * load + 2.8 * load * crowding)
+        median *= (1 + max(0.0, load - 1.0)) * math.exp(0.05 * rng.gauss(0.0, 1.0))
+        mu, spread = math.log(median), 1 / (service.sigma * math.sqrt(2))
+        cumulative = [
+            int(count * 0.5 * (1 + math.erf((bound - mu) * spread)) + 0.5)
+            for bound in LOG_LATENCY_BOUNDS
+        ]
+        cumulative.append(count)
+        totals = service.increments.setdefault(interval, [0] * len(LATENCY_LE))
+        counts = pod.latency_counts
+        for i, c in enumerate(cumulative):
+            counts[i] += c
+            totals[i] += c
+        pod.latency_sum += count * median * math.exp(service.sigma**2 / 2)
+        values = [*map(str, counts), f"{pod.latency_sum:.3f}", str(counts[-1])]
+        lines += map(add, pod.vllm_prefixes, values)
+
+
+def _pod_labels(node: Node, pod: Pod, container: str) -> str:
+    container_key, namespace_key, pod_key = node.pod_label_keys
+    return (
+        f',{container_key}="{container}",{namespace_key}="{pod.namespace}",{pod_key}="{pod.name}"'
+    )
+
+
+def _dcgm_prefixes(device: Device, pod_labels: str) -> list[str]:
+    metrics = MIG_DCGM_METRICS if device.mode == "mig" else DCGM_METRICS
+    return [f"{m}{{{device.labels}{pod_labels}}} " for m in metrics]
+
+
+def run_ticks(pool: Pool, ticks: range) -> Iterator[tuple[int, list[str]]]:
+    for t in ticks:
+        yield t, pool.step(t)
+
+
+def write_openmetrics(pool: Pool, path: Path) -> int:
+    """Stream every tick's samples to `path` (OpenMetrics, seconds timestamps, `# EOF`).
+    Returns the number of samples written. Memory stays flat: one tick is held at a time."""
+    samples = 0
+    with open(path, "w", encoding="utf-8", buffering=1 << 20) as out:
+        for t, lines in run_ticks(pool, pool.config.ticks()):
+            if lines:
+                # Lines are prebuilt "name{labels} " prefixes plus a value: joining them with
+                # " <t>\n" appends every timestamp at C speed.
+                separator = f" {t}\n"
+                out.write(separator.join(lines))
+                out.write(separator)
+                samples += len(lines)
+        out.write("# EOF\n")
+    return samples
+
+
+def simulate(config: PoolConfig, out_dir: Path | str) -> SimulationResult:
+    """Simulate `config` and write `metrics.om` and `truth.json` into `out_dir` (created if
+    missing). Pure Python, no Django: tests and the demo call it directly."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    began = time.perf_counter()  # only to report speed; the simulation never reads the clock
+    pool = Pool(config)
+    metrics_path, truth_path = out / "metrics.om", out / "truth.json"
+    samples = write_openmetrics(pool, metrics_path)
+    write_truth(build_truth(pool, samples_written=samples), truth_path)
+    return SimulationResult(metrics_path, truth_path, samples, time.perf_counter() - began)

@@ -1,0 +1,174 @@
+"""truth.json: what the simulated pool really did, from the simulator's own bookkeeping.
+
+The metering code reads the pool only through Prometheus; tests compare what it stored with
+this file. The file is built from the simulator's state, never by parsing metrics.om.
+
+CONTRACT (metering codes against exactly this)
+==============================================
+
+Clocks. `s` = scrape interval (meta.scrape_interval_seconds), `d` = step (meta.step_seconds, a
+multiple of `s`). Every sample is written at a tick `t` that is an exact multiple of `s` (Unix
+seconds); a sample at `t` stands for the `s` seconds ending at `t` and belongs to the interval
+starting at `S` with `S < t <= S + d` (`S` a multiple of `d` since the epoch). Interval keys are
+ISO 8601 UTC strings with `Z`, e.g. "2026-10-01T00:05:00Z". Ticks run over (start, end].
+
+GPU share of one dcgm-exporter device series at one tick: a whole GPU 1; a MIG instance
+slices/7 (`GPU_I_PROFILE` "3g.40gb" -> 3/7); a time-sliced GPU held by k pods at that tick 1/k
+per pod, where k counts that device's pod-labelled series at that tick (the device's series
+without pod labels is never attributed). A device is (`UUID`, `GPU_I_ID`).
+
+Label spellings vary per node, as in real pools: `Hostname` or `hostname`; pod attribution as
+`pod`/`namespace`/`container` or, on other nodes, `exported_pod`/`exported_namespace`/
+`exported_container` (never both on one series).
+
+Decimal strings: GPU-second amounts are exact fractions quantized to 6 places with
+ROUND_HALF_UP (computed in integers, never floats), e.g. "25.714286".
+
+Top level
+---------
+{"meta": {"seed", "gpus", "start", "end" (ISO Z), "scrape_interval_seconds", "step_seconds",
+          "timezone", "nodes": [{"name", "hostname_label": "Hostname"|"hostname",
+          "pod_label_style": "pod"|"exported_pod", "gpus": [{"UUID", "gpu",
+          "mode": "whole"|"mig"|"timesliced", "instances": [{"GPU_I_ID", "GPU_I_PROFILE"}]}]}],
+          "samples_written": N},
+ "capacity": {"<interval>": "<gpu_seconds>"},   physical GPUs present x s, summed over the
+                                                interval's ticks (a MIG GPU's instances sum to 1)
+ "tasks": {"<task id>": {
+     "team", "kind", "namespace", "priority_class", "owner", "pods": ["<pod>", ...],
+     "alloc_gpu_seconds": {"<interval>": "<decimal>"},  sum over the task's pod-labelled
+                                      DCGM_FI_DEV_FB_USED samples of share x s
+     "busy_gpu_seconds": {"<interval>": "<decimal>"},   same samples, each weighted by its
+                                      DCGM_FI_PROF_GR_ENGINE_ACTIVE value (as written, 2
+                                      decimals) x share x s; a time-sliced GPU reports the
+                                      device's activity on every pod series, split by 1/k
+     "memory_peak_bytes": int,        max DCGM_FI_DEV_FB_USED (MiB) on the task's pod-labelled
+                                      series x 1048576 (a time-sliced GPU reports the device's
+                                      total on each pod series, as dcgm-exporter does)
+     "io_operations": {"<interval>": int},  increments of container_fs_reads_total +
+                                      container_fs_writes_total at pod level (container="");
+                                      where container-level series exist too they sum to the
+                                      same numbers: use one level per pod, never both
+     "preemptions": [{"pod", "at", "gpus", "seconds_since_start", "lost_gpu_seconds"}],
+          at = ISO time of the first tick with kube_pod_status_reason{reason=
+          "PreemptionByScheduler"} = 1; gpus = the pod's nvidia_com_gpu request;
+          seconds_since_start = at - the pod's kube_pod_status_scheduled_time;
+          lost_gpu_seconds = work since the pod's last checkpoint x gpus (decimal string;
+          exporters cannot tell this)
+     "waits": [{"pod", "created", "scheduled", "seconds"}],  one per pod that got
+          scheduled: kube_pod_created and kube_pod_status_scheduled_time as ISO Z, and their
+          difference in seconds
+     "checkpoint_seconds": int | null}},  (extra, for invariant checks) how often a Job's
+          pods checkpoint; null for services and notebooks
+ "services": {"<namespace>/<model_name>": {"team", "slo_p99_ms",
+     "bucket_bounds": ["0.3", ..., "60.0", "+Inf"],  exactly the `le` strings written
+     "increments": {"<interval>": [cumulative count per bound, summed over replicas]}}}}
+
+Counter increments per interval = value at the last sample in the interval - value at the last
+sample before it (0 if the series had none: counters start at 0 when the pod starts, so its
+first sample counts whole). A replica's counters never reset while it lives.
+Per-interval maps omit zero entries (an interval whose increments are all 0 is left out).
+
+Other facts a reader may rely on: a pod's series appear when it is created (kube-state-metrics)
+or scheduled (dcgm-exporter, cAdvisor, vLLM) and disappear when it ends; kube-state-metrics keeps
+an ended pod one more tick with its final phase. A pod preempted at tick `t` still reports its
+GPU at `t` (it held it during (t - s, t]); the Job re-creates a new pod (new name, same owner and
+labels) that waits in Pending and resumes from the last checkpoint. Pending pods hold no device.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from simulator.layout import SHARE_UNITS, describe_nodes
+from simulator.workload import LATENCY_LE
+
+if TYPE_CHECKING:
+    from simulator.pool import Pool
+
+MICRO = 10**6
+
+
+def iso(epoch_seconds: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_seconds))
+
+
+def decimal_string(numerator: int, denominator: int = 1) -> str:
+    """numerator/denominator (both >= 0) rounded half up to 6 places, in exact integers."""
+    millionths = (2 * numerator * MICRO + denominator) // (2 * denominator)
+    whole, fraction = divmod(millionths, MICRO)
+    return f"{whole}.{fraction:06d}"
+
+
+def _interval_map(values: dict[int, int], denominator: int) -> dict[str, str]:
+    return {iso(start): decimal_string(v, denominator) for start, v in sorted(values.items()) if v}
+
+
+def build_truth(pool: Pool, *, samples_written: int) -> dict:
+    config = pool.config
+    return {
+        "meta": {
+            "seed": config.seed,
+            "gpus": config.gpus,
+            "start": iso(config.start_epoch),
+            "end": iso(config.end_epoch),
+            "scrape_interval_seconds": config.scrape_interval_seconds,
+            "step_seconds": config.step_seconds,
+            "timezone": config.timezone,
+            "nodes": describe_nodes(pool.nodes),
+            "samples_written": samples_written,
+        },
+        "capacity": _interval_map(pool.capacity_gpu_seconds, 1),
+        "tasks": {task.id: _task_truth(task) for task in pool.tasks.values()},
+        "services": {service.key: _service_truth(service) for service in pool.services},
+    }
+
+
+def _task_truth(task) -> dict:
+    return {
+        "team": task.team,
+        "kind": task.kind,
+        "namespace": task.namespace,
+        "priority_class": task.priority_class,
+        "owner": task.owner_name,
+        "pods": list(task.pods),
+        "alloc_gpu_seconds": _interval_map(task.alloc_units, SHARE_UNITS),
+        "busy_gpu_seconds": _interval_map(task.busy_units, SHARE_UNITS * 100),
+        "memory_peak_bytes": task.memory_peak_mib * 1048576,
+        "io_operations": {iso(s): v for s, v in sorted(task.io_operations.items()) if v},
+        "preemptions": list(task.preemptions),
+        "waits": list(task.waits),
+        "checkpoint_seconds": task.checkpoint_seconds or None,
+    }
+
+
+def _service_truth(service) -> dict:
+    return {
+        "team": service.namespace,
+        "slo_p99_ms": service.slo_p99_ms,
+        "bucket_bounds": list(LATENCY_LE),
+        "increments": {
+            iso(start): list(counts)
+            for start, counts in sorted(service.increments.items())
+            if any(counts)
+        },
+    }
+
+
+def write_truth(truth: dict, path: Path) -> None:
+    # One write: json.dump would issue a write per token.
+    path.write_text(json.dumps(truth, indent=1) + "\n", encoding="utf-8")
+
+
+def load_truth(path: Path | str) -> dict:
+    with open(path, encoding="utf-8") as source:
+        return json.load(source)
+
+
+def device_count(truth: dict) -> int:
+    """dcgm-exporter devices (UUID, GPU_I_ID) of the whole pool when every GPU is present."""
+    return sum(
+        max(1, len(gpu["instances"])) for node in truth["meta"]["nodes"] for gpu in node["gpus"]
+    )
