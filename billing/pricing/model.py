@@ -303,6 +303,9 @@ def _index_capacity(records: tuple[Capacity, ...], step: int) -> dict[int, Decim
     return capacity
 
 
+METERED_RESOLUTION = Decimal("0.000001")
+
+
 def _index_usage(
     rows: tuple[Usage, ...], step: int, tasks: dict[str, Task], capacity: dict[int, Decimal]
 ) -> dict[int, dict[str, Decimal]]:
@@ -331,8 +334,12 @@ def _index_usage(
             raise ScenarioError(f"usage[{number}]: negative or invalid allocation '{alloc}'")
         in_interval[task] = alloc
         total = allocated[interval] = allocated.get(interval, ZERO) + alloc
-        if total > capacity.get(interval, ZERO):
-            raise _above_capacity(number, task, interval, total, capacity.get(interval))
+        interval_capacity = capacity.get(interval)
+        # Metered allocations are stored to the micro-GPU-second, each rounded on its own (a
+        # MIG slice is 3/7 of a GPU), so a full interval may overshoot by that rounding.
+        slack = METERED_RESOLUTION * len(in_interval)
+        if interval_capacity is None or total > interval_capacity + slack:
+            raise _above_capacity(number, task, interval, total, interval_capacity)
     return by_interval
 
 

@@ -168,3 +168,14 @@ def test_it_accepts_measured_quantities_as_json_floats():
         scenario_from_dict(edit(usage((PEAK, "vit", "150.0")))).usage[0][2],
         scenario_from_dict(edit(usage((PEAK, "llm", "75.25")))).usage[0][2],
     ]
+
+
+def test_it_accepts_the_rounding_of_metered_slices_at_full_capacity() -> None:
+    # Three MIG-like slices of 3/7, 3/7 and 1/7 of the pool, each metered to the micro-GPU-second
+    # (rounded half up), overshoot a full interval by 0.000001: that is rounding, not bad data.
+    data = scenario(usage=[(PEAK, "vit", "1285.714286"), (PEAK, "llm", "1285.714286"),
+                           (PEAK, "search-api", "428.571429")])  # fmt: skip
+    assert scenario_from_dict(data)
+    over = scenario(usage=[(PEAK, "vit", "1285.714290"), (PEAK, "llm", "1714.285714")])
+    with pytest.raises(ScenarioError, match="above the interval's capacity of 3000"):
+        scenario_from_dict(over)
