@@ -77,7 +77,9 @@ class Task(models.Model):
     class Meta:
         ordering = ["external_id"]
         constraints = [
-            models.UniqueConstraint(fields=["source", "external_id"], name="task_unique_per_source"),
+            models.UniqueConstraint(
+                fields=["source", "external_id"], name="task_unique_per_source"
+            ),
             models.CheckConstraint(
                 condition=models.Q(kind__in=[k for k, _ in TASK_KINDS]), name="task_kind_known"
             ),
@@ -129,6 +131,9 @@ class UsageInterval(models.Model):
         ]
         indexes = [models.Index(fields=["interval_start"])]
 
+    def __str__(self) -> str:
+        return f"{self.task_id} {self.interval_start:%Y-%m-%d %H:%M}"
+
 
 class CapacityInterval(models.Model):
     source = models.ForeignKey(Source, on_delete=models.PROTECT, related_name="capacity")
@@ -144,6 +149,9 @@ class CapacityInterval(models.Model):
             ),
         ]
         indexes = [models.Index(fields=["interval_start"])]
+
+    def __str__(self) -> str:
+        return f"{self.source_id} {self.fault_domain} {self.interval_start:%Y-%m-%d %H:%M}"
 
 
 class LatencyInterval(models.Model):
@@ -161,6 +169,9 @@ class LatencyInterval(models.Model):
         ]
         indexes = [models.Index(fields=["interval_start"])]
 
+    def __str__(self) -> str:
+        return f"{self.service_id} {self.interval_start:%Y-%m-%d %H:%M}"
+
 
 class Preemption(models.Model):
     task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="preemptions")
@@ -168,15 +179,16 @@ class Preemption(models.Model):
     at = models.DateTimeField()
     gpus = models.DecimalField(max_digits=12, decimal_places=6)
     seconds_since_start = models.PositiveIntegerField()
-    lost_gpu_seconds = models.DecimalField(
-        max_digits=20, decimal_places=6, null=True, blank=True
-    )
+    lost_gpu_seconds = models.DecimalField(max_digits=20, decimal_places=6, null=True, blank=True)
 
     class Meta:
         ordering = ["at"]
         constraints = [
             models.UniqueConstraint(fields=["task", "pod", "at"], name="preemption_unique"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} {self.pod} {self.at:%Y-%m-%d %H:%M:%S}"
 
 
 class PodWait(models.Model):
@@ -191,6 +203,9 @@ class PodWait(models.Model):
             models.UniqueConstraint(fields=["task", "pod"], name="podwait_unique"),
         ]
         indexes = [models.Index(fields=["scheduled"])]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} {self.pod}"
 
 
 class IngestWindow(models.Model):
@@ -222,8 +237,10 @@ class IngestWindow(models.Model):
         ordering = ["start"]
         constraints = [
             models.UniqueConstraint(fields=["source", "start", "end"], name="window_unique"),
-            models.CheckConstraint(condition=models.Q(end__gt=models.F("start")), name="window_ordered"),
+            models.CheckConstraint(
+                condition=models.Q(end__gt=models.F("start")), name="window_ordered"
+            ),
         ]
 
     def __str__(self) -> str:
-        return f"{self.source} {self.start:%Y-%m-%d %H:%M}–{self.end:%H:%M}"
+        return f"{self.source} {self.start:%Y-%m-%d %H:%M}-{self.end:%H:%M}"

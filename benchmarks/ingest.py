@@ -1,0 +1,248 @@
+"""Benchmark: ingest 6 hours of a simulated 250-, 500- and 1,000-GPU pool at a 15 s scrape.
+
+For each size: simulate the pool (simulator.pool), back-fill a real Prometheus with promtool,
+queue the back-fill as Celery tasks (12 windows each) and let ONE `celery worker` with two
+processes ingest it. Prints per size:
+- ingest wall time, and that time / the summed Prometheus evaluation time of its queries
+  (goal <= 2: batching makes Prometheus, not per-window overhead, the cost);
+- usage rows written per second, against a raw COPY of the same rows into a table with the
+  same indexes (goal >= 0.5): both the DELETE + COPY inside the ingest transaction, and the
+  whole write phase (tasks upserted, rows built in Python, every table written, committed);
+- the worker processes' peak RSS (goal <= 1 GB);
+- ingest seconds per GPU-day (it should stay flat as the pool grows: linear scaling).
+
+Run with DATABASE_URL pointing at a scratch database (migrated here; its metering rows are
+TRUNCATEd) and CELERY_BROKER_URL at a Redis database of its own, e.g.
+  DATABASE_URL=postgres://postgres@127.0.0.1:5432/metering_bench \\
+  CELERY_BROKER_URL=redis://127.0.0.1:6379/2 .venv/bin/python benchmarks/ingest.py
+Options: --sizes 250,500,1000 --hours 6 --keep (leave the scratch TSDBs in var/bench).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import datetime as dt
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+
+from metering import services  # noqa: E402
+from metering.models import IngestWindow, Source  # noqa: E402
+from metering.tasks import ingest_windows  # noqa: E402
+from simulator.config import PoolConfig  # noqa: E402
+from simulator.pool import Pool, run_ticks  # noqa: E402
+from simulator.prometheus import backfill, lookback_for, start_prometheus  # noqa: E402
+
+SCRAPE = 15
+BATCH = 12
+TIMINGS = re.compile(r"ingested \d+ windows of .*?: (\{.*\})")
+
+
+def simulate_hours(gpus: int, hours: int, path: Path) -> tuple[int, int, int]:
+    """OpenMetrics for the first `hours` of a day of the pool; (first tick, last tick, samples)."""
+    config = PoolConfig(
+        gpus=gpus, days=1, start=dt.date(2026, 10, 12), seed=5, scrape_interval_seconds=SCRAPE
+    )
+    pool = Pool(config)
+    ticks = config.ticks()[: hours * 3600 // SCRAPE]
+    samples = 0
+    with open(path, "w", encoding="utf-8", buffering=1 << 20) as out:
+        for tick, lines in run_ticks(pool, ticks):
+            if lines:
+                separator = f" {tick}\n"
+                out.write(separator.join(lines))
+                out.write(separator)
+                samples += len(lines)
+        out.write("# EOF\n")
+    return ticks[0], ticks[-1], samples
+
+
+def start_worker(log: Path) -> subprocess.Popen:
+    command = [
+        sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=prefork",
+        "--concurrency=2", "--loglevel=INFO", "--without-gossip", "--without-mingle",
+        "--without-heartbeat", "-n", f"bench-ingest-{os.getpid()}@%h",
+    ]  # fmt: skip
+    with open(log, "wb") as out:
+        worker = subprocess.Popen(
+            command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    deadline = time.monotonic() + 120
+    while " ready." not in log.read_text(errors="replace"):
+        if worker.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"worker did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+    return worker
+
+
+def peak_rss_bytes(main_pid: int) -> int:
+    """Largest VmHWM among the worker's main process and its pool children."""
+    pids = [main_pid]
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == main_pid:
+            pids.append(int(stat.parent.name))
+    peak = 0
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        match = re.search(r"VmHWM:\s+(\d+) kB", status)
+        if match:
+            peak = max(peak, int(match.group(1)) * 1024)
+    return peak
+
+
+def copy_rows_per_second(source: Source) -> tuple[int, float]:
+    """COPY the source's usage rows out, then time a raw COPY of them into a fresh table
+    with the same columns and indexes."""
+    with connection.cursor() as cursor:
+        raw = cursor.cursor
+        cursor.execute("DROP TABLE IF EXISTS bench_usage_copy")
+        cursor.execute("CREATE TABLE bench_usage_copy (LIKE metering_usageinterval INCLUDING ALL)")
+        data = bytearray()
+        with raw.copy(
+            "COPY (SELECT u.* FROM metering_usageinterval u JOIN metering_task t"
+            f" ON t.id = u.task_id WHERE t.source_id = {int(source.pk)}) TO STDOUT"
+        ) as copy:
+            for block in copy:
+                data += block
+        rows = data.count(b"\n")
+        began = time.perf_counter()
+        with raw.copy("COPY bench_usage_copy FROM STDIN") as copy:
+            copy.write(bytes(data))
+        seconds = time.perf_counter() - began
+        cursor.execute("DROP TABLE bench_usage_copy")
+    return rows, rows / seconds
+
+
+def run_size(gpus: int, hours: int, scratch: Path) -> dict:
+    scratch.mkdir(parents=True, exist_ok=True)
+    metrics, tsdb = scratch / f"pool-{gpus}.om", scratch / f"tsdb-{gpus}"
+    shutil.rmtree(tsdb, ignore_errors=True)
+    began = time.perf_counter()
+    first, last, samples = simulate_hours(gpus, hours, metrics)
+    backfill(metrics, tsdb)
+    metrics.unlink()
+    prepared = time.perf_counter() - began
+    prometheus = start_prometheus(
+        tsdb, lookback_delta=lookback_for(SCRAPE), scrape_interval=f"{SCRAPE}s"
+    )
+    log = scratch / f"worker-{gpus}.log"
+    worker = start_worker(log)
+    try:
+        source = Source.objects.create(
+            name=f"bench-{gpus}", url=prometheus.url, scrape_interval_seconds=SCRAPE
+        )
+        start = dt.datetime.fromtimestamp(first - SCRAPE, dt.UTC)
+        windows = services.windows_create(
+            source=source, start=start, end=dt.datetime.fromtimestamp(last, dt.UTC)
+        )
+        ids = [w.pk for w in windows]
+        began = time.perf_counter()
+        for index in range(0, len(ids), BATCH):
+            ingest_windows.delay(ids[index : index + BATCH])
+        while IngestWindow.objects.filter(pk__in=ids, status="done").count() < len(ids):
+            failed = IngestWindow.objects.filter(pk__in=ids, status="failed").first()
+            if failed:
+                raise SystemExit(f"window failed: {failed.error}")
+            time.sleep(0.1)
+        wall = time.perf_counter() - began
+        rss = peak_rss_bytes(worker.pid)
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=60)
+        prometheus.stop()
+    timings = [ast.literal_eval(m) for m in TIMINGS.findall(log.read_text(errors="replace"))]
+    usage_rows = sum(t["usage_rows"] for t in timings)
+    evaluation = sum(t["prometheus_seconds"] for t in timings)
+    write_seconds = sum(t["write_seconds"] for t in timings)
+    copy_seconds = sum(t["usage_copy_seconds"] for t in timings)
+    copied_rows, copy_rate = copy_rows_per_second(source)
+    return {
+        "gpus": gpus,
+        "samples": samples,
+        "prepare_seconds": prepared,
+        "windows": len(ids),
+        "usage_rows": usage_rows,
+        "copied_rows": copied_rows,
+        "wall": wall,
+        "evaluation": evaluation,
+        "write_rate": usage_rows / write_seconds if write_seconds else 0.0,
+        "ingest_copy_rate": usage_rows / copy_seconds if copy_seconds else 0.0,
+        "copy_rate": copy_rate,
+        "rss": rss,
+        "per_gpu_day": wall / (gpus * hours / 24),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="250,500,1000")
+    parser.add_argument("--hours", type=int, default=6)
+    parser.add_argument("--keep", action="store_true")
+    options = parser.parse_args()
+    call_command("migrate", verbosity=0)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "TRUNCATE metering_usageinterval, metering_capacityinterval, metering_latencyinterval,"
+            " metering_preemption, metering_podwait, metering_ingestwindow, metering_task,"
+            " metering_service, metering_team, metering_source CASCADE"
+        )
+    scratch = REPO / "var" / "bench"
+    results = []
+    for size in (int(s) for s in options.sizes.split(",")):
+        result = run_size(size, options.hours, scratch)
+        results.append(result)
+        print(
+            f"{size:>5} GPUs x {options.hours} h: {result['samples']:,} samples"
+            f" (simulated and back-filled in {result['prepare_seconds']:.0f} s),"
+            f" {result['windows']} windows, {result['usage_rows']:,} usage rows",
+            flush=True,
+        )
+    print()
+    print(
+        "GPUs | ingest wall s | Prometheus eval s | wall/eval (goal <= 2) | raw COPY rows/s |"
+        " ingest DELETE+COPY rows/s (ratio, goal >= 0.5) | whole write phase rows/s (ratio) |"
+        " worker peak RSS MB (goal <= 1024) | s per GPU-day"
+    )
+    for r in results:
+        print(
+            f"{r['gpus']} | {r['wall']:.1f} | {r['evaluation']:.1f} |"
+            f" {r['wall'] / r['evaluation']:.2f} | {r['copy_rate']:,.0f} |"
+            f" {r['ingest_copy_rate']:,.0f} ({r['ingest_copy_rate'] / r['copy_rate']:.2f}) |"
+            f" {r['write_rate']:,.0f} ({r['write_rate'] / r['copy_rate']:.2f}) |"
+            f" {r['rss'] / 2**20:.0f} | {r['per_gpu_day']:.3f}"
+        )
+    biggest = results[-1]
+    print(
+        f"\n1,000-GPU day (extrapolated from {biggest['gpus']} GPUs): "
+        f"{biggest['per_gpu_day'] * 1000:.0f} s of ingest (goal <= 15 s)"
+    )
+    if not options.keep:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

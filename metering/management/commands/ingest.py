@@ -1,0 +1,68 @@
+"""`manage.py ingest --source NAME --start ISO --end ISO [--now]`: back-fill a source.
+
+Queues the windows covering [start, end) as Celery tasks, several consecutive windows per
+task (one range query per meter); with `--now` ingests them in this process instead.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from metering import selectors, services, sources, tasks
+from metering.management.commands._arguments import period
+
+
+class Command(BaseCommand):
+    help = "Ingest (back-fill) a source's metering windows between --start and --end."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--source", required=True, help="source name, e.g. default")
+        parser.add_argument("--start", required=True, help="ISO 8601 with zone")
+        parser.add_argument("--end", required=True, help="ISO 8601 with zone")
+        parser.add_argument("--now", action="store_true", help="ingest in this process")
+        parser.add_argument(
+            "--batch",
+            type=int,
+            default=getattr(settings, "TANDEM_INGEST_BATCH_WINDOWS", 12),
+            help="consecutive windows per range query (default 12)",
+        )
+
+    def handle(self, *args, **options) -> None:
+        start, end = period(options["start"], options["end"])
+        if options["batch"] < 1:
+            raise CommandError("--batch must be at least 1")
+        services.source_default_ensure()
+        try:
+            source = selectors.source_get(name=options["source"])
+            windows = services.windows_create(source=source, start=start, end=end)
+        except (selectors.UnknownSource, services.WindowError) as error:
+            raise CommandError(str(error)) from None
+        ids = [window.pk for window in windows]
+        batches = [ids[i : i + options["batch"]] for i in range(0, len(ids), options["batch"])]
+        if not options["now"]:
+            for batch in batches:
+                tasks.ingest_windows.delay_on_commit(batch)
+            self.stdout.write(f"queued {len(ids)} windows of {source.name} in {len(batches)} tasks")
+            return
+        for batch in batches:
+            try:
+                done = services.windows_ingest(window_ids=batch)
+            except sources.PrometheusUnavailable as error:
+                raise CommandError(
+                    f"Prometheus unavailable, windows left pending: {error}"
+                ) from None
+            for window in done:
+                self.stdout.write(
+                    f"{window.start:%Y-%m-%dT%H:%M:%SZ} {window.status} rows={window.rows_written}"
+                    f" completeness={window.completeness}"
+                    + (f" error={window.error}" if window.error else "")
+                )
+        failed = [w for w in windows if w.pk in ids and _status(w) == "failed"]
+        if failed:
+            raise CommandError(f"{len(failed)} windows failed; see their error in the admin")
+
+
+def _status(window) -> str:
+    window.refresh_from_db(fields=["status"])
+    return window.status

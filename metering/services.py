@@ -1,0 +1,747 @@
+"""Metering writes: sources, ingest windows, and the ingestion of a window from Prometheus.
+
+A window is one metering step of one source. Ingesting it is safe to repeat: its rows are
+deleted and written again in ONE transaction, so a redelivered or repeated task never double
+counts, and a worker killed half-way leaves the previous content (or nothing) in place.
+
+Back-fill batches consecutive windows of a source into one range query per meter (step = the
+metering step) and writes all of them in one transaction: per-statement and per-commit costs,
+not rows, dominate a back-fill. The batch is all or nothing, like a single window.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from metering import measure, sources
+from metering.measure import IntervalFacts, Measured, PodIdentity, PodKey
+from metering.models import (
+    DEFAULT_LABEL_MAPPING,
+    DEFAULT_PRIORITY_CLASS_KINDS,
+    CapacityInterval,
+    IngestWindow,
+    LatencyInterval,
+    Preemption,
+    Service,
+    Source,
+    Team,
+)
+
+logger = logging.getLogger(__name__)
+
+SIX_PLACES = Decimal("0.000001")
+MAX_WARNINGS_KEPT = 50
+DEFAULT_KIND = "training_batch"
+# First keys of PostgreSQL advisory locks: query slots per source, and one writer per window.
+QUERY_SLOT_LOCK_CLASS = 0x7A6E
+WINDOW_LOCK_CLASS = 0x7A6F
+# A batch runs this many queries at once when the source's slots allow: Prometheus evaluates
+# them on two cores while Python reads answers; two workers then fill four slots.
+QUERIES_IN_FLIGHT_PER_BATCH = 2
+
+
+class WindowError(ValueError):
+    """A window that cannot be ingested as asked (not aligned, wrong length); names the window."""
+
+
+# --- Sources and windows ---------------------------------------------------------------
+
+
+def source_default_ensure() -> Source | None:
+    """The `default` source for PROMETHEUS_URL, created with the default mapping if missing."""
+    url = getattr(settings, "PROMETHEUS_URL", "")
+    if not url:
+        return Source.objects.filter(name="default").first()
+    source, _ = Source.objects.get_or_create(
+        name="default",
+        defaults={
+            "url": url,
+            "scrape_interval_seconds": getattr(settings, "TANDEM_SCRAPE_INTERVAL_SECONDS", 15),
+            "label_mapping": dict(DEFAULT_LABEL_MAPPING),
+            "priority_class_kinds": dict(DEFAULT_PRIORITY_CLASS_KINDS),
+        },
+    )
+    return source
+
+
+def windows_create(*, source: Source, start: datetime, end: datetime) -> list[IngestWindow]:
+    """The source's windows covering [start, end), one per step, created where missing.
+
+    `start` is rounded down and `end` up to the step grid (UTC, aligned to the epoch).
+    """
+    step = settings.TANDEM_STEP_SECONDS
+    if start.tzinfo is None or end.tzinfo is None:
+        raise WindowError("start and end must carry a time zone (ISO 8601 with Z or an offset)")
+    first = int(start.timestamp()) // step * step
+    last = -(-int(end.timestamp()) // step) * step
+    if last <= first:
+        raise WindowError(f"end {end.isoformat()} must be after start {start.isoformat()}")
+    starts = [datetime.fromtimestamp(t, UTC) for t in range(first, last, step)]
+    IngestWindow.objects.bulk_create(
+        [IngestWindow(source=source, start=s, end=s + timedelta(seconds=step)) for s in starts],
+        ignore_conflicts=True,
+        batch_size=2000,
+    )
+    return list(
+        IngestWindow.objects.filter(source=source, start__gte=starts[0], start__lte=starts[-1])
+        .filter(end=F("start") + timedelta(seconds=step))
+        .order_by("start")
+    )
+
+
+def window_newest_closed_create(*, source: Source, now: datetime | None = None) -> IngestWindow:
+    """The newest window whose end is older than the ingest lag (created if missing)."""
+    step = settings.TANDEM_STEP_SECONDS
+    now = now or timezone.now()
+    lag = getattr(settings, "TANDEM_INGEST_LAG_SECONDS", 60)
+    end = (int(now.timestamp()) - lag) // step * step
+    start = datetime.fromtimestamp(end - step, UTC)
+    window, _ = IngestWindow.objects.get_or_create(
+        source=source, start=start, end=start + timedelta(seconds=step)
+    )
+    return window
+
+
+# --- Ingestion -------------------------------------------------------------------------
+
+
+def window_ingest(*, window_id: int) -> IngestWindow:
+    """Ingest one window (see windows_ingest)."""
+    windows = windows_ingest(window_ids=[window_id])
+    if not windows:
+        raise IngestWindow.DoesNotExist(f"ingest window {window_id} does not exist")
+    return windows[0]
+
+
+def windows_ingest(*, window_ids: Sequence[int]) -> list[IngestWindow]:
+    """Query Prometheus for these windows and replace their rows.
+
+    Consecutive windows of a source share one range query per meter. Raises
+    `sources.PrometheusUnavailable` (windows stay pending, with the error) so that the caller
+    retries; a refused query or an unusable source marks the windows failed instead.
+    """
+    windows = list(
+        IngestWindow.objects.select_related("source")
+        .filter(pk__in=window_ids)
+        .order_by("source_id", "start")
+    )
+    unavailable: sources.PrometheusUnavailable | None = None
+    for run in _consecutive_runs(windows):
+        try:
+            _run_ingest(run)
+        except sources.PrometheusUnavailable as error:
+            unavailable = error
+    if unavailable is not None:
+        raise unavailable
+    return list(
+        IngestWindow.objects.select_related("source")
+        .filter(pk__in=window_ids)
+        .order_by("source_id", "start")
+    )
+
+
+def _consecutive_runs(windows: list[IngestWindow]) -> Iterator[list[IngestWindow]]:
+    step = timedelta(seconds=settings.TANDEM_STEP_SECONDS)
+    run: list[IngestWindow] = []
+    for window in windows:
+        if run and (window.source_id != run[-1].source_id or window.start != run[-1].start + step):
+            yield run
+            run = []
+        run.append(window)
+    if run:
+        yield run
+
+
+def _run_ingest(run: list[IngestWindow]) -> None:
+    source = run[0].source
+    step = settings.TANDEM_STEP_SECONDS
+    ids = [w.pk for w in run]
+    for window in run:
+        if (window.end - window.start).total_seconds() != step or window.start.timestamp() % step:
+            _windows_mark(ids, IngestWindow.Status.FAILED, f"window {window} is not one step")
+            return
+    IngestWindow.objects.filter(pk__in=ids).update(
+        status=IngestWindow.Status.RUNNING, attempts=F("attempts") + 1
+    )
+    try:
+        plan = sources.query_plan_for(source, step_seconds=step)
+        measured = _measure(source, plan, run[0].start, run[-1].start)
+    except sources.SourceConfigurationError as error:
+        _windows_mark(ids, IngestWindow.Status.FAILED, f"source {source.name}: {error}")
+        return
+    except sources.PrometheusUnavailable as error:
+        _windows_mark(ids, IngestWindow.Status.PENDING, str(error))
+        raise
+    except sources.PrometheusQueryError as error:
+        _windows_mark(ids, IngestWindow.Status.FAILED, str(error))
+        return
+    began = time.perf_counter()
+    task_ids = _tasks_upsert(source, plan, measured)
+    service_ids = _services_upsert(source, measured)
+    usage_rows, usage_seconds = _run_write(run, measured, task_ids, service_ids)
+    timings = {
+        "windows": len(run),
+        "usage_rows": usage_rows,
+        "usage_copy_seconds": round(usage_seconds, 3),
+        "query_seconds": round(sum(q["seconds"] for q in measured.queries), 3),
+        "prometheus_seconds": round(measured.evaluation_seconds, 3),
+        "write_seconds": round(time.perf_counter() - began, 3),
+    }
+    logger.info(
+        "ingested %s windows of %s from %s: %s",
+        len(run),
+        source,
+        run[0].start,
+        timings,
+        extra={"timings": timings},
+    )
+
+
+def _windows_mark(ids: list[int], status: str, error: str) -> None:
+    IngestWindow.objects.filter(pk__in=ids).update(status=status, error=error[:2000])
+
+
+# --- Measuring ---------------------------------------------------------------------------
+
+
+def _measure(
+    source: Source, plan: sources.QueryPlan, first: datetime, last: datetime
+) -> measure.Measured:
+    client = sources.PrometheusClient.for_source(source)
+    try:
+        with _query_slots(source, wanted=QUERIES_IN_FLIGHT_PER_BATCH) as slots:
+            return measure.measure(
+                client, plan, int(first.timestamp()), int(last.timestamp()), parallel=slots
+            )
+    finally:
+        client.close()
+
+
+@contextmanager
+def _query_slots(source: Source, *, wanted: int) -> Iterator[int]:
+    """Hold 1..wanted of the source's `max_concurrent_queries` slots, waiting for at least
+    one: the cap on queries in flight against a source, across all workers.
+
+    PostgreSQL session advisory locks, so a worker that dies releases its slots with its
+    connection.
+    """
+    keys = [source.pk * 1000 + slot for slot in range(max(1, source.max_concurrent_queries))]
+    held: list[int] = []
+    with connection.cursor() as cursor:
+        while not held:
+            for key in keys:
+                cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [QUERY_SLOT_LOCK_CLASS, key])
+                if cursor.fetchone()[0]:
+                    held.append(key)
+                    if len(held) == wanted:
+                        break
+            if not held:
+                time.sleep(0.2)
+    try:
+        yield len(held)
+    finally:
+        with connection.cursor() as cursor:
+            for key in held:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [QUERY_SLOT_LOCK_CLASS, key])
+
+
+# --- Identity: pods -> tasks, teams, kinds; services ---------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskIdentity:
+    external_id: str
+    team: str
+    kind: str
+    fault_domain: str
+    from_kube: bool
+
+
+def _pod_identity(measured: Measured, start: int, pod: PodKey) -> PodIdentity:
+    """This interval's kube-state-metrics view of the pod, else the nearest one in the run."""
+    identity = measured.intervals[start].identity.get(pod)
+    if identity is not None:
+        return identity
+    for other in sorted(measured.intervals, key=lambda t: abs(t - start)):
+        identity = measured.intervals[other].identity.get(pod)
+        if identity is not None:
+            return identity
+    return PodIdentity()
+
+
+def _task_identity(plan: sources.QueryPlan, pod: PodKey, identity: PodIdentity) -> TaskIdentity:
+    namespace, pod_name = pod
+    external_id = identity.task_label or identity.owner_name or pod_name
+    kind = plan.priority_class_kinds.get(identity.priority_class, DEFAULT_KIND)
+    return TaskIdentity(
+        external_id=external_id,
+        team=identity.team_label or namespace,
+        kind=kind,
+        fault_domain=identity.node,
+        from_kube=identity.from_kube,
+    )
+
+
+def _active_pods(facts: IntervalFacts) -> set[PodKey]:
+    return (
+        set(facts.alloc)
+        | set(facts.busy)
+        | set(facts.memory_peak)
+        | set(facts.io)
+        | set(facts.waits)
+        | {pod for pod, event in facts.preemptions.items() if "at" in event}
+    )
+
+
+def _tasks_upsert(
+    source: Source, plan: sources.QueryPlan, measured: Measured
+) -> dict[tuple[int, PodKey], int]:
+    """Create or update every task active in the run; returns (interval, pod) -> task pk."""
+    step = plan.step_seconds
+    merged: dict[str, dict[str, Any]] = {}
+    pod_tasks: dict[tuple[int, PodKey], str] = {}
+    for start, facts in measured.intervals.items():
+        for pod in _active_pods(facts):
+            identity = _pod_identity(measured, start, pod)
+            task = _task_identity(plan, pod, identity)
+            pod_tasks[(start, pod)] = task.external_id
+            row = merged.get(task.external_id)
+            if row is None or (task.from_kube and not row["from_kube"]):
+                row = merged[task.external_id] = {
+                    **task.__dict__,
+                    "first_seen": start,
+                    "created": None,
+                    "first_started": None,
+                    "ended": None,
+                }
+            row["first_seen"] = min(row["first_seen"], start)
+            row["created"] = _least(row["created"], identity.created)
+            row["first_started"] = _least(row["first_started"], identity.scheduled)
+            if identity.ended:
+                row["ended"] = max(row["ended"] or 0, start + step)
+    if not merged:
+        return {}
+    team_ids = _teams_upsert({row["team"] for row in merged.values()})
+    pks = _task_rows_upsert(source, merged, team_ids)
+    return {key: pks[external_id] for key, external_id in pod_tasks.items()}
+
+
+def _least(current: int | None, new: int | None) -> int | None:
+    if current is None:
+        return new
+    if new is None:
+        return current
+    return min(current, new)
+
+
+def _teams_upsert(names: set[str]) -> dict[str, int]:
+    Team.objects.bulk_create([Team(name=name) for name in sorted(names)], ignore_conflicts=True)
+    return dict(Team.objects.filter(name__in=names).values_list("name", "pk"))
+
+
+def _moment(epoch: int | None) -> datetime | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, UTC)
+
+
+def _task_rows_upsert(
+    source: Source, merged: dict[str, dict[str, Any]], team_ids: dict[str, int]
+) -> dict[str, int]:
+    """INSERT ... ON CONFLICT: times only widen; team and kind follow kube-state-metrics.
+
+    Rows go in sorted order so that concurrent workers cannot deadlock on them.
+    """
+    pks: dict[str, int] = {}
+    for from_kube in (True, False):
+        rows = [
+            (
+                source.pk,
+                row["external_id"],
+                team_ids[row["team"]],
+                row["kind"],
+                row["fault_domain"],
+                _moment(row["first_seen"]),
+                _moment(row["created"]),
+                _moment(row["first_started"]),
+                _moment(row["ended"]),
+            )
+            for _, row in sorted(merged.items())
+            if row["from_kube"] == from_kube
+        ]
+        identity_update = (
+            "team_id = EXCLUDED.team_id, kind = EXCLUDED.kind,"
+            " fault_domain = COALESCE(NULLIF(EXCLUDED.fault_domain, ''), t.fault_domain),"
+            if from_kube
+            else ""
+        )
+        for chunk in _chunked(rows):
+            placeholders = ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(chunk))
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(
+                    "INSERT INTO metering_task AS t (source_id, external_id, team_id, kind,"
+                    " fault_domain, first_seen, created, first_started, ended)"
+                    f" VALUES {placeholders}"
+                    " ON CONFLICT (source_id, external_id) DO UPDATE SET"
+                    f" {identity_update}"
+                    " first_seen = LEAST(t.first_seen, EXCLUDED.first_seen),"
+                    " created = LEAST(t.created, EXCLUDED.created),"
+                    " first_started = LEAST(t.first_started, EXCLUDED.first_started),"
+                    " ended = GREATEST(t.ended, EXCLUDED.ended)"
+                    " RETURNING external_id, id",
+                    [value for row in chunk for value in row],
+                )
+                pks.update(dict(cursor.fetchall()))
+    return pks
+
+
+def _chunked(rows: list[tuple], size: int = 5000) -> Iterator[list[tuple]]:
+    """Slices small enough for PostgreSQL's 65,535 bind parameters per statement."""
+    for index in range(0, len(rows), size):
+        yield rows[index : index + size]
+
+
+def _services_upsert(source: Source, measured: Measured) -> dict[tuple[str, str], int]:
+    """Services seen in the run: `namespace/model`, owned by the team of its namespace."""
+    keys = {key for facts in measured.intervals.values() for key in facts.latency}
+    if not keys:
+        return {}
+    namespace_teams: dict[str, Counter] = defaultdict(Counter)
+    for facts in measured.intervals.values():
+        for (namespace, _), identity in facts.identity.items():
+            if identity.team_label:
+                namespace_teams[namespace][identity.team_label] += 1
+    teams = {key: (namespace_teams[key[0]].most_common(1) or [(key[0], 0)])[0][0] for key in keys}
+    team_ids = _teams_upsert(set(teams.values()))
+    external = {key: f"{key[0]}/{key[1]}" for key in keys}
+    Service.objects.bulk_create(
+        [
+            Service(source=source, external_id=external[key], team_id=team_ids[teams[key]])
+            for key in sorted(keys)
+        ],
+        ignore_conflicts=True,
+    )
+    pks = dict(
+        Service.objects.filter(source=source, external_id__in=external.values()).values_list(
+            "external_id", "pk"
+        )
+    )
+    return {key: pks[external[key]] for key in keys}
+
+
+# --- Writing a run of windows -------------------------------------------------------------
+
+
+def _quantize(value: Fraction) -> Decimal:
+    return (Decimal(value.numerator) / Decimal(value.denominator)).quantize(
+        SIX_PLACES, rounding=ROUND_HALF_UP
+    )
+
+
+@dataclass
+class WindowRows:
+    usage: list[str] = field(default_factory=list)  # COPY lines
+    capacity: list[CapacityInterval] = field(default_factory=list)
+    latency: list[LatencyInterval] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    waits: list[tuple] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def count(self) -> int:
+        return sum(
+            map(len, (self.usage, self.capacity, self.latency, self.preemptions, self.waits))
+        )
+
+
+def _window_rows(
+    window: IngestWindow,
+    measured: Measured,
+    task_ids: dict[tuple[int, PodKey], int],
+    service_ids: dict[tuple[str, str], int],
+) -> WindowRows:
+    start = int(window.start.timestamp())
+    facts = measured.intervals[start]
+    rows = WindowRows(warnings=list(facts.warnings))
+    usage: dict[int, dict[str, Any]] = {}
+    for pod in _active_pods(facts):
+        task_id = task_ids[(start, pod)]
+        row = usage.setdefault(task_id, defaultdict(int, alloc=Fraction(0), busy=Fraction(0)))
+        row["alloc"] += facts.alloc.get(pod, 0)
+        row["busy"] += facts.busy.get(pod, 0)
+        # Memory is per GPU (see sources.devices_query): the task's peak is its pods' highest,
+        # its average the mean over its pods; GPU-time and I/O of several pods add up.
+        if pod in facts.memory_avg:
+            row["memory_avgs"] = [*row.get("memory_avgs", []), facts.memory_avg[pod]]
+        row["memory_peak"] = max(row["memory_peak"], facts.memory_peak.get(pod, 0))
+        for meter, value in facts.io.get(pod, {}).items():
+            row[meter] += value
+    moment = window.start.isoformat()
+    for task_id, row in sorted(usage.items()):
+        if not any(row[key] for key in ("alloc", "busy", "memory_peak", *sources.IO_METRICS)):
+            continue
+        averages = row.get("memory_avgs") or [0]
+        # One line of COPY text per row (columns as USAGE_COLUMNS): written and hashed as is.
+        rows.usage.append(
+            f"{task_id}\t{moment}\t{_quantize(row['alloc'])}\t{_quantize(row['busy'])}\t"
+            f"{round(sum(averages) / len(averages))}\t{row['memory_peak']}\t"
+            f"{row['read_operations']}\t{row['write_operations']}\t"
+            f"{row['read_bytes']}\t{row['write_bytes']}\n"
+        )
+    for domain, gpu_seconds in sorted(facts.capacity.items()):
+        rows.capacity.append(
+            CapacityInterval(
+                source_id=window.source_id,
+                fault_domain=domain,
+                interval_start=window.start,
+                gpus_present=_quantize(gpu_seconds / measured.plan.step_seconds),
+                capacity_gpu_seconds=_quantize(gpu_seconds),
+            )
+        )
+    rows.latency = _latency_rows(window, facts, service_ids)
+    for pod, event in sorted(facts.preemptions.items()):
+        if "at" not in event:
+            continue
+        scheduled = event.get("scheduled")
+        since_start = event["at"] - scheduled if scheduled is not None else 0
+        if since_start < 0:
+            rows.warnings.append(f"preemptions: pod {pod[0]}/{pod[1]} preempted before scheduled")
+            since_start = 0
+        rows.preemptions.append(
+            Preemption(
+                task_id=task_ids[(start, pod)],
+                pod=pod[1],
+                at=datetime.fromtimestamp(event["at"], UTC),
+                gpus=_quantize(event.get("gpus", Fraction(0))),
+                seconds_since_start=since_start,
+                lost_gpu_seconds=None,  # exporters do not report lost work
+            )
+        )
+    for pod, scheduled in sorted(facts.waits.items()):
+        created = _pod_identity(measured, start, pod).created
+        if created is None or scheduled < created:
+            rows.warnings.append(
+                f"waits: pod {pod[0]}/{pod[1]} has no creation time before its scheduling"
+            )
+            continue
+        rows.waits.append(
+            (
+                task_ids[(start, pod)],
+                pod[1],
+                _moment(created),
+                _moment(scheduled),
+                scheduled - created,
+            )
+        )
+    return rows
+
+
+def _latency_rows(
+    window: IngestWindow, facts: IntervalFacts, service_ids: dict[tuple[str, str], int]
+) -> list[LatencyInterval]:
+    return [
+        LatencyInterval(
+            service_id=service_ids[service],
+            interval_start=window.start,
+            buckets=[[bound, count] for bound, count in buckets],
+            request_count=buckets[-1][1],
+        )
+        for service, buckets in sorted(facts.latency.items())
+    ]
+
+
+def _content_hash(rows: WindowRows) -> str:
+    digest = hashlib.sha256()
+    payload = {
+        "usage": rows.usage,
+        "capacity": [[r.fault_domain, str(r.capacity_gpu_seconds)] for r in rows.capacity],
+        "latency": [[r.service_id, r.buckets] for r in rows.latency],
+        "preemptions": [
+            [r.task_id, r.pod, r.at.isoformat(), str(r.gpus), r.seconds_since_start]
+            for r in rows.preemptions
+        ],
+        "waits": [[str(v) for v in row] for row in rows.waits],
+    }
+    digest.update(json.dumps(payload, sort_keys=True, default=str).encode())
+    return digest.hexdigest()
+
+
+USAGE_COLUMNS = (
+    "task_id",
+    "interval_start",
+    "alloc_gpu_seconds",
+    "busy_gpu_seconds",
+    "memory_avg_bytes",
+    "memory_peak_bytes",
+    "read_operations",
+    "write_operations",
+    "read_bytes",
+    "write_bytes",
+)
+
+
+def _run_write(
+    run: list[IngestWindow],
+    measured: Measured,
+    task_ids: dict[tuple[int, PodKey], int],
+    service_ids: dict[tuple[str, str], int],
+) -> tuple[int, float]:
+    """Replace the rows of every window of the run, all in ONE transaction; returns the
+    number of usage rows written and the seconds their DELETE + COPY took.
+
+    Set-based (one DELETE per table for the run's intervals, one COPY for usage) because the
+    per-statement and per-commit costs, not the rows, dominate a back-fill.
+    """
+    built = [(window, _window_rows(window, measured, task_ids, service_ids)) for window in run]
+    prometheus_seconds = Decimal(str(round(measured.evaluation_seconds / len(run), 6)))
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            # One writer per window at a time (in id order, so two runs cannot deadlock); a
+            # second writer waits and then rewrites the same rows.
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s, (id %% 2147483647)::int)"
+                " FROM unnest(%s::bigint[]) AS id ORDER BY id",
+                [WINDOW_LOCK_CLASS, sorted(window.pk for window in run)],
+            )
+            # Table by table: delete the run's rows, write them again.
+            began = time.perf_counter()
+            _run_rows_delete(cursor, run, "usage")
+            _usage_copy(cursor, [row for _, rows in built for row in rows.usage])
+            usage_seconds = time.perf_counter() - began
+            _run_rows_delete(cursor, run, "capacity")
+            CapacityInterval.objects.bulk_create([r for _, rows in built for r in rows.capacity])
+            _run_rows_delete(cursor, run, "latency")
+            LatencyInterval.objects.bulk_create([r for _, rows in built for r in rows.latency])
+            _run_rows_delete(cursor, run, "preemptions")
+            Preemption.objects.bulk_create([r for _, rows in built for r in rows.preemptions])
+        _waits_insert([row for _, rows in built for row in rows.waits])
+        previous = {
+            row["pk"]: row
+            for row in IngestWindow.objects.filter(pk__in=[w.pk for w in run]).values(
+                "pk", "content_hash", "first_written", "changed_after_first_write"
+            )
+        }
+        now = timezone.now()
+        results = []
+        for window, rows in built:
+            before = previous[window.pk]
+            content_hash = _content_hash(rows)
+            facts = measured.intervals[int(window.start.timestamp())]
+            seen, expected = facts.samples_seen, facts.samples_expected
+            completeness = _quantize(facts.completeness)
+            if not seen:
+                rows.warnings.append("no GPU exporter samples in this window")
+            changed = bool(before["first_written"]) and before["content_hash"] != content_hash
+            results.append(
+                (
+                    window.pk,
+                    rows.count(),
+                    seen,
+                    expected,
+                    completeness,
+                    json.dumps(_capped(rows.warnings)),
+                    content_hash,
+                    before["first_written"] or now,
+                    now if changed else before["changed_after_first_write"],
+                )
+            )
+        _windows_result_update(results, measured.queries, prometheus_seconds, now)
+    return sum(len(rows.usage) for _, rows in built), usage_seconds
+
+
+def _windows_result_update(
+    results: list[tuple], queries: list[dict], prometheus_seconds: Decimal, now: datetime
+) -> None:
+    """One UPDATE for all windows of a run (the ORM's bulk_update builds a CASE per field)."""
+    row = "(%s::bigint, %s::int, %s::bigint, %s::bigint, %s::numeric, %s::jsonb, %s::text,"
+    row += " %s::timestamptz, %s::timestamptz)"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE metering_ingestwindow w SET status = %s, rows_written = v.rows,"
+            " queries = %s::jsonb, prometheus_seconds = %s, samples_seen = v.seen,"
+            " samples_expected = v.expected, completeness = v.completeness,"
+            " warnings = v.warnings, error = '', content_hash = v.hash,"
+            " first_written = v.first_written, changed_after_first_write = v.changed,"
+            " updated = %s"
+            f" FROM (VALUES {', '.join([row] * len(results))})"
+            " AS v(id, rows, seen, expected, completeness, warnings, hash, first_written, changed)"
+            " WHERE w.id = v.id",
+            [
+                IngestWindow.Status.DONE,
+                json.dumps(queries),
+                prometheus_seconds,
+                now,
+                *(value for result in results for value in result),
+            ],
+        )
+
+
+def _capped(warnings: list[str]) -> list[str]:
+    if len(warnings) <= MAX_WARNINGS_KEPT:
+        return warnings
+    return [*warnings[:MAX_WARNINGS_KEPT], f"... and {len(warnings) - MAX_WARNINGS_KEPT} more"]
+
+
+RUN_DELETES = {
+    "usage": "DELETE FROM metering_usageinterval u USING metering_task t WHERE u.task_id = t.id"
+    " AND t.source_id = %(source)s AND u.interval_start >= %(first)s"
+    " AND u.interval_start <= %(last)s",
+    "capacity": "DELETE FROM metering_capacityinterval WHERE source_id = %(source)s"
+    " AND interval_start >= %(first)s AND interval_start <= %(last)s",
+    "latency": "DELETE FROM metering_latencyinterval l USING metering_service s"
+    " WHERE l.service_id = s.id AND s.source_id = %(source)s"
+    " AND l.interval_start >= %(first)s AND l.interval_start <= %(last)s",
+    # A preemption's `at` is a scrape tick, so it belongs to the interval (start, end].
+    "preemptions": "DELETE FROM metering_preemption p USING metering_task t"
+    " WHERE p.task_id = t.id AND t.source_id = %(source)s AND p.at > %(first)s"
+    " AND p.at <= %(end)s",
+}
+
+
+def _run_rows_delete(cursor: Any, run: list[IngestWindow], table: str) -> None:
+    cursor.execute(
+        RUN_DELETES[table],
+        {
+            "source": run[0].source_id,
+            "first": run[0].start,
+            "last": run[-1].start,
+            "end": run[-1].end,
+        },
+    )
+
+
+def _usage_copy(cursor: Any, usage: list[str]) -> None:
+    if not usage:
+        return
+    with cursor.cursor.copy(
+        f"COPY metering_usageinterval ({', '.join(USAGE_COLUMNS)}) FROM STDIN"
+    ) as copy:
+        copy.write("".join(usage))
+
+
+def _waits_insert(waits: list[tuple]) -> None:
+    """A wait belongs to the window in which its pod's scheduled time first shows; the row is
+    keyed by (task, pod), so writing it again replaces it."""
+    for chunk in _chunked(sorted(waits)):
+        placeholders = ",".join(["(%s,%s,%s,%s,%s)"] * len(chunk))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO metering_podwait (task_id, pod, created, scheduled, seconds)"
+                f" VALUES {placeholders} ON CONFLICT (task_id, pod) DO UPDATE SET"
+                " created = EXCLUDED.created, scheduled = EXCLUDED.scheduled,"
+                " seconds = EXCLUDED.seconds",
+                [value for row in chunk for value in row],
+            )

@@ -1,0 +1,582 @@
+"""PromQL for each meter, and the HTTP client that runs it against a source.
+
+Every meter is evaluated at the *end* T of an interval with a range of `step - 1ms`.
+Prometheus 2.x includes both ends of a range and 3.x only the right one; since scrape ticks
+are whole seconds, `[step - 1ms]` covers the ticks in (T - step, T] in both, so a sample on a
+boundary lands in exactly one interval. The result at T is stored under T - step.
+
+Prometheus aggregates, with range functions over each series (`count_over_time`,
+`last_over_time`, ...), which cost about one pass over the samples: Python sees one number per
+series and interval, never raw samples. Cost is samples read, so:
+- the few cases that need a per-tick view get a subquery narrowed (by a regex of names) to
+  just the series concerned: a time-sliced GPU split between the pods holding it *at each
+  tick* (1/k per pod), and the first tick at which a preemption's reason turned 1;
+- pod identity (kube-state-metrics: many series per pod, pending pods included) is read at
+  each interval's end; pods that ran but were gone by then are read over the interval.
+Counters come back as each pod's last value per interval; Python takes the difference with
+the interval before (0 when the pod had none there: it started inside this interval), which is
+exact where `increase()` extrapolates.
+
+Label spellings: `exported_pod`/`exported_namespace` win over `pod`/`namespace` (with
+`honor_labels: false`, `pod` is the exporter's own pod); Python picks, so both come back.
+Several meters share one request: each part carries a `meter` label, joined with `or`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import requests
+from prometheus_api_client import PrometheusApiClientException
+from prometheus_api_client.prometheus_connect import PrometheusConnect
+from urllib3.util.retry import Retry
+
+from metering.models import DEFAULT_LABEL_MAPPING, DEFAULT_PRIORITY_CLASS_KINDS, TASK_KINDS, Source
+
+# Prometheus refuses more than 11,000 points per series in one query_range answer.
+MAX_POINTS_PER_QUERY = 10_000
+DEFAULT_TIMEOUT_SECONDS = 120
+DEFAULT_MAX_RESPONSE_BYTES = 512 * 1024 * 1024
+MIB = 1_048_576
+
+LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+
+# What a source may set in `label_mapping`, beyond DEFAULT_LABEL_MAPPING's keys.
+MAPPING_DEFAULTS: dict[str, Any] = {
+    **DEFAULT_LABEL_MAPPING,
+    # extra matchers added to every selector, e.g. {"cluster": "prod"} for a shared Prometheus
+    "matchers": {},
+    # a label on the GPU exporter's series that names the fault domain; "" = the whole pool
+    "fault_domain_label": "",
+    "latency_histogram": "vllm:e2e_request_latency_seconds",
+    "preemption_reason": "PreemptionByScheduler",
+    "gpu_resource": "nvidia_com_gpu",
+}
+
+
+class PrometheusError(Exception):
+    """Something went wrong talking to Prometheus."""
+
+
+class PrometheusUnavailable(PrometheusError):
+    """Unreachable, timed out or answering 5xx/429: retry later, the data is not lost."""
+
+
+class PrometheusQueryError(PrometheusError):
+    """Prometheus refused the query or answered nonsense: retrying will not help."""
+
+
+class SourceConfigurationError(ValueError):
+    """A source's label mapping is unusable; the message names the field."""
+
+
+def escape_label_value(value: str) -> str:
+    """Quote-safe PromQL string content: backslash, double quote and newline escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def label_matcher(name: str, value: str, operator: str = "=") -> str:
+    if not LABEL_NAME.match(name):
+        raise SourceConfigurationError(f"label name {name!r} is not a valid Prometheus label name")
+    if operator not in ("=", "!=", "=~", "!~"):
+        raise SourceConfigurationError(f"matcher operator {operator!r} is not one of = != =~ !~")
+    return f'{name}{operator}"{escape_label_value(value)}"'
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """Everything PromQL building needs from a source, validated once."""
+
+    scrape_seconds: int
+    step_seconds: int
+    task_label: str = DEFAULT_LABEL_MAPPING["task_label"]
+    team_label: str = DEFAULT_LABEL_MAPPING["team_label"]
+    service_label: str = DEFAULT_LABEL_MAPPING["service_label"]
+    matchers: tuple[tuple[str, str], ...] = ()
+    fault_domain_label: str = ""
+    latency_histogram: str = MAPPING_DEFAULTS["latency_histogram"]
+    preemption_reason: str = MAPPING_DEFAULTS["preemption_reason"]
+    gpu_resource: str = MAPPING_DEFAULTS["gpu_resource"]
+    priority_class_kinds: Mapping[str, str] = field(
+        default_factory=lambda: dict(DEFAULT_PRIORITY_CLASS_KINDS)
+    )
+
+    @property
+    def window(self) -> str:
+        return f"{self.step_seconds * 1000 - 1}ms"
+
+    @property
+    def scrape(self) -> str:
+        return f"{self.scrape_seconds}s"
+
+    @property
+    def step(self) -> str:
+        return f"{self.step_seconds}s"
+
+
+def query_plan_for(source: Source, *, step_seconds: int) -> QueryPlan:
+    """Validate a source's mapping and turn it into a QueryPlan (errors name the field)."""
+    mapping = {**MAPPING_DEFAULTS, **(source.label_mapping or {})}
+    unknown = sorted(set(mapping) - set(MAPPING_DEFAULTS))
+    if unknown:
+        raise SourceConfigurationError(f"label_mapping has unknown keys: {', '.join(unknown)}")
+    for key in ("task_label", "team_label", "service_label"):
+        if not isinstance(mapping[key], str) or not LABEL_NAME.match(mapping[key]):
+            raise SourceConfigurationError(f"label_mapping.{key} must be a label name")
+    fault_domain = mapping["fault_domain_label"]
+    if not isinstance(fault_domain, str) or (fault_domain and not LABEL_NAME.match(fault_domain)):
+        raise SourceConfigurationError("label_mapping.fault_domain_label must be a label name")
+    histogram = mapping["latency_histogram"]
+    if not isinstance(histogram, str) or not METRIC_NAME.match(histogram):
+        raise SourceConfigurationError("label_mapping.latency_histogram must be a metric name")
+    for key in ("preemption_reason", "gpu_resource"):
+        if not isinstance(mapping[key], str) or not mapping[key]:
+            raise SourceConfigurationError(f"label_mapping.{key} must be a non-empty string")
+    matchers = mapping["matchers"]
+    if not isinstance(matchers, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in matchers.items()
+    ):
+        raise SourceConfigurationError("label_mapping.matchers must map label names to strings")
+    for name in matchers:
+        if not LABEL_NAME.match(name):
+            raise SourceConfigurationError(f"label_mapping.matchers: {name!r} is not a label name")
+    kinds = source.priority_class_kinds or DEFAULT_PRIORITY_CLASS_KINDS
+    known = {kind for kind, _ in TASK_KINDS}
+    if not isinstance(kinds, dict) or not set(kinds.values()) <= known:
+        raise SourceConfigurationError(
+            f"priority_class_kinds must map priority classes to one of {', '.join(sorted(known))}"
+        )
+    if source.scrape_interval_seconds <= 0 or step_seconds % source.scrape_interval_seconds:
+        raise SourceConfigurationError(
+            f"scrape_interval_seconds {source.scrape_interval_seconds} must divide the step "
+            f"{step_seconds}"
+        )
+    return QueryPlan(
+        scrape_seconds=source.scrape_interval_seconds,
+        step_seconds=step_seconds,
+        task_label=mapping["task_label"],
+        team_label=mapping["team_label"],
+        service_label=mapping["service_label"],
+        matchers=tuple(sorted(matchers.items())),
+        fault_domain_label=fault_domain,
+        latency_histogram=histogram,
+        preemption_reason=mapping["preemption_reason"],
+        gpu_resource=mapping["gpu_resource"],
+        priority_class_kinds=dict(kinds),
+    )
+
+
+# --- PromQL building blocks -------------------------------------------------------------
+
+
+def selector(plan: QueryPlan, metric: str, *matchers: str) -> str:
+    """`metric{...}` with the source's own matchers appended (values escaped)."""
+    if not METRIC_NAME.match(metric):
+        raise SourceConfigurationError(f"{metric!r} is not a metric name")
+    parts = [*matchers, *(label_matcher(name, value) for name, value in plan.matchers)]
+    return f"{metric}{{{','.join(parts)}}}" if parts else metric
+
+
+RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
+
+
+def regex_alternatives(values: Iterable[str]) -> str:
+    """An RE2 alternation matching exactly these values (their metacharacters escaped; RE2
+    refuses some of the escapes Python's re.escape writes)."""
+    return "|".join(RE2_SPECIAL.sub(r"\\\1", value) for value in sorted(set(values)))
+
+
+POD_LABELS = "namespace, pod, exported_namespace, exported_pod"
+# A dcgm-exporter device is (UUID, GPU_I_ID); a series of it is also told apart by its pod.
+DEVICE_SERIES_LABELS = f"UUID, GPU_I_ID, GPU_I_PROFILE, {POD_LABELS}"
+
+
+def pod_series(plan: QueryPlan, metric: str, *matchers: str) -> tuple[str, str]:
+    """The two selectors of a GPU exporter's pod-attributed series (the `pod=""` device
+    series are not attributed): one per label spelling, never overlapping."""
+    return (
+        selector(plan, metric, 'exported_pod!=""', *matchers),
+        selector(plan, metric, 'pod!=""', 'exported_pod=""', *matchers),
+    )
+
+
+def over_pod_series(plan: QueryPlan, function: str, metric: str) -> str:
+    """`function(series[window])` over both spellings of a metric's pod series."""
+    exported, plain = pod_series(plan, metric)
+    return f"({function}({exported}[{plan.window}]) or {function}({plain}[{plan.window}]))"
+
+
+def tagged(parts: Mapping[str, str]) -> str:
+    """Fold several expressions into one query; each result carries `meter="<name>"`."""
+    return " or ".join(
+        f'label_replace({expression}, "meter", "{name}", "", "")'
+        for name, expression in parts.items()
+    )
+
+
+# --- One function per meter -------------------------------------------------------------
+
+
+def devices_query(plan: QueryPlan) -> str:
+    """Per dcgm-exporter series: ticks present (allocation, capacity, completeness), and for
+    pod series the peak and mean framebuffer MiB.
+
+    A whole GPU or MIG instance has exactly one series per tick (its pod's, or the bare one
+    when free), so a pod's allocation is its series' ticks x share. A time-sliced GPU shows
+    its bare series beside its pods' ones: see `shared_devices_query`.
+    """
+    by = DEVICE_SERIES_LABELS + (f", {plan.fault_domain_label}" if plan.fault_domain_label else "")
+    frame_buffer = selector(plan, "DCGM_FI_DEV_FB_USED")
+    return tagged(
+        {
+            "ticks": f"max by ({by}) (count_over_time({frame_buffer}[{plan.window}]))",
+            "memory_peak": f"max by ({by}) "
+            f"({over_pod_series(plan, 'max_over_time', 'DCGM_FI_DEV_FB_USED')})",
+            "memory_avg": f"max by ({by}) "
+            f"({over_pod_series(plan, 'avg_over_time', 'DCGM_FI_DEV_FB_USED')})",
+        }
+    )
+
+
+def busy_query(plan: QueryPlan) -> str:
+    """Per pod series: the sum of its engine-active ratio over the interval's ticks (x share
+    x scrape seconds in Python), else of GPU_UTIL / 100 where profiling metrics are absent."""
+    active = over_pod_series(plan, "sum_over_time", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+    utilization = over_pod_series(plan, "sum_over_time", "DCGM_FI_DEV_GPU_UTIL")
+    return (
+        f"max by ({DEVICE_SERIES_LABELS}) ({active})"
+        f" or max by ({DEVICE_SERIES_LABELS}) ({utilization}) / 100"
+    )
+
+
+def shared_devices_query(plan: QueryPlan, uuids: Iterable[str]) -> str:
+    """For time-sliced GPUs only: each pod's allocated and busy ticks, split 1/k between the
+    k pods holding the device at each tick (a subquery at the scrape interval).
+
+    A NaN or negative sample gives +Inf (1/0), so its series is skipped, not counted.
+    """
+    only = label_matcher("UUID", regex_alternatives(uuids), "=~")
+    device = "UUID, GPU_I_ID"
+    held = "({} or {})".format(*pod_series(plan, "DCGM_FI_DEV_FB_USED", only))
+    active = "({} or {})".format(*pod_series(plan, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", only))
+    utilization = "({} or {})".format(*pod_series(plan, "DCGM_FI_DEV_GPU_UTIL", only))
+    busy = f"({active} or {utilization} / 100)"
+    window = f"[{plan.window}:{plan.scrape}]"
+
+    def split(expression: str, holders: str) -> str:
+        per_tick = f"({expression}) / on({device}) group_left() count by ({device}) ({holders})"
+        return f"max by ({DEVICE_SERIES_LABELS}) (sum_over_time(({per_tick}){window}))"
+
+    return tagged({"alloc": split(f"({held} >= bool 0) ^ -1", held), "busy": split(busy, busy)})
+
+
+IO_METRICS = {
+    "read_operations": "container_fs_reads_total",
+    "write_operations": "container_fs_writes_total",
+    "read_bytes": "container_fs_reads_bytes_total",
+    "write_bytes": "container_fs_writes_bytes_total",
+}
+
+
+def io_query(plan: QueryPlan) -> str:
+    """cAdvisor counters: each pod's last value per interval, from ONE level per pod (pod
+    level, `container=""`, where it exists, else its containers summed)."""
+    parts = {}
+    for meter, metric in IO_METRICS.items():
+        pod_level = selector(plan, metric, 'container=""')
+        containers = selector(plan, metric, 'container!=""', 'container!="POD"')
+        parts[meter] = (
+            f"sum by ({POD_LABELS}) (last_over_time({pod_level}[{plan.window}]))"
+            f" or sum by ({POD_LABELS}) (last_over_time({containers}[{plan.window}]))"
+        )
+    return tagged(parts)
+
+
+def latency_query(plan: QueryPlan) -> str:
+    """The latency histogram's cumulative bucket counters: each replica's last value per
+    service, `le` and interval (increments in Python, per replica, so scaling in and out
+    never double counts)."""
+    buckets = selector(plan, f"{plan.latency_histogram}_bucket")
+    by = f"{POD_LABELS}, {plan.service_label}, le"
+    return f"sum by ({by}) (last_over_time({buckets}[{plan.window}]))"
+
+
+def _identity_parts(plan: QueryPlan, over_window: bool, *only: str) -> dict[str, str]:
+    def value(metric: str, by: str = "", *matchers: str) -> str:
+        series = selector(plan, metric, *matchers, *only)
+        if over_window:
+            series = f"last_over_time({series}[{plan.window}])"
+        return f"max by ({POD_LABELS}{by}) ({series})"
+
+    return {
+        "labels": value("kube_pod_labels", f", {plan.task_label}, {plan.team_label}"),
+        "owner": value("kube_pod_owner", ", owner_kind, owner_name"),
+        "info": value("kube_pod_info", ", priority_class, node"),
+        "scheduled": value("kube_pod_status_scheduled_time"),
+    }
+
+
+def identity_query(plan: QueryPlan) -> str:
+    """Who each pod alive at the interval's end is (labels, owner, priority class, when it was
+    scheduled), and which pods were preempted during the interval.
+
+    Identity is read at the interval's end only: kube-state-metrics writes several series per
+    pod, pending ones included, and reading each of their samples would cost more than all the
+    GPU meters together. A pod that ran but was gone by the end gets its identity from
+    `pod_history_query` (range vectors) instead.
+    """
+    reason = selector(
+        plan, "kube_pod_status_reason", label_matcher("reason", plan.preemption_reason)
+    )
+    return tagged(
+        {
+            **_identity_parts(plan, False),
+            # The reason may be 1 for a single tick before the pod is gone: read every sample.
+            "preempted": f"max by ({POD_LABELS}) (max_over_time({reason}[{plan.window}]))",
+        }
+    )
+
+
+def pod_history_query(plan: QueryPlan, pods: Iterable[str]) -> str:
+    """For pods that ran but were gone at the interval's end, or disappeared: their identity
+    over the whole interval (range vectors) and whether they ended (Succeeded or Failed)."""
+    names = regex_alternatives(pods)
+    parts = {}
+    for pod_label in ("exported_pod", "pod"):
+        only = label_matcher(pod_label, names, "=~")
+        for meter, expression in _identity_parts(plan, True, only).items():
+            parts[f"{meter}:{pod_label}"] = expression
+        phase = selector(plan, "kube_pod_status_phase", 'phase=~"Succeeded|Failed"', only)
+        parts[f"ended:{pod_label}"] = (
+            f"max by ({POD_LABELS}) (max_over_time({phase}[{plan.window}]))"
+        )
+    return tagged(parts)
+
+
+def pod_details_query(plan: QueryPlan, pods: Iterable[str]) -> str:
+    """For pods that started or were preempted: creation time and GPU request (narrowed,
+    since kube-state-metrics series are many and most pods need neither)."""
+    parts = {}
+    requested = label_matcher("resource", plan.gpu_resource)
+    names = regex_alternatives(pods)
+    for pod_label in ("exported_pod", "pod"):
+        only = label_matcher(pod_label, names, "=~")
+        created = selector(plan, "kube_pod_created", only)
+        requests_ = selector(plan, "kube_pod_container_resource_requests", requested, only)
+        parts[f"created_{pod_label}"] = (
+            f"max by ({POD_LABELS}) (last_over_time({created}[{plan.window}]))"
+        )
+        parts[f"gpus_{pod_label}"] = (
+            f"sum by ({POD_LABELS}) (last_over_time({requests_}[{plan.window}]))"
+        )
+    return tagged(parts)
+
+
+def preemption_ticks_query(plan: QueryPlan, pods: Iterable[str]) -> str:
+    """For the pods found preempted: the first tick at which their reason was 1."""
+    names = regex_alternatives(pods)
+    reason = label_matcher("reason", plan.preemption_reason)
+    window = f"[{plan.window}:{plan.scrape}]"
+    parts = []
+    for pod_label in ("exported_pod", "pod"):
+        series = selector(
+            plan, "kube_pod_status_reason", reason, label_matcher(pod_label, names, "=~")
+        )
+        parts.append(f"min by ({POD_LABELS}) (min_over_time(timestamp({series} == 1){window}))")
+    return " or ".join(parts)
+
+
+def pod_allocation_query(plan: QueryPlan, *, namespace: str, pod: str) -> str:
+    """What "explain a charge" shows an operator: one pod's GPU series and their ticks."""
+    matchers = []
+    for pod_label, namespace_label in (
+        ("pod", "namespace"),
+        ("exported_pod", "exported_namespace"),
+    ):
+        series = selector(
+            plan,
+            "DCGM_FI_DEV_FB_USED",
+            label_matcher(pod_label, pod),
+            label_matcher(namespace_label, namespace),
+        )
+        matchers.append(f"count_over_time({series}[{plan.window}])")
+    return " or ".join(matchers)
+
+
+# Queries run for every batch; the narrowed ones follow from their answers.
+METERS = {
+    "devices": devices_query,
+    "busy": busy_query,
+    "io": io_query,
+    "latency": latency_query,
+    "identity": identity_query,
+}
+
+
+# --- HTTP ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Series:
+    labels: dict[str, str]
+    values: list[list]  # [evaluation time in Unix seconds, value as Prometheus wrote it]
+
+
+@dataclass(frozen=True)
+class QueryRun:
+    name: str
+    promql: str
+    start: datetime
+    end: datetime
+    seconds: float  # wall time, HTTP included
+    evaluation_seconds: float  # Prometheus' own evalTotalTime
+    series: list[Series]
+
+
+class _LimitedSession(requests.Session):
+    """A session that refuses answers larger than a limit and parses JSON once.
+
+    PrometheusConnect only hands back `data.result`; the parsed body (with `stats`) is kept
+    per thread so the caller can read Prometheus' evaluation time.
+    """
+
+    def __init__(self, max_response_bytes: int) -> None:
+        super().__init__()
+        self.max_response_bytes = max_response_bytes
+        self.local = threading.local()
+
+    def request(self, method: str, url: str, **kwargs: Any) -> requests.Response:
+        kwargs["stream"] = True
+        response = super().request(method, url, **kwargs)
+        if response.status_code >= 500 or response.status_code == 429:
+            response.close()
+            raise PrometheusUnavailable(f"Prometheus answered HTTP {response.status_code}")
+        body = bytearray()
+        for chunk in response.iter_content(chunk_size=1 << 20):
+            body += chunk
+            if len(body) > self.max_response_bytes:
+                response.close()
+                raise PrometheusQueryError(
+                    f"Prometheus answer exceeds {self.max_response_bytes} bytes: "
+                    "narrow the query or raise the limit"
+                )
+        response._content = bytes(body)
+        try:
+            payload = json.loads(response._content) if response._content else None
+        except ValueError:
+            payload = None
+        self.local.payload = payload
+        response.json = lambda **_: payload  # type: ignore[method-assign]
+        return response
+
+
+class PrometheusClient:
+    """query_range through prometheus-api-client, with auth, TLS, time-outs and a size cap."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        bearer_token: str = "",
+        basic_auth: tuple[str, str] | None = None,
+        verify_tls: bool = True,
+        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    ) -> None:
+        session = _LimitedSession(max_response_bytes)
+        session.verify = verify_tls
+        headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else None
+        self._session = session
+        # Retries belong to Celery (backoff, window stays pending), not to the HTTP layer.
+        self._connect = PrometheusConnect(
+            url=url.rstrip("/"),
+            headers=headers,
+            disable_ssl=not verify_tls,
+            retry=Retry(total=0, raise_on_status=False),
+            auth=basic_auth,
+            session=session,
+            timeout=(min(10.0, timeout_seconds), timeout_seconds),
+            method="POST",  # narrowed queries name many series; no URL length limit
+        )
+
+    @classmethod
+    def for_source(cls, source: Source) -> PrometheusClient:
+        basic_auth = (
+            (source.basic_auth_user, source.basic_auth_password) if source.basic_auth_user else None
+        )
+        return cls(
+            url=source.url,
+            bearer_token=source.bearer_token,
+            basic_auth=basic_auth,
+            verify_tls=source.verify_tls,
+        )
+
+    def close(self) -> None:
+        self._connect.close()
+
+    def query_range(
+        self, name: str, promql: str, *, start: datetime, end: datetime, step_seconds: int
+    ) -> QueryRun:
+        """Evaluate at start, start+step, …, end (all inclusive), chunked under the point limit."""
+        series: dict[tuple[tuple[str, str], ...], Series] = {}
+        seconds = evaluation = 0.0
+        for chunk_start, chunk_end in _chunks(start, end, step_seconds):
+            began = time.perf_counter()
+            result = self._run(promql, chunk_start, chunk_end, step_seconds)
+            seconds += time.perf_counter() - began
+            payload = getattr(self._session.local, "payload", None) or {}
+            timings = payload.get("data", {}).get("stats", {}).get("timings", {})
+            evaluation += float(timings.get("evalTotalTime", 0.0))
+            for item in result:
+                labels = item.get("metric", {})
+                key = tuple(sorted(labels.items()))
+                # [evaluation time, "value"] pairs as Prometheus sent them: whole seconds here,
+                # since every range query starts on the step grid.
+                values = item.get("values", [])
+                if key in series:
+                    series[key].values.extend(values)
+                else:
+                    series[key] = Series(labels=labels, values=values)
+        return QueryRun(name, promql, start, end, seconds, evaluation, list(series.values()))
+
+    def _run(self, promql: str, start: datetime, end: datetime, step: int) -> list[dict]:
+        try:
+            return self._connect.custom_query_range(
+                promql, start_time=start, end_time=end, step=str(step), params={"stats": "all"}
+            )
+        except PrometheusError:
+            raise
+        except (requests.ConnectionError, requests.Timeout) as error:
+            raise PrometheusUnavailable(f"Prometheus unreachable: {error}") from error
+        except requests.RequestException as error:
+            raise PrometheusUnavailable(f"Prometheus request failed: {error}") from error
+        except PrometheusApiClientException as error:
+            raise PrometheusQueryError(f"Prometheus refused the query: {error}") from error
+        except (KeyError, TypeError) as error:
+            raise PrometheusQueryError(f"Prometheus answered without data: {error}") from error
+
+
+def _chunks(start: datetime, end: datetime, step: int) -> Iterator[tuple[datetime, datetime]]:
+    first, last = int(start.timestamp()), int(end.timestamp())
+    span = step * (MAX_POINTS_PER_QUERY - 1)
+    while first <= last:
+        chunk_last = min(last, first + span)
+        yield datetime.fromtimestamp(first, UTC), datetime.fromtimestamp(chunk_last, UTC)
+        first = chunk_last + step
+
+
+def finite_non_negative(value: str) -> float | None:
+    """The float behind a Prometheus value string, or None for NaN, ±Inf and negatives."""
+    number = float(value)
+    if math.isnan(number) or math.isinf(number) or number < 0:
+        return None
+    return number

@@ -1,0 +1,89 @@
+"""PromQL building: escaping, the source's mapping, and the exactness rules in the text."""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+import pytest
+
+from metering import measure, sources
+from metering.models import Source
+
+
+def plan_for(**fields) -> sources.QueryPlan:
+    return sources.query_plan_for(Source(name="s", url="http://x", **fields), step_seconds=300)
+
+
+@pytest.mark.parametrize(
+    ("value", "escaped"),
+    [
+        ('we"ird', 'we\\"ird'),
+        ("back\\slash", "back\\\\slash"),
+        ("new\nline", "new\\nline"),
+        ('\\"', '\\\\\\"'),
+    ],
+)
+def test_it_escapes_label_values(value, escaped) -> None:
+    assert sources.escape_label_value(value) == escaped
+    assert sources.label_matcher("cluster", value) == f'cluster="{escaped}"'
+
+
+def test_it_matches_exactly_the_named_values_in_a_regex() -> None:
+    alternatives = sources.regex_alternatives(["a.b", "c|d", "GPU-1+2"])
+    assert alternatives == "GPU-1\\+2|a\\.b|c\\|d"
+    assert re.fullmatch(alternatives, "a.b") and re.fullmatch(alternatives, "c|d")
+    assert not re.fullmatch(alternatives, "axb") and not re.fullmatch(alternatives, "c")
+
+
+def test_it_counts_each_tick_once_with_a_window_one_millisecond_short() -> None:
+    plan = plan_for(scrape_interval_seconds=15)
+    assert plan.window == "299999ms"
+    for build in sources.METERS.values():
+        promql = build(plan)
+        assert "[299999ms" in promql and "[5m]" not in promql
+
+
+def test_it_adds_the_sources_matchers_to_every_selector() -> None:
+    plan = plan_for(label_mapping={"matchers": {"cluster": 'a"b'}})
+    promql = sources.devices_query(plan)
+    selectors = re.findall(r"DCGM_FI_DEV_FB_USED\{[^}]*\}", promql)
+    assert selectors and all('cluster="a\\"b"' in s for s in selectors)
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"label_mapping": {"task_label": "label task"}}, "label_mapping.task_label"),
+        ({"label_mapping": {"matchers": {"bad name": "x"}}}, "label_mapping.matchers"),
+        ({"label_mapping": {"latency_histogram": "vllm e2e"}}, "label_mapping.latency_histogram"),
+        ({"label_mapping": {"nonsense": 1}}, "unknown keys: nonsense"),
+        ({"priority_class_kinds": ["inference"]}, "priority_class_kinds"),
+        ({"priority_class_kinds": {"gold": "gaming"}}, "priority_class_kinds"),
+        ({"scrape_interval_seconds": 7}, "scrape_interval_seconds"),
+    ],
+)
+def test_it_refuses_an_unusable_mapping_naming_the_field(fields, named) -> None:
+    with pytest.raises(sources.SourceConfigurationError, match=re.escape(named)):
+        plan_for(**fields)
+
+
+@pytest.mark.parametrize(
+    ("profile", "share"),
+    [("", Fraction(1)), ("3g.40gb", Fraction(3, 7)), ("1g.10gb", Fraction(1, 7)), ("7g.80gb", 1)],
+)
+def test_it_counts_a_mig_instance_as_slices_of_seven(profile, share) -> None:
+    assert measure.mig_share(profile) == share
+
+
+@pytest.mark.parametrize(
+    ("le", "canonical"),
+    [("1.0", "1"), ("1", "1"), ("0.25", "0.25"), ("1e1", "10"), ("+Inf", "+Inf")],
+)
+def test_it_spells_every_bucket_bound_one_way(le, canonical) -> None:
+    assert measure.canonical_le(le) == canonical
+
+
+def test_it_recovers_exact_thirds_from_prometheus_floats() -> None:
+    assert measure.exact("6.666666666666667") == Fraction(20, 3)
+    assert measure.exact("14.5") == Fraction(29, 2)
