@@ -1,0 +1,154 @@
+"""Benchmark: close a month of a 1,000-GPU pool at a 300 s step (~4 million usage rows).
+
+Loads ~4 million usage rows (500 tasks x 8,640 intervals at 93 %), 20 services' latency and
+a few thousand preemptions straight into PostgreSQL with INSERT ... SELECT generate_series,
+then times `close_period` against reading the same usage rows with COPY.
+
+Run with DATABASE_URL pointing at a scratch, migrated database (its metering and billing rows
+are TRUNCATEd first), e.g.
+  DATABASE_URL=postgres://postgres@127.0.0.1:5432/billing_bench python benchmarks/pricing.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+os.environ.setdefault("TANDEM_TIMEZONE", "Asia/Shanghai")
+
+import django
+
+django.setup()
+
+from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+
+GPUS = 1000
+TASKS = 500
+SERVICES = 20
+STEP = 300
+PERIOD = "2026-09"
+START = "2026-08-31T16:00:00Z"  # 1 September 00:00 in Asia/Shanghai
+INTERVALS = 30 * 24 * 3600 // STEP
+
+
+def load() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "TRUNCATE billing_periodclose, billing_periodscenario, billing_statement,"
+            " billing_statementline, billing_statementlinetask, billing_platformline,"
+            " billing_slabreach, metering_usageinterval, metering_capacityinterval,"
+            " metering_latencyinterval, metering_preemption, metering_ingestwindow,"
+            " metering_podwait, metering_service, metering_task, metering_team,"
+            " metering_source CASCADE"
+        )
+        cursor.execute(
+            "INSERT INTO metering_source (name, url, bearer_token, basic_auth_user,"
+            " basic_auth_password, verify_tls, scrape_interval_seconds, label_mapping,"
+            " priority_class_kinds, max_concurrent_queries, enabled, created) VALUES"
+            " ('default', 'http://prometheus.invalid', '', '', '', true, 15, '{}', '{}', 4,"
+            " true, now()) RETURNING id"
+        )
+        source = cursor.fetchone()[0]
+        cursor.execute(
+            "INSERT INTO metering_team (name, created)"
+            " SELECT 'team-' || n, now() FROM generate_series(0, 39) n"
+        )
+        cursor.execute(
+            "INSERT INTO metering_task (source_id, external_id, team_id, kind, fault_domain,"
+            " first_seen) SELECT %s, 'task-' || n,"
+            " (SELECT id FROM metering_team WHERE name = 'team-' || (n %% 40)),"
+            " (ARRAY['inference','training_batch','training_interactive','preprocessing'])"
+            "[1 + n %% 4], '', now() FROM generate_series(0, %s) n",
+            [source, TASKS - 1],
+        )
+        cursor.execute(
+            "INSERT INTO metering_service (source_id, external_id, team_id, slo_p99_ms, is_key)"
+            " SELECT %s, 'service-' || n,"
+            " (SELECT id FROM metering_team WHERE name = 'team-' || (n %% 40)), 500, true"
+            " FROM generate_series(0, %s) n",
+            [source, SERVICES - 1],
+        )
+        started = time.perf_counter()
+        cursor.execute(
+            "INSERT INTO metering_capacityinterval (source_id, fault_domain, interval_start,"
+            " gpus_present, capacity_gpu_seconds)"
+            " SELECT %s, '', %s::timestamptz + make_interval(secs => i * 300), %s, %s"
+            " FROM generate_series(0, %s) i",
+            [source, START, GPUS, GPUS * STEP, INTERVALS - 1],
+        )
+        # Each task runs in ~93 % of intervals on 1 or 2 GPUs: ~4.0 million rows, at most
+        # 500 x 600 = 300,000 GPU-seconds per interval, the pool's capacity.
+        cursor.execute(
+            "INSERT INTO metering_usageinterval (task_id, interval_start, alloc_gpu_seconds,"
+            " busy_gpu_seconds, memory_avg_bytes, memory_peak_bytes, read_operations,"
+            " write_operations, read_bytes, write_bytes)"
+            " SELECT t.id, %s::timestamptz + make_interval(secs => i * 300),"
+            " 300 * (1 + (t.id + i) %% 2), 0, 0, 0, 0, 0, 0, 0"
+            " FROM metering_task t CROSS JOIN generate_series(0, %s) i"
+            " WHERE (t.id * 7 + i * 13) %% 100 < 93",
+            [START, INTERVALS - 1],
+        )
+        cursor.execute(
+            "INSERT INTO metering_latencyinterval (service_id, interval_start, buckets,"
+            " request_count) SELECT s.id, %s::timestamptz + make_interval(secs => i * 300),"
+            " CASE WHEN (s.id + i) %% 50 = 0"
+            ' THEN \'[["0.1", 10], ["0.5", 50], ["1", 150], ["+Inf", 200]]\'::jsonb'
+            ' ELSE \'[["0.1", 150], ["0.5", 199], ["1", 200], ["+Inf", 200]]\'::jsonb END,'
+            " 200 FROM metering_service s CROSS JOIN generate_series(0, %s) i",
+            [START, INTERVALS - 1],
+        )
+        cursor.execute(
+            "INSERT INTO metering_preemption (task_id, pod, at, gpus, seconds_since_start,"
+            " lost_gpu_seconds) SELECT t.id, 'pod-' || k,"
+            " %s::timestamptz + make_interval(secs => (t.id * 977 + k * 86400) %% 2592000),"
+            " 1, 3600, NULL FROM metering_task t CROSS JOIN generate_series(0, 4) k"
+            " WHERE t.kind <> 'inference'",
+            [START],
+        )
+        cursor.execute(
+            'INSERT INTO metering_ingestwindow (source_id, start, "end", status, attempts,'
+            " rows_written, queries, prometheus_seconds, samples_seen, samples_expected,"
+            " completeness, warnings, error, content_hash, updated)"
+            " SELECT %s, %s::timestamptz + make_interval(hours => h),"
+            " %s::timestamptz + make_interval(hours => h + 1), 'done', 1, 0, '[]', 0, 0, 0,"
+            " 1, '[]', '', '', now() FROM generate_series(0, 719) h",
+            [source, START, START],
+        )
+        cursor.execute("SELECT count(*) FROM metering_usageinterval")
+        rows = cursor.fetchone()[0]
+        cursor.execute("ANALYZE")
+        print(f"loaded {rows:,} usage rows in {time.perf_counter() - started:.1f} s")
+    return rows
+
+
+def copy_seconds() -> float:
+    """The reference: read the same usage rows with COPY, doing nothing with them."""
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        with cursor.cursor.copy(
+            "COPY (SELECT interval_start, task_id, alloc_gpu_seconds FROM metering_usageinterval"
+            f" WHERE interval_start >= '{START}') TO STDOUT"
+        ) as copy:
+            for _ in copy:
+                pass
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    load()
+    reference = copy_seconds()
+    started = time.perf_counter()
+    call_command("close_period", "--period", PERIOD, "--no-corrections")
+    close_seconds = time.perf_counter() - started
+    print(f"COPY of the usage rows: {reference:.1f} s")
+    print(f"close_period {PERIOD}: {close_seconds:.1f} s (goal <= 60 s)")
+    print(f"ratio close / COPY: {close_seconds / reference:.1f}x (goal <= 5x)")
+
+
+if __name__ == "__main__":
+    main()

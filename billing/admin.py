@@ -1,0 +1,141 @@
+"""Admin: price books (draft, edit drafts, publish), quotas, closed periods (read-only)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from billing import models, services
+
+
+@admin.register(models.PriceBook)
+class PriceBookAdmin(admin.ModelAdmin):
+    list_display = ["version", "effective_from", "status", "currency", "timezone", "published_at"]
+    list_filter = ["status"]
+    readonly_fields = ["version", "status", "published_at", "created"]
+    actions = ["publish", "new_draft_from"]
+
+    def has_change_permission(self, request: HttpRequest, obj: models.PriceBook | None = None):
+        if obj is not None and obj.is_published:
+            return False  # shown read-only: a published book never changes (nor in the DB)
+        return super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: models.PriceBook | None = None):
+        if obj is not None and obj.is_published:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def save_model(self, request, obj: models.PriceBook, form, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)  # a draft: freely editable
+            return
+        fields = {name: getattr(obj, name) for name in services.PRICE_FIELDS}
+        created = services.price_book_create_draft(
+            effective_from=obj.effective_from, notes=obj.notes, **fields
+        )
+        obj.pk, obj.version = created.pk, created.version
+
+    @admin.action(description="Publish the selected drafts (they can never change again)")
+    def publish(self, request: HttpRequest, queryset: QuerySet[models.PriceBook]) -> None:
+        for book in queryset.filter(status=models.PriceBook.Status.DRAFT):
+            try:
+                services.price_book_publish(price_book_id=book.pk)
+            except services.PriceBookInvalid as error:
+                self.message_user(request, f"v{book.version}: {error}", messages.ERROR)
+            else:
+                self.message_user(request, f"published v{book.version}")
+
+    @admin.action(description="Create a new draft from the selected book")
+    def new_draft_from(self, request: HttpRequest, queryset: QuerySet[models.PriceBook]) -> None:
+        for book in queryset:
+            draft = services.price_book_create_draft(
+                effective_from=max(book.effective_from, dt.date.today()), based_on=book
+            )
+            self.message_user(request, f"draft v{draft.version} created from v{book.version}")
+
+
+@admin.register(models.Quota)
+class QuotaAdmin(admin.ModelAdmin):
+    list_display = [
+        "team",
+        "allowance_gpu_hours",
+        "allowance_money",
+        "concurrent_gpu_cap",
+        "io_caps",
+        "updated",
+    ]
+    search_fields = ["team__name"]
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Closed periods are looked at, never edited."""
+
+    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+class StatementLineInline(ReadOnlyInline):
+    model = models.StatementLine
+    fields = [
+        "kind",
+        "quantity_gpu_hours",
+        "rate_per_gpu_hour",
+        "amount",
+        "description",
+        "is_correction",
+        "corrects_period",
+    ]
+
+
+class PlatformLineInline(ReadOnlyInline):
+    model = models.PlatformLine
+    fields = ["name", "amount", "description", "is_correction", "corrects_period"]
+
+
+@admin.register(models.PeriodClose)
+class PeriodCloseAdmin(ReadOnlyAdmin):
+    list_display = [
+        "period",
+        "pool_cost",
+        "teams_total",
+        "platform_total",
+        "currency",
+        "price_book_version",
+        "engine_version",
+        "closed_at",
+    ]
+    exclude = []
+    inlines = [PlatformLineInline]
+
+
+@admin.register(models.Statement)
+class StatementAdmin(ReadOnlyAdmin):
+    list_display = ["period", "team", "total", "currency"]
+    list_filter = ["period", "team"]
+    inlines = [StatementLineInline]
+
+
+@admin.register(models.SlaBreach)
+class SlaBreachAdmin(ReadOnlyAdmin):
+    list_display = ["period_close", "service", "interval_start", "is_peak", "penalized"]
+    list_filter = ["penalized", "service"]

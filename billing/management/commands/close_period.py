@@ -1,0 +1,54 @@
+"""`close_period --period YYYY-MM`: price a month and store its statements (idempotent)."""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+
+from billing.pricing import ScenarioError
+from billing.selectors import PriceBookNotFound
+from billing.services import BillingError, PeriodCloseRefused, period_close
+
+
+class Command(BaseCommand):
+    help = "Close a month (pool time zone): price it with the book in force, store statements."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--period", required=True, help="YYYY-MM, in the pool's time zone")
+        parser.add_argument(
+            "--no-corrections",
+            action="store_true",
+            help="do not look for late data in earlier closed months",
+        )
+        parser.add_argument(
+            "--recheck",
+            action="append",
+            default=[],
+            metavar="YYYY-MM",
+            help="re-build this earlier closed month even if no ingest window flags late data",
+        )
+
+    def handle(self, *args, period: str, no_corrections: bool, recheck: list[str], **options):
+        try:
+            outcome = period_close(period=period, corrections=not no_corrections, recheck=recheck)
+        except PeriodCloseRefused as error:
+            reasons = "\n".join(f"  - {reason}" for reason in error.reasons)
+            raise CommandError(f"period {period} cannot be closed:\n{reasons}") from None
+        except (BillingError, ScenarioError, PriceBookNotFound, ValueError) as error:
+            raise CommandError(str(error)) from None
+        close = outcome.period_close
+        if not outcome.created:
+            message = f"{period} was already closed at {close.closed_at:%Y-%m-%d %H:%M:%S %Z}"
+            if outcome.data_changed:
+                message += "; its metering data changed since: the next close adds correction lines"
+            self.stdout.write(message + "; nothing changed.")
+            return
+        self.stdout.write(
+            f"closed {period}: pool cost {close.pool_cost} {close.currency}, teams "
+            f"{close.teams_total}, platform {close.platform_total} (price book "
+            f"v{close.price_book_version}, engine {close.engine_version}, scenario "
+            f"sha256 {close.scenario_sha256})"
+        )
+        for statement in close.statements.select_related("team"):
+            self.stdout.write(f"  {statement.team.name}: {statement.total}")
+        if outcome.corrected_periods:
+            self.stdout.write("corrections of: " + ", ".join(outcome.corrected_periods))

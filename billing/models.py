@@ -1,0 +1,457 @@
+"""What billing stores: price books, closed periods with their statements, and quotas.
+
+Two kinds of rows never change once written, and the database enforces it with triggers
+(migration 0002) besides the model guards below:
+
+- a *published* price book (a change is a new version);
+- everything a period close writes: the close itself, its scenario snapshots, statements,
+  their lines and per-task contributions, platform lines and SLA breaches. Late data never
+  edits them: the next close adds correction lines instead.
+"""
+
+from __future__ import annotations
+
+import decimal
+import zlib
+from decimal import Decimal
+
+from django.db import IntegrityError, models
+from django.db.models import Q
+
+from metering.models import TASK_KINDS, Service, Task, Team
+
+PERIOD_REGEX = r"^[0-9]{4}-(0[1-9]|1[0-2])$"
+# Rounded amounts: the currency's minor unit (price books are limited to currencies of at
+# most two decimals, see services.price_book_create_draft).
+MONEY = {"max_digits": 20, "decimal_places": 2}
+# Unrounded figures exactly as the engine computes them: it works on a fixed grid of 30
+# decimal places, so these columns hold its values without losing a digit.
+EXACT = {"max_digits": 60, "decimal_places": 30}
+
+
+class ImmutableRecordError(IntegrityError):
+    """A write to a row that must never change (a published price book, a closed period)."""
+
+
+class LineKind(models.TextChoices):
+    BASELINE = "baseline", "Reserved inference baseline"
+    STANDARD = "standard", "Usage at the standard rate"
+    OFFPEAK = "offpeak", "Training usage at the off-peak rate"
+    SLA_PENALTY = "sla_penalty", "Latency objective penalty"
+    SLA_CREDIT = "sla_credit", "Latency objective credit"
+    COMPENSATION = "compensation", "Preemption compensation"
+
+
+class PlatformLineName(models.TextChoices):
+    IDLE_CAPACITY = "idle_capacity", "Idle capacity"
+    RESERVE_RESOLD = "reserve_resold", "Reserve resold"
+    OFFPEAK_DISCOUNT = "offpeak_discount", "Off-peak discount"
+    STARVATION_COMPENSATION = "starvation_compensation", "Starvation compensation"
+    UNASSIGNED_RESERVATION = "unassigned_reservation", "Unassigned reservation"
+    ROUNDING = "rounding", "Rounding"
+
+
+class PriceBook(models.Model):
+    """One version of the prices (pricing.md "Price book"). Published versions never change."""
+
+    class Status(models.TextChoices):
+        DRAFT = "draft"
+        PUBLISHED = "published"
+
+    version = models.PositiveIntegerField(unique=True)
+    effective_from = models.DateField(help_text="First day (pool time zone) it prices.")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.DRAFT)
+    published_at = models.DateTimeField(null=True, blank=True)
+    currency = models.CharField(max_length=3, help_text="ISO 4217 code, e.g. CNY")
+    timezone = models.CharField(max_length=64, help_text="The pool's IANA time zone")
+    depreciation_per_gpu_hour = models.DecimalField(max_digits=14, decimal_places=6)
+    facility_per_gpu_hour = models.DecimalField(max_digits=14, decimal_places=6)
+    electricity_per_kwh = models.DecimalField(max_digits=14, decimal_places=6)
+    gpu_average_power_kw = models.DecimalField(max_digits=14, decimal_places=6)
+    reserved_inference_share = models.DecimalField(max_digits=7, decimal_places=6)
+    peak_hours = models.JSONField(help_text="[start, end) local hours, e.g. [9, 22]")
+    sla_penalty_per_interval = models.DecimalField(max_digits=14, decimal_places=6)
+    sla_min_requests = models.PositiveIntegerField()
+    starvation_preemption_threshold = models.PositiveIntegerField()
+    starvation_lost_work_cap_seconds = models.PositiveIntegerField()
+    notes = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-version"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    models.Q(status="draft", published_at__isnull=True)
+                    | models.Q(status="published", published_at__isnull=False)
+                ),
+                name="price_book_published_has_time",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(currency__regex=r"^[A-Z]{3}$"), name="price_book_currency_iso"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(reserved_inference_share__gte=0)
+                & models.Q(reserved_inference_share__lte=1),
+                name="price_book_share_between_0_and_1",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(depreciation_per_gpu_hour__gte=0)
+                & models.Q(facility_per_gpu_hour__gte=0)
+                & models.Q(electricity_per_kwh__gte=0)
+                & models.Q(gpu_average_power_kw__gte=0)
+                & models.Q(sla_penalty_per_interval__gte=0),
+                name="price_book_prices_not_negative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"v{self.version} from {self.effective_from} ({self.status})"
+
+    def save(self, *args, **kwargs) -> None:
+        if (
+            self.pk is not None
+            and type(self).objects.filter(pk=self.pk, status=self.Status.PUBLISHED).exists()
+        ):
+            raise ImmutableRecordError(
+                f"price book v{self.version} is published and cannot change; "
+                "create a new version instead"
+            )
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        if self.status == self.Status.PUBLISHED:
+            raise ImmutableRecordError(f"price book v{self.version} is published: never deleted")
+        return super().delete(*args, **kwargs)
+
+    @property
+    def is_published(self) -> bool:
+        return self.status == self.Status.PUBLISHED
+
+    def to_scenario_dict(self) -> dict:
+        """The `price_book` object of a scenario file (pricing.md), amounts as strings."""
+        return {
+            "currency": self.currency,
+            "timezone": self.timezone,
+            "depreciation_per_gpu_hour": decimal_text(self.depreciation_per_gpu_hour),
+            "facility_per_gpu_hour": decimal_text(self.facility_per_gpu_hour),
+            "electricity_per_kwh": decimal_text(self.electricity_per_kwh),
+            "gpu_average_power_kw": decimal_text(self.gpu_average_power_kw),
+            "reserved_inference_share": decimal_text(self.reserved_inference_share),
+            "peak_hours": list(self.peak_hours),
+            "sla_penalty_per_interval": decimal_text(self.sla_penalty_per_interval),
+            "sla_min_requests": self.sla_min_requests,
+            "starvation_preemption_threshold": self.starvation_preemption_threshold,
+            "starvation_lost_work_cap_seconds": self.starvation_lost_work_cap_seconds,
+        }
+
+
+def decimal_text(value: Decimal) -> str:
+    """A stored decimal as pricing.md writes it: no padding zeros beyond two places.
+
+    `Decimal("11.500000")` becomes "11.50", `Decimal("0.820000")` "0.82", so a book stored in
+    the database yields the same scenario text (and hash) as the same book typed by hand.
+    """
+    normalized = value.normalize()
+    if normalized.as_tuple().exponent > -2:
+        return str(normalized.quantize(Decimal("0.01")))
+    return str(normalized)
+
+
+class ImmutableQuerySet(models.QuerySet):
+    """Refuses bulk updates and deletes of rows that belong to a closed period."""
+
+    def update(self, **kwargs):
+        raise ImmutableRecordError(f"{self.model._meta.verbose_name} rows never change")
+
+    def delete(self):
+        raise ImmutableRecordError(f"{self.model._meta.verbose_name} rows are never deleted")
+
+
+class ImmutableModel(models.Model):
+    """A row written once, when a period closes (insert only; triggers refuse the rest)."""
+
+    objects = ImmutableQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs) -> None:
+        if not self._state.adding:
+            raise ImmutableRecordError(
+                f"{self._meta.verbose_name} {self.pk} belongs to a closed period and never changes"
+            )
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise ImmutableRecordError(
+            f"{self._meta.verbose_name} {self.pk} belongs to a closed period and is never deleted"
+        )
+
+
+class PeriodClose(ImmutableModel):
+    """A month, priced and closed: the input it was priced from and the totals."""
+
+    class Status(models.TextChoices):
+        CLOSED = "closed"
+
+    period = models.CharField(max_length=7, unique=True, help_text="YYYY-MM, pool time zone")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.CLOSED)
+    timezone = models.CharField(max_length=64)
+    period_start = models.DateTimeField(help_text="First instant of the month (UTC)")
+    period_end = models.DateTimeField(help_text="First instant after the month (UTC)")
+    price_book = models.ForeignKey(PriceBook, on_delete=models.PROTECT, related_name="closes")
+    price_book_version = models.PositiveIntegerField()
+    engine_version = models.CharField(max_length=32)
+    scenario_sha256 = models.CharField(max_length=64)
+    currency = models.CharField(max_length=3)
+    standard_rate = models.DecimalField(**EXACT)
+    offpeak_rate = models.DecimalField(**EXACT)
+    pool_cost_unrounded = models.DecimalField(**EXACT)
+    pool_cost = models.DecimalField(**MONEY)
+    # Differences of earlier months' pool cost found through late data, carried by this close.
+    pool_cost_corrections = models.DecimalField(**MONEY, default=Decimal("0.00"))
+    teams_total = models.DecimalField(**MONEY)
+    platform_total = models.DecimalField(**MONEY)
+    closed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-period"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(period__regex=PERIOD_REGEX), name="period_close_period_format"
+            ),
+            models.CheckConstraint(
+                # Conservation, pricing.md "Rounding": every cent of the pool is accounted for.
+                condition=models.Q(
+                    teams_total=models.F("pool_cost")
+                    + models.F("pool_cost_corrections")
+                    - models.F("platform_total")
+                ),
+                name="period_close_conserves_pool_cost",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.period
+
+
+class PeriodScenario(ImmutableModel):
+    """The exact engine input behind a period, compressed canonical JSON.
+
+    Revision 0 is the input the period was closed with. A later revision is the same month
+    re-built from late data; `priced_in` is the close that carried its correction lines.
+    """
+
+    period = models.CharField(max_length=7)
+    revision = models.PositiveIntegerField()
+    priced_in = models.ForeignKey(PeriodClose, on_delete=models.PROTECT, related_name="scenarios")
+    price_book = models.ForeignKey(PriceBook, on_delete=models.PROTECT, related_name="+")
+    scenario_sha256 = models.CharField(max_length=64)
+    pool_cost = models.DecimalField(**MONEY)
+    scenario_zlib = models.BinaryField()
+    created = models.DateTimeField()
+
+    class Meta:
+        ordering = ["period", "revision"]
+        constraints = [
+            models.UniqueConstraint(fields=["period", "revision"], name="scenario_revision_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.period} r{self.revision}"
+
+    @staticmethod
+    def compress(text: str) -> bytes:
+        # Level 1: a month of a large pool is hundreds of MB of JSON; speed beats ratio here.
+        return zlib.compress(text.encode(), 1)
+
+    def scenario_text(self) -> str:
+        return zlib.decompress(bytes(self.scenario_zlib)).decode()
+
+
+class Statement(ImmutableModel):
+    """One team's bill for one closed month: the sum of its rounded lines."""
+
+    period_close = models.ForeignKey(
+        PeriodClose, on_delete=models.PROTECT, related_name="statements"
+    )
+    period = models.CharField(max_length=7)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="statements")
+    currency = models.CharField(max_length=3)
+    total = models.DecimalField(**MONEY)
+
+    class Meta:
+        ordering = ["period", "team__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["period_close", "team"], name="statement_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.period} {self.team}"
+
+
+class StatementLine(ImmutableModel):
+    statement = models.ForeignKey(Statement, on_delete=models.PROTECT, related_name="lines")
+    kind = models.CharField(max_length=16, choices=LineKind.choices)
+    quantity_gpu_seconds = models.DecimalField(**EXACT, null=True, blank=True)
+    quantity_gpu_hours = models.DecimalField(max_digits=20, decimal_places=2, null=True)
+    rate_per_gpu_hour = models.DecimalField(**EXACT, null=True, blank=True)
+    # Latency lines are counted in breached intervals (a team's share of each, for penalties).
+    breached_intervals = models.DecimalField(**EXACT, null=True, blank=True)
+    rate_per_interval = models.DecimalField(**EXACT, null=True, blank=True)
+    amount_unrounded = models.DecimalField(**EXACT)
+    amount = models.DecimalField(**MONEY)
+    description = models.TextField()
+    is_correction = models.BooleanField(default=False)
+    corrects_period = models.CharField(max_length=7, blank=True)
+
+    class Meta:
+        ordering = ["statement", "is_correction", "corrects_period", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["statement", "kind", "is_correction", "corrects_period"],
+                name="statement_line_unique",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(is_correction=False, corrects_period="")
+                | models.Q(is_correction=True, corrects_period__regex=PERIOD_REGEX),
+                name="statement_line_correction_names_period",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.statement} {self.kind} {self.amount}"
+
+
+class StatementLineTask(ImmutableModel):
+    """What one task (or, for latency credits, one service) contributed to a line."""
+
+    line = models.ForeignKey(StatementLine, on_delete=models.PROTECT, related_name="tasks")
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, null=True, related_name="+")
+    service = models.ForeignKey(Service, on_delete=models.PROTECT, null=True, related_name="+")
+    gpu_seconds = models.DecimalField(**EXACT, null=True)
+    amount_unrounded = models.DecimalField(**EXACT)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(task__isnull=False, service__isnull=True)
+                | models.Q(task__isnull=True, service__isnull=False),
+                name="line_contribution_names_task_or_service",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task or self.service}: {self.amount_unrounded}"
+
+
+class PlatformLine(ImmutableModel):
+    """One named part of the platform balance (pricing.md rule 6)."""
+
+    period_close = models.ForeignKey(
+        PeriodClose, on_delete=models.PROTECT, related_name="platform_lines"
+    )
+    name = models.CharField(max_length=32, choices=PlatformLineName.choices)
+    quantity_gpu_seconds = models.DecimalField(**EXACT, null=True, blank=True)
+    rate_per_gpu_hour = models.DecimalField(**EXACT, null=True, blank=True)
+    amount_unrounded = models.DecimalField(**EXACT)
+    amount = models.DecimalField(**MONEY)
+    description = models.TextField()
+    is_correction = models.BooleanField(default=False)
+    corrects_period = models.CharField(max_length=7, blank=True)
+
+    class Meta:
+        ordering = ["period_close", "is_correction", "corrects_period", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["period_close", "name", "is_correction", "corrects_period"],
+                name="platform_line_unique",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.period_close} {self.name} {self.amount}"
+
+
+class SlaBreach(ImmutableModel):
+    """An interval in which a service missed its P99 objective, listed even if no money moved."""
+
+    period_close = models.ForeignKey(
+        PeriodClose, on_delete=models.PROTECT, related_name="sla_breaches"
+    )
+    service = models.ForeignKey(Service, on_delete=models.PROTECT, related_name="+")
+    interval_start = models.DateTimeField()
+    request_count = models.DecimalField(max_digits=24, decimal_places=6)
+    p99_seconds = models.DecimalField(**EXACT, null=True)
+    slo_p99_ms = models.DecimalField(max_digits=16, decimal_places=3)
+    is_peak = models.BooleanField()
+    penalized = models.BooleanField(help_text="Money moved: peak interval with training running")
+
+    class Meta:
+        ordering = ["period_close", "service", "interval_start"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["period_close", "service", "interval_start"], name="sla_breach_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.service} {self.interval_start:%Y-%m-%dT%H:%MZ}"
+
+
+class Quota(models.Model):
+    """What a team may use per month and at once; schedulers read it through the export."""
+
+    team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="quota")
+    allowance_gpu_hours = models.DecimalField(
+        max_digits=16, decimal_places=2, null=True, blank=True
+    )
+    allowance_money = models.DecimalField(max_digits=16, decimal_places=2, null=True, blank=True)
+    concurrent_gpu_cap = models.DecimalField(max_digits=12, decimal_places=3, null=True, blank=True)
+    io_caps = models.JSONField(
+        default=dict, blank=True, help_text='Operations per second per task kind: {"kind": n}'
+    )
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["team__name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    (Q(allowance_gpu_hours__isnull=True) | Q(allowance_gpu_hours__gte=0))
+                    & (Q(allowance_money__isnull=True) | Q(allowance_money__gte=0))
+                    & (Q(concurrent_gpu_cap__isnull=True) | Q(concurrent_gpu_cap__gte=0))
+                ),
+                name="quota_not_negative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"quota of {self.team}"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        try:
+            validate_io_caps(self.io_caps)
+        except ValueError as error:
+            raise ValidationError({"io_caps": str(error)}) from None
+
+
+def validate_io_caps(io_caps: object) -> None:
+    """`{kind: operations per second}` with known kinds and non-negative whole or decimal caps."""
+    if not isinstance(io_caps, dict):
+        raise ValueError("io_caps must be an object {task kind: operations per second}")
+    kinds = {kind for kind, _ in TASK_KINDS}
+    for kind, cap in io_caps.items():
+        if kind not in kinds:
+            raise ValueError(f"io_caps: unknown task kind {kind!r} (known: {sorted(kinds)})")
+        if isinstance(cap, bool) or not isinstance(cap, int | str):
+            raise ValueError(f"io_caps[{kind!r}]: a whole number or decimal string, got {cap!r}")
+        try:
+            value = Decimal(cap)
+        except decimal.InvalidOperation:
+            raise ValueError(f"io_caps[{kind!r}]: not a number: {cap!r}") from None
+        if not value.is_finite() or value < 0:
+            raise ValueError(f"io_caps[{kind!r}]: must be a non-negative number, got {cap!r}")

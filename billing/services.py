@@ -1,0 +1,834 @@
+"""Writes for billing: price books, period closes (statements, corrections), quotas.
+
+A period close is one transaction: it builds the month's scenario from the metering tables,
+prices it with the book in force, and inserts the close, the compressed scenario, one
+statement per team with its lines and their per-task contributions, the platform lines and
+the SLA breaches. Those rows are never updated (see models.py); late data for a closed month
+becomes correction lines in a later close.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from billing.defaults import DEFAULT_EFFECTIVE_FROM, DEFAULT_PRICE_BOOK
+from billing.models import (
+    LineKind,
+    PeriodClose,
+    PeriodScenario,
+    PlatformLine,
+    PlatformLineName,
+    PriceBook,
+    Quota,
+    SlaBreach,
+    Statement,
+    StatementLine,
+    StatementLineTask,
+    validate_io_caps,
+)
+from billing.pricing import ENGINE_VERSION, Line, ScenarioError
+from billing.pricing.money import hours, minor_unit
+from billing.scenarios import PricedScenario, scenario_build, scenario_digest, scenario_price
+from billing.selectors import (
+    PeriodBounds,
+    PriceBookNotFound,
+    engine_price_book,
+    ingested_until,
+    period_bounds,
+    period_containing,
+    period_label,
+    period_previous,
+    period_window_problems,
+    price_book_in_force,
+)
+from metering.models import IngestWindow, Team
+
+ZERO = Decimal(0)
+# One lock for every period close: closes (and the corrections they carry) happen in order.
+PERIOD_CLOSE_LOCK = 0x7461_6E64_0001
+
+
+class BillingError(Exception):
+    """A billing operation refused; the message says why, naming the field or record."""
+
+
+class PriceBookInvalid(BillingError):
+    pass
+
+
+class PeriodCloseRefused(BillingError):
+    """The month cannot be closed (yet); `reasons` lists every problem found."""
+
+    def __init__(self, period: str, reasons: list[str]) -> None:
+        self.period = period
+        self.reasons = reasons
+        super().__init__(f"period {period} cannot be closed: " + "; ".join(reasons))
+
+
+# --- Price books ----------------------------------------------------------------------
+
+PRICE_FIELDS = (
+    "currency",
+    "timezone",
+    "depreciation_per_gpu_hour",
+    "facility_per_gpu_hour",
+    "electricity_per_kwh",
+    "gpu_average_power_kw",
+    "reserved_inference_share",
+    "peak_hours",
+    "sla_penalty_per_interval",
+    "sla_min_requests",
+    "starvation_preemption_threshold",
+    "starvation_lost_work_cap_seconds",
+)
+DECIMAL_FIELDS = (
+    "depreciation_per_gpu_hour",
+    "facility_per_gpu_hour",
+    "electricity_per_kwh",
+    "gpu_average_power_kw",
+    "reserved_inference_share",
+    "sla_penalty_per_interval",
+)
+
+
+def price_book_create_draft(
+    *,
+    effective_from: dt.date,
+    based_on: PriceBook | None = None,
+    notes: str = "",
+    **prices: object,
+) -> PriceBook:
+    """A new draft version: the fields of `based_on` (default: the newest book, else the
+    defaults of pricing.md) with `prices` changed. Amounts are Decimals, ints or decimal
+    strings; floats are refused. The version number is the next free one."""
+    unknown = sorted(set(prices) - set(PRICE_FIELDS))
+    if unknown:
+        raise PriceBookInvalid(f"unknown price book field {unknown[0]!r}")
+    base = based_on or PriceBook.objects.order_by("-version").first()
+    if base is not None:
+        values = {name: getattr(base, name) for name in PRICE_FIELDS}
+    else:
+        values = {**DEFAULT_PRICE_BOOK, "timezone": settings.TANDEM_TIMEZONE}
+    values.update(prices)
+    book = PriceBook(effective_from=effective_from, notes=notes, **_coerced(values))
+    with transaction.atomic():
+        _lock(PERIOD_CLOSE_LOCK + 1)
+        book.version = (
+            PriceBook.objects.order_by("-version").values_list("version", flat=True).first() or 0
+        ) + 1
+        _validate_price_book(book)
+        book.save()
+    return book
+
+
+def price_book_publish(*, price_book_id: int, now: dt.datetime | None = None) -> PriceBook:
+    """Publish a draft: from now on it is immutable and prices periods from `effective_from`."""
+    with transaction.atomic():
+        book = PriceBook.objects.select_for_update().filter(pk=price_book_id).first()
+        if book is None:
+            raise PriceBookInvalid(f"price book {price_book_id} does not exist")
+        if book.is_published:
+            raise PriceBookInvalid(f"price book v{book.version} is already published")
+        _validate_price_book(book)
+        PriceBook.objects.filter(pk=book.pk, status=PriceBook.Status.DRAFT).update(
+            status=PriceBook.Status.PUBLISHED, published_at=now or timezone.now()
+        )
+    book.refresh_from_db()
+    return book
+
+
+def price_book_ensure_default() -> PriceBook | None:
+    """Create the published default book v1 (pricing.md's example) when there is no book."""
+    with transaction.atomic():
+        _lock(PERIOD_CLOSE_LOCK + 1)
+        if PriceBook.objects.exists():
+            return None
+        return PriceBook.objects.create(
+            version=1,
+            effective_from=DEFAULT_EFFECTIVE_FROM,
+            status=PriceBook.Status.PUBLISHED,
+            published_at=timezone.now(),
+            timezone=settings.TANDEM_TIMEZONE,
+            notes="Default book: the example values of pricing.md.",
+            **_coerced(DEFAULT_PRICE_BOOK),
+        )
+
+
+def _coerced(values: dict) -> dict:
+    coerced = dict(values)
+    for name in DECIMAL_FIELDS:
+        value = coerced[name]
+        if isinstance(value, float):
+            raise PriceBookInvalid(f"{name}: give a decimal string such as '{value}', not a float")
+        try:
+            coerced[name] = Decimal(value) if isinstance(value, int | str) else value
+        except InvalidOperation:
+            raise PriceBookInvalid(f"{name}: not a decimal number: {value!r}") from None
+    return coerced
+
+
+def _validate_price_book(book: PriceBook) -> None:
+    """The engine's own checks (same messages as for a scenario file) and the columns'."""
+    try:
+        engine_book = engine_price_book(book)
+    except (ScenarioError, TypeError) as error:
+        raise PriceBookInvalid(str(error)) from None
+    if minor_unit(engine_book.currency) > 2:
+        raise PriceBookInvalid(
+            f"currency {engine_book.currency}: statements store two decimals; "
+            "currencies with a smaller minor unit are not supported"
+        )
+    try:
+        book.full_clean(exclude=["version"])
+    except ValidationError as error:
+        field_name, messages = next(iter(error.message_dict.items()))
+        raise PriceBookInvalid(f"{field_name}: {' '.join(messages)}") from None
+
+
+def _lock(key: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+
+
+# --- Period close ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PeriodCloseOutcome:
+    period_close: PeriodClose
+    created: bool
+    # Metering no longer matches the stored scenario: a later close will add corrections.
+    data_changed: bool = False
+    corrected_periods: tuple[str, ...] = ()
+
+
+def period_close(
+    *,
+    period: str,
+    corrections: bool = True,
+    recheck: Iterable[str] = (),
+    now: dt.datetime | None = None,
+) -> PeriodCloseOutcome:
+    """Close `period` ("YYYY-MM" in the pool's time zone): price it and store its statements.
+
+    Refuses (PeriodCloseRefused, listing every reason) while the month is not over, while an
+    ingest window of it is pending, running, failed or below TANDEM_MIN_COMPLETENESS, when no
+    published price book is in force, or when metering holds nothing for it. A scenario the
+    engine cannot price raises its ScenarioError naming the record. Nothing is stored unless
+    everything is.
+
+    Idempotent: an already closed month is returned as it is (never re-priced or edited);
+    `data_changed` says whether its metering changed since.
+
+    With `corrections`, earlier closed months whose ingest windows changed after they were
+    priced (plus those named in `recheck`) are re-priced with their own book; differences
+    become correction lines in this month's statements.
+    """
+    now = now or timezone.now()
+    bounds = period_bounds(period)
+    existing = PeriodClose.objects.filter(period=period).first()
+    if existing is not None:
+        return _already_closed(existing, bounds)
+    with _metering_snapshot():
+        book = _ready_to_close(bounds, now)
+        priced = _price_metering(bounds, book)
+        if not priced.built.has_metering_data:
+            reason = f"metering holds no capacity or usage for {period}"
+            raise PeriodCloseRefused(period, [reason])
+        due = _corrections_due(period, set(recheck)) if corrections else []
+    for item in due:
+        if item.book.currency != book.currency:
+            raise PeriodCloseRefused(
+                period,
+                [
+                    f"late data changed {item.period}, billed in {item.book.currency}; "
+                    f"corrections cannot be added to statements in {book.currency}"
+                ],
+            )
+    with transaction.atomic():
+        _lock(PERIOD_CLOSE_LOCK)
+        existing = PeriodClose.objects.filter(period=period).first()
+        if existing is not None:  # closed by a concurrent run while this one priced
+            return _already_closed(existing, bounds)
+        for item in due:
+            latest = PeriodScenario.objects.filter(period=item.period).order_by("-revision")
+            if latest.values_list("revision", flat=True).first() != item.revision - 1:
+                raise PeriodCloseRefused(
+                    period, [f"another close corrected {item.period} meanwhile; run it again"]
+                )
+        close = _store_close(bounds, book, priced, due, now)
+    return PeriodCloseOutcome(
+        period_close=close, created=True, corrected_periods=tuple(item.period for item in due)
+    )
+
+
+@contextmanager
+def _metering_snapshot() -> Iterator[None]:
+    """Every read of a close sees one committed state of the metering tables.
+
+    Ingest windows commit while a month is read (several queries, tens of seconds at scale);
+    REPEATABLE READ keeps usage, capacity and latency from different moments out of one
+    scenario. Inside a caller's transaction (tests, admin actions) its isolation applies.
+    """
+    if connection.in_atomic_block:
+        yield
+        return
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield
+
+
+def _ready_to_close(bounds: PeriodBounds, now: dt.datetime) -> PriceBook:
+    reasons = []
+    if bounds.end > now:
+        reasons.append(f"the month is not over until {bounds.end:%Y-%m-%dT%H:%M:%SZ}")
+    reasons += period_window_problems(bounds)
+    book = None
+    try:
+        book = price_book_in_force(bounds.first_day)
+    except PriceBookNotFound as error:
+        reasons.append(str(error))
+    if reasons:
+        raise PeriodCloseRefused(bounds.period, reasons)
+    return book
+
+
+def _price_metering(bounds: PeriodBounds, book: PriceBook) -> PricedScenario:
+    built = scenario_build(start=bounds.start, end=bounds.end, price_book=book)
+    return scenario_price(built)
+
+
+def _already_closed(close: PeriodClose, bounds: PeriodBounds) -> PeriodCloseOutcome:
+    latest = PeriodScenario.objects.filter(period=close.period).order_by("-revision").first()
+    try:
+        with _metering_snapshot():
+            built = scenario_build(start=bounds.start, end=bounds.end, price_book=close.price_book)
+        changed = scenario_digest(built)[1] != latest.scenario_sha256
+    except ScenarioError:
+        changed = True  # the data changed into something unpriceable; verify_period says how
+    return PeriodCloseOutcome(period_close=close, created=False, data_changed=changed)
+
+
+# --- Corrections ----------------------------------------------------------------------
+
+
+@dataclass
+class _Delta:
+    """The change of one line between what was billed and the re-priced month."""
+
+    kind: str
+    amount: Decimal = ZERO  # rounded
+    amount_unrounded: Decimal = ZERO
+    gpu_seconds: Decimal | None = None
+    breached_intervals: Decimal | None = None
+    rate_per_gpu_hour: Decimal | None = None
+    rate_per_interval: Decimal | None = None
+    # (is_service, pk) -> [unrounded amount, GPU-seconds]
+    contributions: dict[tuple[bool, int], list[Decimal]] = field(default_factory=dict)
+
+    @property
+    def is_empty(self) -> bool:
+        return not (
+            self.amount
+            or self.amount_unrounded
+            or self.gpu_seconds
+            or self.breached_intervals
+            or any(amount or seconds for amount, seconds in self.contributions.values())
+        )
+
+
+@dataclass(frozen=True)
+class _Correction:
+    period: str
+    revision: int
+    book: PriceBook
+    priced: PricedScenario
+    team_deltas: dict[str, list[_Delta]]
+    platform_deltas: list[_Delta]
+    pool_cost_delta: Decimal
+
+
+def _corrections_due(period: str, recheck: set[str]) -> list[_Correction]:
+    """Earlier closed months whose metering changed since they were last priced."""
+    due = []
+    for close in PeriodClose.objects.filter(period__lt=period).order_by("period"):
+        latest = PeriodScenario.objects.filter(period=close.period).order_by("-revision").first()
+        bounds = period_bounds(close.period)
+        late = IngestWindow.objects.filter(start__lt=bounds.end, end__gt=bounds.start).filter(
+            Q(changed_after_first_write__gt=latest.created) | Q(first_written__gt=latest.created)
+        )
+        if close.period not in recheck and not late.exists():
+            continue
+        try:
+            built = scenario_build(start=bounds.start, end=bounds.end, price_book=close.price_book)
+            digest = scenario_digest(built)
+            if digest[1] != latest.scenario_sha256:
+                due.append(_correction(close, latest, scenario_price(built, digest)))
+        except ScenarioError as error:
+            raise ScenarioError(f"re-pricing {close.period} for corrections: {error}") from None
+    return due
+
+
+def _correction(close: PeriodClose, latest: PeriodScenario, priced: PricedScenario) -> _Correction:
+    result = priced.result
+    billed_lines, billed_contributions = _billed_team_lines(close.period)
+    keys = {(team.team, line.kind) for team in result.teams for line in team.lines}
+    keys |= set(billed_lines)
+    team_deltas: dict[str, list[_Delta]] = defaultdict(list)
+    for team, kind in sorted(keys):
+        team_result = result.team(team)
+        line = team_result.line(kind) if team_result else None
+        delta = _line_delta(
+            kind,
+            line,
+            billed_lines.get((team, kind), {}),
+            billed_contributions.get((team, kind), {}),
+            priced,
+        )
+        if not delta.is_empty:
+            team_deltas[team].append(delta)
+    billed_platform = _billed_platform_lines(close.period)
+    platform_deltas = [
+        delta
+        for delta in (
+            _line_delta(line.kind, line, billed_platform.get(line.kind, {}), {}, priced)
+            for line in result.platform.lines
+        )
+        if not delta.is_empty
+    ]
+    return _Correction(
+        period=close.period,
+        revision=latest.revision + 1,
+        book=close.price_book,
+        priced=priced,
+        team_deltas=dict(team_deltas),
+        platform_deltas=platform_deltas,
+        pool_cost_delta=result.pool_cost_rounded - latest.pool_cost,
+    )
+
+
+def _line_delta(
+    kind: str,
+    line: Line | None,
+    billed: dict[str, Decimal],
+    billed_contributions: dict[tuple[bool, int], list[Decimal]],
+    priced: PricedScenario,
+) -> _Delta:
+    delta = _Delta(kind=kind)
+    delta.amount = (line.rounded if line else ZERO) - billed.get("amount", ZERO)
+    delta.amount_unrounded = (line.amount if line else ZERO) - billed.get("amount_unrounded", ZERO)
+    if (line and line.gpu_seconds is not None) or billed.get("gpu_seconds") is not None:
+        new = line.gpu_seconds if line and line.gpu_seconds is not None else ZERO
+        delta.gpu_seconds = new - (billed.get("gpu_seconds") or ZERO)
+    if (line and line.breached_intervals is not None) or billed.get("breached_intervals"):
+        new = line.breached_intervals if line and line.breached_intervals is not None else ZERO
+        delta.breached_intervals = new - (billed.get("breached_intervals") or ZERO)
+    if line is not None:
+        delta.rate_per_gpu_hour = line.rate_per_gpu_hour
+        delta.rate_per_interval = line.rate_per_interval
+    contributions = {
+        key: [-amount, -seconds] for key, (amount, seconds) in billed_contributions.items()
+    }
+    for item in line.contributions if line else ():
+        key = _contributor_key(item.id, item.is_service, priced)
+        entry = contributions.setdefault(key, [ZERO, ZERO])
+        entry[0] += item.amount
+        entry[1] += item.gpu_seconds
+    delta.contributions = {
+        key: value for key, value in contributions.items() if value[0] or value[1]
+    }
+    return delta
+
+
+def _contributor_key(
+    scenario_id: str, is_service: bool, priced: PricedScenario
+) -> tuple[bool, int]:
+    pks = priced.built.service_pks if is_service else priced.built.task_pks
+    return (is_service, pks[scenario_id])
+
+
+def _billed_team_lines(period: str) -> tuple[dict, dict]:
+    """What has been billed for `period` so far: its statement lines plus every correction
+    of it, per (team, kind); and per-task (or service) contributions likewise."""
+    lines = StatementLine.objects.filter(
+        Q(statement__period=period, is_correction=False)
+        | Q(is_correction=True, corrects_period=period)
+    )
+    billed: dict[tuple[str, str], dict[str, Decimal]] = {}
+    for team, kind, amount, unrounded, seconds, breached in lines.values_list(
+        "statement__team__name",
+        "kind",
+        "amount",
+        "amount_unrounded",
+        "quantity_gpu_seconds",
+        "breached_intervals",
+    ):
+        entry = billed.setdefault((team, kind), {"amount": ZERO, "amount_unrounded": ZERO})
+        entry["amount"] += amount
+        entry["amount_unrounded"] += unrounded
+        for name, value in (("gpu_seconds", seconds), ("breached_intervals", breached)):
+            if value is not None:
+                entry[name] = entry.get(name, ZERO) + value
+    contributions: dict[tuple[str, str], dict[tuple[bool, int], list[Decimal]]] = {}
+    rows = StatementLineTask.objects.filter(line__in=lines).values_list(
+        "line__statement__team__name",
+        "line__kind",
+        "task_id",
+        "service_id",
+        "amount_unrounded",
+        "gpu_seconds",
+    )
+    for team, kind, task_pk, service_pk, amount, seconds in rows:
+        key = (True, service_pk) if service_pk else (False, task_pk)
+        entry = contributions.setdefault((team, kind), {}).setdefault(key, [ZERO, ZERO])
+        entry[0] += amount
+        entry[1] += seconds or ZERO
+    return billed, contributions
+
+
+def _billed_platform_lines(period: str) -> dict[str, dict[str, Decimal]]:
+    lines = PlatformLine.objects.filter(
+        Q(period_close__period=period, is_correction=False)
+        | Q(is_correction=True, corrects_period=period)
+    )
+    billed: dict[str, dict[str, Decimal]] = {}
+    for name, amount, unrounded, seconds in lines.values_list(
+        "name", "amount", "amount_unrounded", "quantity_gpu_seconds"
+    ):
+        entry = billed.setdefault(name, {"amount": ZERO, "amount_unrounded": ZERO})
+        entry["amount"] += amount
+        entry["amount_unrounded"] += unrounded
+        if seconds is not None:
+            entry["gpu_seconds"] = entry.get("gpu_seconds", ZERO) + seconds
+    return billed
+
+
+# --- Storing a close ------------------------------------------------------------------
+
+
+def _store_close(
+    bounds: PeriodBounds,
+    book: PriceBook,
+    priced: PricedScenario,
+    corrections: list[_Correction],
+    now: dt.datetime,
+) -> PeriodClose:
+    result = priced.result
+    team_lines: dict[str, list[StatementLine]] = defaultdict(list)
+    line_contributions: list[tuple[StatementLine, list[StatementLineTask]]] = []
+    for team_result in result.teams:
+        for line in team_result.lines:
+            row = _statement_line(line)
+            team_lines[team_result.team].append(row)
+            line_contributions.append((row, _contributions(line, priced)))
+    for correction in corrections:
+        for team, deltas in correction.team_deltas.items():
+            for delta in deltas:
+                row = _correction_line(delta, correction.period, book.currency)
+                team_lines[team].append(row)
+                line_contributions.append((row, _delta_contributions(delta)))
+    platform_lines = [_platform_line(line) for line in result.platform.lines]
+    for correction in corrections:
+        platform_lines += [
+            _platform_correction(delta, correction.period, book.currency)
+            for delta in correction.platform_deltas
+        ]
+    totals = {team: sum((row.amount for row in rows), ZERO) for team, rows in team_lines.items()}
+    close = PeriodClose.objects.create(
+        period=bounds.period,
+        timezone=bounds.timezone,
+        period_start=bounds.start,
+        period_end=bounds.end,
+        price_book=book,
+        price_book_version=book.version,
+        engine_version=ENGINE_VERSION,
+        scenario_sha256=priced.sha256,
+        currency=book.currency,
+        standard_rate=result.rates.standard_per_gpu_hour,
+        offpeak_rate=result.rates.offpeak_training_per_gpu_hour,
+        pool_cost_unrounded=result.pool_cost,
+        pool_cost=result.pool_cost_rounded,
+        pool_cost_corrections=sum((item.pool_cost_delta for item in corrections), ZERO),
+        teams_total=sum(totals.values(), ZERO),
+        platform_total=sum((row.amount for row in platform_lines), ZERO),
+        closed_at=now,
+    )
+    _store_scenarios(close, book, priced, corrections, now)
+    _store_statements(close, bounds, book, team_lines, totals, line_contributions)
+    for row in platform_lines:
+        row.period_close = close
+    PlatformLine.objects.bulk_create(platform_lines)
+    _store_breaches(close, priced)
+    return close
+
+
+def _store_scenarios(
+    close: PeriodClose,
+    book: PriceBook,
+    priced: PricedScenario,
+    corrections: list[_Correction],
+    now: dt.datetime,
+) -> None:
+    snapshots = [
+        PeriodScenario(
+            period=close.period,
+            revision=0,
+            priced_in=close,
+            price_book=book,
+            scenario_sha256=priced.sha256,
+            pool_cost=priced.result.pool_cost_rounded,
+            scenario_zlib=PeriodScenario.compress(priced.text),
+            created=now,
+        )
+    ]
+    snapshots += [
+        PeriodScenario(
+            period=item.period,
+            revision=item.revision,
+            priced_in=close,
+            price_book=item.book,
+            scenario_sha256=item.priced.sha256,
+            pool_cost=item.priced.result.pool_cost_rounded,
+            scenario_zlib=PeriodScenario.compress(item.priced.text),
+            created=now,
+        )
+        for item in corrections
+    ]
+    PeriodScenario.objects.bulk_create(snapshots)
+
+
+def _store_statements(
+    close: PeriodClose,
+    bounds: PeriodBounds,
+    book: PriceBook,
+    team_lines: dict[str, list[StatementLine]],
+    totals: dict[str, Decimal],
+    line_contributions: list[tuple[StatementLine, list[StatementLineTask]]],
+) -> None:
+    teams = Team.objects.in_bulk(list(team_lines), field_name="name")
+    missing = sorted(set(team_lines) - set(teams))
+    if missing:
+        raise ScenarioError(f"teams: no metering team named {missing[0]!r}")
+    statements = {
+        name: Statement(
+            period_close=close,
+            period=bounds.period,
+            team=teams[name],
+            currency=book.currency,
+            total=totals[name],
+        )
+        for name in sorted(team_lines)
+    }
+    Statement.objects.bulk_create(statements.values())
+    for name, rows in team_lines.items():
+        for row in rows:
+            row.statement = statements[name]
+    StatementLine.objects.bulk_create([row for rows in team_lines.values() for row in rows])
+    contributions = []
+    for row, items in line_contributions:
+        for item in items:
+            item.line = row
+            contributions.append(item)
+    StatementLineTask.objects.bulk_create(contributions, batch_size=5000)
+
+
+def _store_breaches(close: PeriodClose, priced: PricedScenario) -> None:
+    SlaBreach.objects.bulk_create(
+        SlaBreach(
+            period_close=close,
+            service_id=priced.built.service_pks[breach.service],
+            interval_start=dt.datetime.fromtimestamp(breach.interval, dt.UTC),
+            request_count=breach.request_count,
+            p99_seconds=_finite_or_none(breach.p99_seconds),
+            slo_p99_ms=breach.slo_p99_ms,
+            is_peak=breach.is_peak,
+            penalized=breach.penalized,
+        )
+        for breach in priced.result.sla_breaches
+    )
+
+
+def _finite_or_none(value: Decimal | None) -> Decimal | None:
+    return value if value is not None and value.is_finite() else None
+
+
+def _statement_line(line: Line) -> StatementLine:
+    return StatementLine(
+        kind=line.kind,
+        quantity_gpu_seconds=line.gpu_seconds,
+        quantity_gpu_hours=line.gpu_hours,
+        rate_per_gpu_hour=line.rate_per_gpu_hour,
+        breached_intervals=line.breached_intervals,
+        rate_per_interval=line.rate_per_interval,
+        amount_unrounded=line.amount,
+        amount=line.rounded,
+        description=line.description,
+    )
+
+
+def _contributions(line: Line, priced: PricedScenario) -> list[StatementLineTask]:
+    rows = []
+    for item in line.contributions:
+        is_service, pk = _contributor_key(item.id, item.is_service, priced)
+        rows.append(
+            StatementLineTask(
+                service_id=pk if is_service else None,
+                task_id=None if is_service else pk,
+                gpu_seconds=item.gpu_seconds,
+                amount_unrounded=item.amount,
+            )
+        )
+    return rows
+
+
+def _delta_contributions(delta: _Delta) -> list[StatementLineTask]:
+    return [
+        StatementLineTask(
+            service_id=pk if is_service else None,
+            task_id=None if is_service else pk,
+            gpu_seconds=seconds,
+            amount_unrounded=amount,
+        )
+        for (is_service, pk), (amount, seconds) in sorted(delta.contributions.items())
+    ]
+
+
+def _correction_line(delta: _Delta, period: str, currency: str) -> StatementLine:
+    return StatementLine(
+        kind=delta.kind,
+        quantity_gpu_seconds=delta.gpu_seconds,
+        quantity_gpu_hours=_hours(delta.gpu_seconds),
+        rate_per_gpu_hour=delta.rate_per_gpu_hour,
+        breached_intervals=delta.breached_intervals,
+        rate_per_interval=delta.rate_per_interval,
+        amount_unrounded=delta.amount_unrounded,
+        amount=delta.amount,
+        description=_correction_wording(LineKind(delta.kind).label, delta, period, currency),
+        is_correction=True,
+        corrects_period=period,
+    )
+
+
+def _platform_line(line: Line) -> PlatformLine:
+    return PlatformLine(
+        name=line.kind,
+        quantity_gpu_seconds=line.gpu_seconds,
+        rate_per_gpu_hour=line.rate_per_gpu_hour,
+        amount_unrounded=line.amount,
+        amount=line.rounded,
+        description=line.description,
+    )
+
+
+def _platform_correction(delta: _Delta, period: str, currency: str) -> PlatformLine:
+    return PlatformLine(
+        name=delta.kind,
+        quantity_gpu_seconds=delta.gpu_seconds,
+        rate_per_gpu_hour=delta.rate_per_gpu_hour,
+        amount_unrounded=delta.amount_unrounded,
+        amount=delta.amount,
+        description=_correction_wording(
+            PlatformLineName(delta.kind).label, delta, period, currency
+        ),
+        is_correction=True,
+        corrects_period=period,
+    )
+
+
+def _hours(gpu_seconds: Decimal | None) -> Decimal | None:
+    return None if gpu_seconds is None else hours(gpu_seconds)
+
+
+def _correction_wording(label: str, delta: _Delta, period: str, currency: str) -> str:
+    """E.g. "Correction of September 2026 (usage at the standard rate): late metering data
+    re-priced the month; +1.25 GPU-hours, +17.97 CNY."""
+    parts = []
+    if delta.gpu_seconds:
+        parts.append(f"{_hours(delta.gpu_seconds):+} GPU-hours")
+    if delta.breached_intervals:
+        parts.append(f"{delta.breached_intervals.normalize():+} breached intervals")
+    parts.append(f"{delta.amount:+} {currency}")
+    return (
+        f"Correction of {period_label(period)} ({label.lower()}): metering data that arrived "
+        f"after that month was closed re-priced it; difference {', '.join(parts)}."
+    )
+
+
+# --- Quotas ---------------------------------------------------------------------------
+
+
+def quota_set(
+    *,
+    team: Team,
+    allowance_gpu_hours: Decimal | None = None,
+    allowance_money: Decimal | None = None,
+    concurrent_gpu_cap: Decimal | None = None,
+    io_caps: dict | None = None,
+) -> Quota:
+    """Create or replace a team's quota. A None allowance means "no limit of that kind"."""
+    for name, value in (
+        ("allowance_gpu_hours", allowance_gpu_hours),
+        ("allowance_money", allowance_money),
+        ("concurrent_gpu_cap", concurrent_gpu_cap),
+    ):
+        if value is not None and (not isinstance(value, Decimal | int) or value < 0):
+            raise BillingError(f"{name} must be a non-negative Decimal, got {value!r}")
+    try:
+        validate_io_caps(io_caps or {})
+    except ValueError as error:
+        raise BillingError(str(error)) from None
+    quota, _ = Quota.objects.update_or_create(
+        team=team,
+        defaults={
+            "allowance_gpu_hours": allowance_gpu_hours,
+            "allowance_money": allowance_money,
+            "concurrent_gpu_cap": concurrent_gpu_cap,
+            "io_caps": io_caps or {},
+        },
+    )
+    return quota
+
+
+# --- Scheduled close --------------------------------------------------------------------
+
+logger = logging.getLogger(__name__)
+
+
+def period_close_due(*, now: dt.datetime | None = None) -> str | None:
+    """Close the month before `now` once it is complete; None when nothing was due.
+
+    Due means: not closed yet, the month ended at least TANDEM_INGEST_LAG_SECONDS ago, every
+    source's ingestion has reached the month's end, and the close's own checks pass. A close
+    that is refused (a window pending, incomplete) is logged and tried again on the next run.
+    """
+    now = now or timezone.now()
+    period = period_previous(period_containing(now))
+    if PeriodClose.objects.filter(period=period).exists():
+        return None
+    bounds = period_bounds(period)
+    lag = dt.timedelta(seconds=getattr(settings, "TANDEM_INGEST_LAG_SECONDS", 60))
+    if now < bounds.end + lag:
+        return None
+    ingested = ingested_until(now)
+    if ingested is None or ingested < bounds.end:
+        logger.info("not closing %s yet: ingestion has reached %s", period, ingested)
+        return None
+    try:
+        period_close(period=period, now=now)
+    except PeriodCloseRefused as error:
+        logger.warning("not closing %s yet: %s", period, error)
+        return None
+    return period

@@ -1,0 +1,120 @@
+"""Fixtures for billing tests: the pool's time zone, the default book, small pools."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from billing.models import PriceBook
+from billing.services import price_book_ensure_default
+from metering.models import CapacityInterval, LatencyInterval, Preemption, UsageInterval
+from tests.billing.factories import (
+    IngestWindowFactory,
+    ServiceFactory,
+    SmallPool,
+    SourceFactory,
+    TaskFactory,
+    TeamFactory,
+    small_pool,
+)
+
+
+@pytest.fixture(autouse=True)
+def pool_timezone(settings) -> str:
+    """The tests' months and peak hours are in Asia/Shanghai, whatever the environment says."""
+    settings.TANDEM_TIMEZONE = "Asia/Shanghai"
+    settings.TANDEM_STEP_SECONDS = 300
+    return settings.TANDEM_TIMEZONE
+
+
+@pytest.fixture
+def default_book(db) -> PriceBook:
+    """The published default book v1 (the migration's; re-created after a flush)."""
+    price_book_ensure_default()
+    return PriceBook.objects.get(version=1)
+
+
+@pytest.fixture
+def pool(default_book) -> SmallPool:
+    """36 hours of an 8-GPU pool from 2026-09-30 00:00 Asia/Shanghai (see factories)."""
+    return small_pool()
+
+
+@pytest.fixture
+def worked_example(default_book, shared_dir: Path) -> dict:
+    """The worked example's scenario, written into the metering tables (2026-10 local)."""
+    scenario = json.loads((shared_dir / "design/worked-example/scenario.json").read_text())
+    source = SourceFactory(name="default")
+    teams = {
+        name: TeamFactory(name=name)
+        for name in {row["team"] for row in scenario["tasks"] + scenario["services"]}
+    }
+    tasks = {
+        row["id"]: TaskFactory(
+            source=source, external_id=row["id"], team=teams[row["team"]], kind=row["kind"]
+        )
+        for row in scenario["tasks"]
+    }
+    services = {
+        row["id"]: ServiceFactory(
+            source=source,
+            external_id=row["id"],
+            team=teams[row["team"]],
+            slo_p99_ms=row["slo_p99_ms"],
+        )
+        for row in scenario["services"]
+    }
+    CapacityInterval.objects.bulk_create(
+        CapacityInterval(
+            source=source,
+            interval_start=_instant(row["interval"]),
+            gpus_present=_decimal(row["capacity_gpu_seconds"]) / 300,
+            capacity_gpu_seconds=_decimal(row["capacity_gpu_seconds"]),
+        )
+        for row in scenario["capacity"]
+    )
+    UsageInterval.objects.bulk_create(
+        UsageInterval(
+            task=tasks[row["task"]],
+            interval_start=_instant(row["interval"]),
+            alloc_gpu_seconds=_decimal(row["alloc_gpu_seconds"]),
+        )
+        for row in scenario["usage"]
+    )
+    LatencyInterval.objects.bulk_create(
+        LatencyInterval(
+            service=services[row["service"]],
+            interval_start=_instant(row["interval"]),
+            buckets=row["buckets"],
+        )
+        for row in scenario["latency"]
+    )
+    Preemption.objects.bulk_create(
+        Preemption(
+            task=tasks[row["task"]],
+            pod=row.get("pod", ""),
+            at=_instant(row["at"]),
+            gpus=_decimal(row["gpus"]),
+            seconds_since_start=row["seconds_since_start"],
+            lost_gpu_seconds=None
+            if row["lost_gpu_seconds"] is None
+            else _decimal(row["lost_gpu_seconds"]),
+        )
+        for row in scenario["preemptions"]
+    )
+    first = _instant(scenario["capacity"][0]["interval"])
+    for hour in range(24):
+        IngestWindowFactory(source=source, start=first + dt.timedelta(hours=hour))
+    return scenario
+
+
+def _instant(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text)
+
+
+def _decimal(value: object) -> Decimal:
+    return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
