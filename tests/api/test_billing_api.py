@@ -1,0 +1,194 @@
+"""Statements, price books, the quota export (ETag, 304, scope) and its Prometheus form."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+from decimal import ROUND_HALF_UP, Decimal
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from metering.models import IngestWindow, UsageInterval
+from tests.api import expected
+from tests.api.conftest import ZONE
+
+# The default price book (pricing.md's example): R = D + F + E*W, R_off = D + E*W.
+STANDARD = Decimal("11.50") + Decimal("2.30") + Decimal("0.82") * Decimal("0.70")
+OFFPEAK = Decimal("11.50") + Decimal("0.82") * Decimal("0.70")
+TRAINING = ("training_interactive", "training_batch", "preprocessing")
+
+# --- Statements and price books ---------------------------------------------------------
+
+
+def test_it_lists_statements_with_lines_and_the_scenario_hash(pool, callers):
+    body = callers["finance"].client.get(reverse("api-statements"), {"period": "2026-10"}).json()
+    assert [s["team"] for s in body["results"]] == ["alpha", "bravo"]
+    alpha = body["results"][0]
+    assert alpha["total"] == "30.00"
+    assert [(line["kind"], line["amount"]) for line in alpha["lines"]] == [
+        ("standard", "25.00"),
+        ("baseline", "5.00"),
+    ]
+    assert alpha["lines"][0]["rate_per_gpu_hour"] == "14.374"
+    assert alpha["scenario_sha256"] == "ab" * 32
+    assert (alpha["price_book_version"], alpha["currency"]) == (1, "CNY")
+
+
+@pytest.mark.parametrize(
+    ("query", "teams"),
+    [
+        ({"period": "2026-09"}, []),
+        ({"team": "bravo"}, ["bravo"]),
+        ({"period": "2026-10", "team": "alpha"}, ["alpha"]),
+    ],
+)
+def test_it_filters_statements_by_period_and_team(pool, callers, query, teams):
+    body = callers["finance"].client.get(reverse("api-statements"), query).json()
+    assert [s["team"] for s in body["results"]] == teams
+
+
+def test_it_lists_price_books_with_decimal_strings(pool, callers):
+    body = callers["lead_a"].client.get(reverse("api-price-books")).json()
+    books = {book["version"]: book for book in body["results"]}
+    assert books[1]["status"] == "published"
+    assert books[pool.draft_book.version]["status"] == "draft"
+    assert Decimal(books[1]["depreciation_per_gpu_hour"]) == Decimal("11.50")
+    assert isinstance(books[1]["depreciation_per_gpu_hour"], str)
+
+
+# --- Quota export -----------------------------------------------------------------------
+
+
+def expected_quota(pool, team: str) -> dict:
+    """Month to date up to the newest ingested data: GPU-hours and money at book v1's rates."""
+    now = timezone.now()
+    as_of = max(w.end for w in IngestWindow.objects.filter(status="done", end__lte=now))
+    upto = min(as_of, now)
+    gpu_seconds, money = Decimal(0), Decimal(0)
+    for u in pool.usage:
+        if pool.team_of(u.task) == team and pool.month_start <= u.interval < upto:
+            offpeak = (
+                pool.kind_of(u.task) in TRAINING and not 9 <= u.interval.astimezone(ZONE).hour < 22
+            )
+            gpu_seconds += u.alloc
+            money += u.alloc * (OFFPEAK if offpeak else STANDARD)
+    return {
+        "team": team,
+        "period": f"{now.astimezone(ZONE):%Y-%m}",
+        "used_gpu_hours": expected.hours(gpu_seconds),
+        "used_money": str((money / 3600).quantize(Decimal("0.01"), ROUND_HALF_UP)),
+        "currency": "CNY",
+        "as_of": as_of.isoformat().replace("+00:00", "Z"),
+        "price_book_version": 1,
+    }
+
+
+def test_it_exports_each_teams_quota_as_the_records_give(pool, callers):
+    body = callers["token_quota"].client.get(reverse("api-quota-export")).json()
+    teams = {row["team"]: row for row in body["teams"]}
+    assert set(teams) == {"alpha", "bravo"}  # charlie has no quota
+    for name, row in teams.items():
+        wanted = expected_quota(pool, name)
+        assert {k: row[k] for k in wanted} == wanted
+        assert Decimal(row["used_gpu_hours"]) > 0
+    alpha, bravo = teams["alpha"], teams["bravo"]
+    assert alpha["remaining_gpu_hours"] == str(Decimal("100.00") - Decimal(alpha["used_gpu_hours"]))
+    assert alpha["remaining_money"] == str(Decimal("1000.00") - Decimal(alpha["used_money"]))
+    assert (alpha["over_quota"], bravo["over_quota"]) == (False, True)
+    assert (bravo["allowance_money"], bravo["concurrent_gpu_cap"]) == (None, "16.000")
+    assert bravo["io_caps"] == {"training_batch": "5000", "preprocessing": "250.5"}
+    assert isinstance(alpha["lag_seconds"], int) and alpha["lag_seconds"] >= 0
+
+
+def test_it_exports_only_a_team_leads_own_quota(pool, callers):
+    body = callers["token_lead"].client.get(reverse("api-quota-export")).json()
+    assert [row["team"] for row in body["teams"]] == ["alpha"]
+
+
+def test_it_refuses_the_export_to_a_token_without_quota_read(pool, callers):
+    for name in ("api-quota-export", "api-quota-metrics"):
+        response = callers["token_read"].client.get(reverse(name))
+        assert response.status_code == 403
+        assert "quota:read" in response.content.decode()
+
+
+def test_it_answers_304_while_the_quota_numbers_stay_the_same(pool, callers):
+    client = callers["token_quota"].client
+    first = client.get(reverse("api-quota-export"))
+    etag = first.headers["ETag"]
+    assert etag.startswith('W/"')
+    again = client.get(reverse("api-quota-export"), HTTP_IF_NONE_MATCH=etag)
+    assert again.status_code == 304
+    assert again.content == b""
+    assert again.headers["ETag"] == etag
+    listed = client.get(reverse("api-quota-export"), HTTP_IF_NONE_MATCH=f'"x", {etag}')
+    assert listed.status_code == 304
+    assert client.get(reverse("api-quota-export"), HTTP_IF_NONE_MATCH="*").status_code == 304
+    stale = client.get(reverse("api-quota-export"), HTTP_IF_NONE_MATCH='W/"something-else"')
+    assert stale.status_code == 200
+
+
+def test_it_changes_the_etag_when_usage_changes(pool, callers):
+    client = callers["token_quota"].client
+    etag = client.get(reverse("api-quota-export")).headers["ETag"]
+    UsageInterval.objects.create(
+        task=pool.tasks["alpha-notebook"],
+        interval_start=pool.month_start + dt.timedelta(minutes=5),
+        alloc_gpu_seconds=Decimal("0"),
+    )  # a zero row changes no number: same validator
+    assert client.get(reverse("api-quota-export"), HTTP_IF_NONE_MATCH=etag).status_code == 304
+    UsageInterval.objects.filter(task=pool.tasks["alpha-search"]).update(
+        alloc_gpu_seconds=Decimal("299")
+    )
+    response = client.get(reverse("api-quota-export"), HTTP_IF_NONE_MATCH=etag)
+    assert response.status_code == 200
+    assert response.headers["ETag"] != etag
+
+
+# --- Prometheus text --------------------------------------------------------------------
+
+
+def parse_metrics(text: str) -> dict[tuple[str, str], str]:
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            name, labels = series.split("{", 1)
+            team = labels.split('team="', 1)[1].split('"', 1)[0]
+            samples[(name, team)] = value
+    return samples
+
+
+def test_it_serves_the_same_numbers_as_valid_prometheus_text(pool, callers):
+    client = callers["token_quota"].client
+    export = {row["team"]: row for row in client.get(reverse("api-quota-export")).json()["teams"]}
+    response = client.get(reverse("api-quota-metrics"), HTTP_ACCEPT="application/openmetrics-text")
+    assert response.status_code == 200
+    assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    text = response.content.decode()
+    lint = subprocess.run(
+        ["promtool", "check", "metrics"], input=text, capture_output=True, text=True
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    samples = parse_metrics(text)
+    for team, row in export.items():
+        used_gpu_seconds = Decimal(samples[("tandem_quota_used_gpu_seconds", team)])
+        assert used_gpu_seconds == Decimal(row["used_gpu_hours"]) * 3600
+        assert samples[("tandem_quota_used_money", team)] == row["used_money"]
+        assert samples[("tandem_quota_over", team)] == ("1" if row["over_quota"] else "0")
+    assert ("tandem_quota_allowance_money", "bravo") not in samples  # no allowance, no sample
+    assert samples[("tandem_quota_io_cap_operations_per_second", "bravo")] in ("5000", "250.5")
+
+
+def test_it_escapes_label_values_in_prometheus_text(pool, callers):
+    team = pool.teams["alpha"]
+    team.name = 'al"pha\\ops'
+    team.save()
+    text = callers["token_quota"].client.get(reverse("api-quota-metrics")).content.decode()
+    assert 'team="al\\"pha\\\\ops"' in text
+    lint = subprocess.run(
+        ["promtool", "check", "metrics"], input=text, capture_output=True, text=True
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
