@@ -1,0 +1,512 @@
+"""The three health numbers and the sharing analytics, as pure computation.
+
+Nothing here touches the database: `reports/selectors.py` reads metering rows and hands plain
+values to these functions, so the API, the PDF report and the dashboards compute every number
+the same way, and tests can check the arithmetic on hand-made inputs.
+
+- Effective utilization = busy GPU-seconds / capacity GPU-seconds.
+- P99 of a service over a period comes from the period's *merged* histogram buckets (bucket
+  increments summed per `le`), with Prometheus' `histogram_quantile` semantics (pricing.md,
+  rule 4). Averaging per-interval P99s is wrong and never done.
+- Mean wait = mean of per-pod waits (one per scheduling attempt) whose pod was scheduled in the
+  period, per task kind and overall (a mean of all waits, not a mean of the kinds' means).
+
+Everything is `Decimal`: latencies and ratios are not money, but the breach rule compares a P99
+with an SLO exactly as the pricing engine does, and a float could land on the other side.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+
+INFINITY = Decimal("Infinity")
+P99 = Decimal("0.99")
+
+# A "real" change between two periods, below which a number counts as unchanged. Utilization is
+# compared in absolute terms (share of the pool), latency and wait relative to the earlier value.
+UTILIZATION_REAL_CHANGE = Decimal("0.02")  # two percentage points of the pool
+LATENCY_REAL_CHANGE = Decimal("0.05")  # P99 moved by 5 % of its earlier value
+WAIT_REAL_CHANGE = Decimal("0.10")  # mean wait moved by 10 % of its earlier value
+# A mean wait of a few seconds is noise; relative changes are taken against at least this.
+WAIT_FLOOR_SECONDS = Decimal("1")
+
+# Kinds whose work can be paused and resumed without a person waiting on it: the work time
+# slicing and preemption can move around. Interactive training has someone at the keyboard.
+INTERRUPTIBLE_KINDS = ("training_batch", "preprocessing")
+# Below this share of GPU time in interruptible kinds, time slicing pays off little.
+TIME_SLICING_PAYS_OFF_SHARE = Decimal("0.5")
+
+Buckets = list[tuple[Decimal, Decimal]]  # [(le seconds, cumulative count)], last le is +Inf
+
+
+# --- Histograms -------------------------------------------------------------------------
+
+
+_BOUNDS: dict[str, Decimal] = {}  # "le" text -> Decimal: a month repeats the same few bounds
+
+RawBuckets = Sequence[Sequence[object]]  # as stored: [[le, cumulative], ...], le may be "+Inf"
+
+
+def _bound(le: object) -> Decimal:
+    text = str(le)
+    bound = _BOUNDS.get(text)
+    if bound is None:
+        bound = INFINITY if text in ("+Inf", "Inf", "inf", "+inf") else Decimal(text)
+        if len(_BOUNDS) < 10_000:
+            _BOUNDS[text] = bound
+    return bound
+
+
+def _count(count: object) -> int | Decimal:
+    """Whole counts stay ints (exact and fast to add); anything else becomes a Decimal."""
+    return count if type(count) is int else Decimal(str(count))
+
+
+def parse_buckets(raw: RawBuckets) -> Buckets:
+    """`[[le, cumulative], ...]` as stored (le a number or "+Inf") -> sorted Decimal pairs."""
+    parsed = [(_bound(le), Decimal(_count(count))) for le, count in raw]
+    parsed.sort(key=lambda pair: pair[0])
+    return parsed
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What every histogram with the same `le` texts, in the same order, has in common."""
+
+    bounds: tuple[Decimal, ...]  # in stored order
+    order: tuple[int, ...]  # positions sorted by bound
+    float_bounds: tuple[float, ...]  # sorted
+    infinity_at: int | None  # stored position of +Inf
+
+
+_LAYOUTS: dict[tuple[object, ...], _Layout] = {}
+
+
+def _layout(raw: RawBuckets) -> _Layout:
+    key = tuple([pair[0] for pair in raw])  # the stored `le` values, usually strings
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        bounds = tuple(_bound(le) for le in key)
+        order = tuple(sorted(range(len(bounds)), key=bounds.__getitem__))
+        layout = _Layout(
+            bounds=bounds,
+            order=order,
+            float_bounds=tuple(float(bounds[i]) for i in order),
+            infinity_at=bounds.index(INFINITY) if INFINITY in bounds else None,
+        )
+        if len(_LAYOUTS) < 10_000:
+            _LAYOUTS[key] = layout
+    return layout
+
+
+def merge_buckets(histograms: Iterable[RawBuckets]) -> Buckets:
+    """Sum bucket increments per `le` over intervals.
+
+    If a service's bucket layout changed inside the period (an exporter upgrade), only the
+    bounds present in every interval are kept: summing a bound that some intervals lack would
+    under-count it and bend the quantile. Sums run per layout, by position, in ints where the
+    counts are whole: a month of intervals merges in milliseconds.
+    """
+    sums: dict[_Layout, list] = {}
+    for raw in histograms:
+        layout = _layout(raw)
+        counts = [pair[1] for pair in raw]
+        if not all(type(count) is int for count in counts):
+            counts = [_count(count) for count in counts]  # exact sums of fractional counts
+        total = sums.get(layout)
+        sums[layout] = counts if total is None else [a + b for a, b in zip(total, counts)]  # noqa: B905
+    if not sums:
+        return []
+    common = set.intersection(*(set(layout.bounds) for layout in sums))
+    totals: dict[Decimal, int | Decimal] = dict.fromkeys(common, 0)
+    for layout, counts in sums.items():
+        for bound, count in zip(layout.bounds, counts, strict=True):
+            if bound in totals:
+                totals[bound] += count
+    return sorted((le, Decimal(count)) for le, count in totals.items())
+
+
+def histogram_quantile(q: Decimal, buckets: Buckets) -> Decimal | None:
+    """Prometheus' `histogram_quantile(q, ...)` on cumulative buckets; None where it gives NaN.
+
+    Linear interpolation inside the bucket holding rank q * total, lower bound 0 for the first
+    bucket, and the upper bound of the last finite bucket when the rank falls in +Inf.
+    """
+    if not buckets or buckets[-1][0] != INFINITY or len(buckets) < 2:
+        return None
+    # Prometheus repairs non-monotonic counts (scrape races) by carrying the maximum forward,
+    # so the total is the largest count and each bucket holds the running maximum.
+    total = max(count for _, count in buckets)
+    if total == 0:
+        return None
+    rank = q * total
+    below = previous_bound = highest = Decimal(0)
+    index = 0  # of the bucket holding the rank; found since the total reaches any q <= 1
+    for upper, count in buckets:
+        highest = max(highest, count)
+        if highest >= rank:
+            break
+        below, previous_bound = highest, upper
+        index += 1
+    if index == len(buckets) - 1:
+        return buckets[-2][0]
+    if index == 0 and upper <= 0:
+        return upper
+    lower = Decimal(0) if index == 0 else previous_bound
+    in_bucket = highest - below
+    if in_bucket == 0:
+        return None
+    return lower + (upper - lower) * (rank - below) / in_bucket
+
+
+def request_count(buckets: Buckets) -> Decimal:
+    return buckets[-1][1] if buckets else Decimal(0)
+
+
+def interval_breached(buckets: Buckets, *, slo_p99_ms: int, min_requests: int) -> bool:
+    """pricing.md rule 4: enough requests, and the interval's own P99 above the SLO."""
+    if request_count(buckets) < min_requests:
+        return False
+    p99 = histogram_quantile(P99, buckets)
+    return p99 is not None and p99 * 1000 > slo_p99_ms
+
+
+# Float arithmetic decides a breach unless a number lies this close (relative) to a threshold;
+# then the exact Decimal rule decides. Doubles carry ~1e-16: the margin leaves room to spare.
+FAST_PATH_MARGIN = 1e-9
+
+
+def _near(value: float, threshold: float) -> bool:
+    return abs(value - threshold) <= FAST_PATH_MARGIN * max(1.0, abs(threshold))
+
+
+def _p99_float(layout: _Layout, raw: RawBuckets) -> float | None:
+    """`histogram_quantile(0.99)` in floats, for a layout already sorted and parsed."""
+    bounds = layout.float_bounds
+    counts = [raw[i][1] for i in layout.order]
+    total = float(max(counts))
+    if total == 0 or bounds[-1] != float("inf") or len(bounds) < 2:
+        return None
+    rank = 0.99 * total
+    below = previous_bound = highest = 0.0
+    index = 0
+    for upper, count in zip(bounds, counts):  # noqa: B905
+        if count > highest:
+            highest = float(count)
+        if highest >= rank:
+            break
+        below, previous_bound = highest, upper
+        index += 1
+    if index == len(bounds) - 1:
+        return bounds[-2]
+    if index == 0 and upper <= 0:
+        return upper
+    if highest == below:
+        return None
+    return previous_bound + (upper - previous_bound) * (rank - below) / (highest - below)
+
+
+def interval_breached_raw(raw: RawBuckets, *, slo_p99_ms: int, min_requests: int) -> bool:
+    """`interval_breached` on stored buckets, several times faster, with the same answer.
+
+    A month holds ~8,640 intervals per service; Decimal quantiles for each would make the
+    health endpoint slow. Floats give the answer whenever it is not within a hair of the SLO
+    or of the request minimum, and the exact rule settles those few.
+    """
+    if not raw:
+        return False
+    layout = _layout(raw)
+    if layout.infinity_at is None:
+        return False
+    requests = float(raw[layout.infinity_at][1])
+    p99 = _p99_float(layout, raw) if requests >= min_requests else None
+    if _near(requests, min_requests) or (p99 is not None and _near(p99 * 1000, slo_p99_ms)):
+        return interval_breached(
+            parse_buckets(raw), slo_p99_ms=slo_p99_ms, min_requests=min_requests
+        )
+    return p99 is not None and p99 * 1000 > slo_p99_ms
+
+
+@dataclass(frozen=True)
+class ServiceLatency:
+    service_id: int
+    service: str
+    team: str
+    slo_p99_ms: int
+    p99_ms: Decimal | None  # None: no requests in the period
+    requests: Decimal
+    intervals: int
+    breached_intervals: int
+
+    @property
+    def meets_slo(self) -> bool | None:
+        return None if self.p99_ms is None else self.p99_ms <= self.slo_p99_ms
+
+
+def service_latency(
+    *,
+    service_id: int,
+    service: str,
+    team: str,
+    slo_p99_ms: int,
+    interval_buckets: Sequence[RawBuckets],
+    min_requests: int,
+) -> ServiceLatency:
+    """A service's period P99 (merged buckets) and how many of its intervals breached."""
+    merged = merge_buckets(interval_buckets)
+    p99 = histogram_quantile(P99, merged)
+    breached = sum(
+        interval_breached_raw(b, slo_p99_ms=slo_p99_ms, min_requests=min_requests)
+        for b in interval_buckets
+    )
+    return ServiceLatency(
+        service_id=service_id,
+        service=service,
+        team=team,
+        slo_p99_ms=slo_p99_ms,
+        p99_ms=None if p99 is None else p99 * 1000,
+        requests=request_count(merged),
+        intervals=len(interval_buckets),
+        breached_intervals=breached,
+    )
+
+
+# --- Utilization and waits --------------------------------------------------------------
+
+
+def ratio(numerator: Decimal, denominator: Decimal) -> Decimal | None:
+    return None if not denominator else Decimal(numerator) / Decimal(denominator)
+
+
+@dataclass(frozen=True)
+class Utilization:
+    busy_gpu_seconds: Decimal
+    capacity_gpu_seconds: Decimal
+
+    @property
+    def effective(self) -> Decimal | None:
+        return ratio(self.busy_gpu_seconds, self.capacity_gpu_seconds)
+
+
+@dataclass(frozen=True)
+class MeanWait:
+    waits: int
+    total_seconds: Decimal
+
+    @property
+    def mean_seconds(self) -> Decimal | None:
+        return ratio(self.total_seconds, Decimal(self.waits))
+
+
+@dataclass(frozen=True)
+class KindWait(MeanWait):
+    kind: str = ""
+
+
+@dataclass(frozen=True)
+class Waits:
+    per_kind: dict[str, MeanWait]
+
+    @property
+    def kinds(self) -> list[KindWait]:
+        return [
+            KindWait(kind=kind, waits=w.waits, total_seconds=w.total_seconds)
+            for kind, w in sorted(self.per_kind.items())
+        ]
+
+    @property
+    def overall(self) -> MeanWait:
+        return MeanWait(
+            waits=sum(w.waits for w in self.per_kind.values()),
+            total_seconds=sum((w.total_seconds for w in self.per_kind.values()), Decimal(0)),
+        )
+
+
+@dataclass(frozen=True)
+class HealthNumbers:
+    utilization: Utilization
+    services: list[ServiceLatency]
+    waits: Waits
+
+
+# --- Before / after ---------------------------------------------------------------------
+
+
+class Direction(enum.StrEnum):
+    BETTER = "better"
+    WORSE = "worse"
+    UNCHANGED = "unchanged"
+    UNKNOWN = "unknown"  # no data in one of the periods
+
+
+class VerdictCode(enum.StrEnum):
+    SHARING_WORKS = "sharing_works"
+    ISOLATION_INSUFFICIENT = "isolation_insufficient"
+    NOT_COMPLEMENTARY = "not_complementary"
+    MIXED = "mixed"
+    INSUFFICIENT_DATA = "insufficient_data"
+
+
+VERDICT_TEXT = {
+    VerdictCode.SHARING_WORKS: "Sharing works: utilization, latency and waits all improved.",
+    VerdictCode.ISOLATION_INSUFFICIENT: (
+        "Isolation is insufficient: utilization rose but inference latency got worse."
+    ),
+    VerdictCode.NOT_COMPLEMENTARY: (
+        "The loads are not complementary: none of the three numbers really changed."
+    ),
+    VerdictCode.MIXED: "Mixed: the numbers moved in different directions; read them one by one.",
+    VerdictCode.INSUFFICIENT_DATA: "Not enough data in one of the periods to compare.",
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    code: VerdictCode
+    utilization: Direction
+    latency: Direction
+    wait: Direction
+
+    @property
+    def text(self) -> str:
+        return VERDICT_TEXT[self.code]
+
+
+def utilization_direction(before: Decimal | None, after: Decimal | None) -> Direction:
+    if before is None or after is None:
+        return Direction.UNKNOWN
+    if after - before > UTILIZATION_REAL_CHANGE:
+        return Direction.BETTER
+    if before - after > UTILIZATION_REAL_CHANGE:
+        return Direction.WORSE
+    return Direction.UNCHANGED
+
+
+def _relative_direction(
+    before: Decimal, after: Decimal, threshold: Decimal, floor: Decimal = Decimal(0)
+) -> Direction:
+    """Lower is better (latency, wait)."""
+    base = max(before, floor)
+    if base == 0:
+        return Direction.UNCHANGED if after == 0 else Direction.WORSE
+    change = (after - before) / base
+    if change > threshold:
+        return Direction.WORSE
+    if change < -threshold:
+        return Direction.BETTER
+    return Direction.UNCHANGED
+
+
+def latency_direction(before: list[ServiceLatency], after: list[ServiceLatency]) -> Direction:
+    """Worse if any key service's P99 really got worse; better if some improved and none did."""
+    earlier = {s.service_id: s.p99_ms for s in before if s.p99_ms is not None}
+    pairs = [(earlier[s.service_id], s.p99_ms) for s in after if s.service_id in earlier]
+    pairs = [(b, a) for b, a in pairs if a is not None]
+    if not pairs:
+        return Direction.UNKNOWN
+    moves = {_relative_direction(b, a, LATENCY_REAL_CHANGE) for b, a in pairs}
+    if Direction.WORSE in moves:
+        return Direction.WORSE
+    return Direction.BETTER if Direction.BETTER in moves else Direction.UNCHANGED
+
+
+def wait_direction(before: MeanWait, after: MeanWait) -> Direction:
+    if before.mean_seconds is None or after.mean_seconds is None:
+        return Direction.UNKNOWN
+    return _relative_direction(
+        before.mean_seconds, after.mean_seconds, WAIT_REAL_CHANGE, WAIT_FLOOR_SECONDS
+    )
+
+
+def verdict(before: HealthNumbers, after: HealthNumbers) -> Verdict:
+    """The before/after reading management asks for (ARCHITECTURE.md, the three numbers)."""
+    u = utilization_direction(before.utilization.effective, after.utilization.effective)
+    lat = latency_direction(before.services, after.services)
+    w = wait_direction(before.waits.overall, after.waits.overall)
+    if u is Direction.UNKNOWN:
+        code = VerdictCode.INSUFFICIENT_DATA
+    elif u is lat is w is Direction.BETTER:
+        code = VerdictCode.SHARING_WORKS
+    elif u is Direction.BETTER and lat is Direction.WORSE:
+        code = VerdictCode.ISOLATION_INSUFFICIENT
+    elif {u, lat, w} <= {Direction.UNCHANGED, Direction.UNKNOWN}:
+        code = VerdictCode.NOT_COMPLEMENTARY
+    else:
+        code = VerdictCode.MIXED
+    return Verdict(code=code, utilization=u, latency=lat, wait=w)
+
+
+# --- Sharing analytics ------------------------------------------------------------------
+
+
+def correlation(xs: Sequence[Decimal], ys: Sequence[Decimal]) -> Decimal | None:
+    """Pearson's r; None with fewer than two points or a flat series (r is undefined)."""
+    if len(xs) != len(ys) or len(xs) < 2:
+        return None
+    n = Decimal(len(xs))
+    mean_x = sum(xs, Decimal(0)) / n
+    mean_y = sum(ys, Decimal(0)) / n
+    cov = sum(((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)), Decimal(0))
+    var_x = sum(((x - mean_x) ** 2 for x in xs), Decimal(0))
+    var_y = sum(((y - mean_y) ** 2 for y in ys), Decimal(0))
+    if var_x == 0 or var_y == 0:
+        return None
+    return cov / (var_x * var_y).sqrt()
+
+
+def lost_gpu_seconds(
+    *, lost: Decimal | None, seconds_since_start: int, gpus: Decimal, cap_seconds: int
+) -> Decimal:
+    """Work lost to one preemption: as reported, else min(cap, time since start) * GPUs."""
+    if lost is not None:
+        return Decimal(lost)
+    return Decimal(min(cap_seconds, seconds_since_start)) * Decimal(gpus)
+
+
+@dataclass(frozen=True)
+class HourProfile:
+    hour: int  # local hour of day in the pool's time zone, 0..23
+    capacity_gpu_seconds: Decimal
+    training_gpu_seconds: Decimal
+    inference_gpu_seconds: Decimal
+
+    @property
+    def training_share(self) -> Decimal | None:
+        return ratio(self.training_gpu_seconds, self.capacity_gpu_seconds)
+
+    @property
+    def inference_share(self) -> Decimal | None:
+        return ratio(self.inference_gpu_seconds, self.capacity_gpu_seconds)
+
+
+def profile_correlation(profile: Sequence[HourProfile]) -> Decimal | None:
+    """How training's and inference's daily curves move together; negative = complementary."""
+    hours = [h for h in profile if h.capacity_gpu_seconds]
+    return correlation(
+        [h.training_share for h in hours],  # type: ignore[misc]
+        [h.inference_share for h in hours],  # type: ignore[misc]
+    )
+
+
+@dataclass(frozen=True)
+class SharingAnalytics:
+    profile: list[HourProfile]
+    interruptible_gpu_seconds: Decimal
+    allocated_gpu_seconds: Decimal
+    lost_gpu_seconds_per_team: dict[str, Decimal]
+
+    @property
+    def correlation(self) -> Decimal | None:
+        return profile_correlation(self.profile)
+
+    @property
+    def interruptible_share(self) -> Decimal | None:
+        return ratio(self.interruptible_gpu_seconds, self.allocated_gpu_seconds)
+
+    @property
+    def time_slicing_pays_off(self) -> bool | None:
+        share = self.interruptible_share
+        return None if share is None else share >= TIME_SLICING_PAYS_OFF_SHARE

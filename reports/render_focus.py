@@ -1,0 +1,147 @@
+"""The FOCUS 1.x CSV of every charge in a closed period (FinOps Open Cost and Usage Spec).
+
+Column by column, what the spec asks and what Tandem writes:
+
+- BilledCost, EffectiveCost, ContractedCost: Decimal, never null, in BillingCurrency, plain
+  numbers ("-64.35", no exponent, no '+'). One row per statement line and contributing task;
+  a line's rounded amount is shared among its tasks to the cent (rows.apportion), so
+  Σ BilledCost = Σ statement totals exactly. Nothing is prepaid, so EffectiveCost = BilledCost,
+  and the price book is the contract, so ContractedCost = BilledCost.
+- ListCost: the same charge at list price. The list price is the standard rate R; off-peak
+  training is billed at R_off, so its ListCost is GPU-hours * R (rounded to the cent) and the
+  difference is the off-peak discount. Every other charge: ListCost = BilledCost.
+- BillingPeriodStart/End, ChargePeriodStart/End: the month in the pool's time zone as UTC
+  instants, 'YYYY-MM-DDTHH:mm:ssZ', end exclusive. A correction's charge period is the month
+  it corrects.
+- ChargeCategory (allowed values): Usage for the baseline, standard and off-peak lines; Credit
+  for SLA credits and preemption compensation; Adjustment for SLA penalties.
+- ChargeClass: null, or "Correction" for a line correcting an earlier, already billed month.
+- ConsumedQuantity/ConsumedUnit, PricingQuantity/PricingUnit: GPU-hours ("GPU-Hours", a
+  compound unit in UnitFormat) for Usage rows that are not corrections; null otherwise, as the
+  spec requires for other categories.
+- ResourceId/ResourceName/ResourceType: the task (or, for an SLA credit, the service); null
+  for a line without contributions. ServiceName "Shared GPU pool", ServiceCategory
+  "AI and Machine Learning". SubAccountId/SubAccountName: the team.
+- Tags: KeyValueFormat, a JSON object of strings with the provider prefix `tandem/`.
+- Custom columns carry the `x_` prefix: x_LineKind, x_StatementLineId (explain a charge).
+
+Text cells are escaped against formula injection like every CSV Tandem writes
+(render_csv.escape_text); numbers stay numbers.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.conf import settings
+
+from billing.models import LineKind, PeriodClose
+from reports.render_csv import Cell, csv_bytes
+from reports.rows import FocusCharge, close_period_bounds, focus_charges, gpu_hours, period_bounds
+
+# Line kind -> FOCUS ChargeCategory. SLA penalties are neither usage nor a credit granted:
+# FOCUS files charges "the provider applies that do not fall into other category values"
+# under Adjustment.
+CHARGE_CATEGORY = {
+    LineKind.BASELINE: "Usage",
+    LineKind.STANDARD: "Usage",
+    LineKind.OFFPEAK: "Usage",
+    LineKind.SLA_PENALTY: "Adjustment",
+    LineKind.SLA_CREDIT: "Credit",
+    LineKind.COMPENSATION: "Credit",
+}
+TAG_PREFIX = "tandem/"  # FOCUS: provider-defined tags carry a provider prefix
+
+
+FOCUS_COLUMNS = [
+    "BilledCost",
+    "EffectiveCost",
+    "ListCost",
+    "ContractedCost",
+    "BillingCurrency",
+    "BillingPeriodStart",
+    "BillingPeriodEnd",
+    "ChargePeriodStart",
+    "ChargePeriodEnd",
+    "ChargeCategory",
+    "ChargeClass",
+    "ChargeDescription",
+    "ChargeFrequency",
+    "ConsumedQuantity",
+    "ConsumedUnit",
+    "PricingQuantity",
+    "PricingUnit",
+    "ResourceId",
+    "ResourceName",
+    "ResourceType",
+    "ServiceName",
+    "ServiceCategory",
+    "SubAccountId",
+    "SubAccountName",
+    "BillingAccountId",
+    "BillingAccountName",
+    "InvoiceIssuerName",
+    "ProviderName",
+    "PublisherName",
+    "Tags",
+    "x_LineKind",
+    "x_StatementLineId",
+]
+
+
+def pool_name() -> str:
+    return getattr(settings, "TANDEM_POOL_NAME", "") or "tandem-gpu-pool"
+
+
+def focus_row(charge: FocusCharge) -> list[Cell]:
+    """One charge in FOCUS_COLUMNS order (values typed; render_csv formats and escapes)."""
+    line, statement, close = charge.line, charge.statement, charge.close
+    category = CHARGE_CATEGORY[LineKind(line.kind)]
+    is_usage = category == "Usage" and not line.is_correction
+    charge_period = close_period_bounds(close)
+    if line.is_correction:
+        charge_period = period_bounds(line.corrects_period, timezone=close.timezone)
+    quantity = gpu_hours(charge.gpu_seconds) if is_usage else None
+    tags = {f"{TAG_PREFIX}team": statement.team.name, f"{TAG_PREFIX}line": line.kind}
+    if charge.task_kind:
+        tags[f"{TAG_PREFIX}kind"] = charge.task_kind
+    values: dict[str, Cell] = {
+        "BilledCost": charge.billed_cost,
+        "EffectiveCost": charge.billed_cost,  # nothing is prepaid: no amortization
+        "ListCost": charge.list_cost,
+        "ContractedCost": charge.billed_cost,  # the price book is the contract
+        "BillingCurrency": close.currency,
+        "BillingPeriodStart": close.period_start,
+        "BillingPeriodEnd": close.period_end,
+        "ChargePeriodStart": charge_period.start,
+        "ChargePeriodEnd": charge_period.end,
+        "ChargeCategory": category,
+        "ChargeClass": "Correction" if line.is_correction else None,
+        "ChargeDescription": line.description,
+        "ChargeFrequency": "Usage-Based",
+        "ConsumedQuantity": quantity,
+        "ConsumedUnit": "GPU-Hours" if is_usage else None,
+        "PricingQuantity": quantity,
+        "PricingUnit": "GPU-Hours" if is_usage else None,
+        "ResourceId": charge.resource_id,
+        "ResourceName": charge.resource_id,
+        "ResourceType": charge.resource_type,
+        "ServiceName": "Shared GPU pool",
+        "ServiceCategory": "AI and Machine Learning",
+        "SubAccountId": statement.team.name,
+        "SubAccountName": statement.team.name,
+        "BillingAccountId": pool_name(),
+        "BillingAccountName": pool_name(),
+        "InvoiceIssuerName": "Platform team",
+        "ProviderName": "Tandem",
+        "PublisherName": "Tandem",
+        "Tags": json.dumps(tags, sort_keys=True, ensure_ascii=False),
+        "x_LineKind": line.kind,
+        "x_StatementLineId": line.pk,
+    }
+    return [values[column] for column in FOCUS_COLUMNS]
+
+
+def focus_csv(close: PeriodClose) -> bytes:
+    """The whole FOCUS file of a closed period."""
+    return csv_bytes(FOCUS_COLUMNS, [focus_row(charge) for charge in focus_charges(close)])

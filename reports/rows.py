@@ -1,0 +1,570 @@
+"""The rows behind every report file and the report page, read from closed statements.
+
+Reports are written only for a *closed* period: statements are immutable once closed, so the
+same run gives the same CSV and FOCUS bytes every time. Everything here reads; nothing writes.
+
+- `team_csv_rows`: one team's statement lines, each followed by the tasks (or services) that
+  contributed to it, and a total row.
+- `focus_rows`: every charge of the period in FOCUS 1.x columns, one row per statement line and
+  contributing task; a line's rounded amount is shared among its tasks to the cent so that
+  BilledCost sums exactly to the statements.
+- `report_page`: the numbers on the management page (and so in the PDF).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+from django.db.models import Count, F, Max, Prefetch, Q, Sum, Value
+from django.db.models.functions import Coalesce, Least
+
+from billing.models import (
+    LineKind,
+    PeriodClose,
+    PlatformLine,
+    SlaBreach,
+    Statement,
+    StatementLine,
+    StatementLineTask,
+)
+from metering.models import TASK_KINDS, PodWait, Preemption
+from reports import health
+from reports import selectors as health_selectors
+from reports.render_csv import Cell
+
+CENT = Decimal("0.01")
+GPU_HOURS_PLACES = Decimal("0.000001")
+SECONDS_PER_HOUR = Decimal(3600)
+PERIOD_RE = re.compile(r"^([0-9]{4})-(0[1-9]|1[0-2])$")
+KIND_LABELS = dict(TASK_KINDS)
+TOP_PREEMPTED_TASKS = 10
+
+
+class ReportInputError(ValueError):
+    """The report cannot be written from what is stored (bad period, period not closed)."""
+
+
+# --- Periods ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Period:
+    """A calendar month in the pool's time zone, as a half-open UTC range [start, end)."""
+
+    label: str
+    start: dt.datetime
+    end: dt.datetime
+    timezone: str
+
+    @property
+    def previous(self) -> Period:
+        year, month = (int(part) for part in self.label.split("-"))
+        year, month = (year - 1, 12) if month == 1 else (year, month - 1)
+        return period_bounds(f"{year:04d}-{month:02d}", timezone=self.timezone)
+
+    @property
+    def days(self) -> int:
+        zone = ZoneInfo(self.timezone)
+        return (self.end.astimezone(zone).date() - self.start.astimezone(zone).date()).days
+
+
+def period_bounds(label: str, *, timezone: str | None = None) -> Period:
+    """The month `label` (YYYY-MM) in `timezone` (default the pool's) as UTC instants."""
+    match = PERIOD_RE.match(label or "")
+    if match is None:
+        raise ReportInputError(f"period must be YYYY-MM (e.g. 2026-10), got {label!r}")
+    zone_name = timezone or settings.TANDEM_TIMEZONE
+    zone = ZoneInfo(zone_name)
+    year, month = int(match.group(1)), int(match.group(2))
+    first = dt.datetime(year, month, 1, tzinfo=zone)
+    following = dt.datetime(year + month // 12, month % 12 + 1, 1, tzinfo=zone)
+    return Period(
+        label=label,
+        start=first.astimezone(dt.UTC),
+        end=following.astimezone(dt.UTC),
+        timezone=zone_name,
+    )
+
+
+def closed_period(label: str) -> PeriodClose:
+    """The close of `label`, or a ReportInputError saying the month must be closed first."""
+    period_bounds(label)  # validates the label before touching the database
+    close = PeriodClose.objects.select_related("price_book").filter(period=label).first()
+    if close is None:
+        raise ReportInputError(
+            f"period {label} is not closed: run `close_period --period {label}` first"
+        )
+    return close
+
+
+def close_period_bounds(close: PeriodClose) -> Period:
+    return Period(
+        label=close.period, start=close.period_start, end=close.period_end, timezone=close.timezone
+    )
+
+
+def _statements(close: PeriodClose) -> list[Statement]:
+    lines = StatementLine.objects.order_by("is_correction", "corrects_period", "id")
+    contributions = StatementLineTask.objects.select_related("task", "service").order_by(
+        "task__external_id", "service__external_id", "id"
+    )
+    return list(
+        close.statements.select_related("team")
+        .prefetch_related(
+            Prefetch("lines", queryset=lines),
+            Prefetch("lines__tasks", queryset=contributions),
+        )
+        .order_by("team__name")
+    )
+
+
+def gpu_hours(gpu_seconds: Decimal | None) -> Decimal | None:
+    """GPU-seconds as GPU-hours to six places (a second is 0.000278 GPU-hours)."""
+    if gpu_seconds is None:
+        return None
+    return (Decimal(gpu_seconds) / SECONDS_PER_HOUR).quantize(GPU_HOURS_PLACES, ROUND_HALF_UP)
+
+
+# --- Team CSV ---------------------------------------------------------------------------
+
+TEAM_CSV_HEADER = [
+    "period",
+    "team",
+    "record",
+    "line_kind",
+    "line_description",
+    "correction_of_period",
+    "task",
+    "task_kind",
+    "service",
+    "gpu_seconds",
+    "gpu_hours",
+    "rate_per_gpu_hour",
+    "amount_unrounded",
+    "amount",
+    "currency",
+]
+
+
+def _contributor(contribution: StatementLineTask) -> tuple[str | None, str | None, str | None]:
+    """(task, task kind, service) names of one contribution."""
+    if contribution.task is not None:
+        return contribution.task.external_id, contribution.task.kind, None
+    return None, None, contribution.service.external_id
+
+
+def team_csv_rows(statement: Statement) -> list[list[Cell]]:
+    """A team's statement: each line, then its contributions, then the total.
+
+    Line rows carry the rounded `amount` (they sum to the total); contribution rows carry only
+    the unrounded share, which sums to the line's unrounded amount.
+    """
+    rows: list[list[Cell]] = []
+    base = [statement.period, statement.team.name]
+    for line in statement.lines.all():
+        rows.append(
+            [
+                *base, "line", line.kind, line.description, line.corrects_period or None,
+                None, None, None, line.quantity_gpu_seconds, line.quantity_gpu_hours,
+                line.rate_per_gpu_hour, line.amount_unrounded, line.amount, statement.currency,
+            ]
+        )  # fmt: skip
+        for contribution in line.tasks.all():
+            task, kind, service = _contributor(contribution)
+            rows.append(
+                [
+                    *base, "contribution", line.kind, None, line.corrects_period or None,
+                    task, kind, service, contribution.gpu_seconds,
+                    gpu_hours(contribution.gpu_seconds), None, contribution.amount_unrounded,
+                    None, statement.currency,
+                ]
+            )  # fmt: skip
+    rows.append([*base, "total", *[None] * 10, statement.total, statement.currency])
+    return rows
+
+
+def team_statements(close: PeriodClose) -> list[Statement]:
+    return _statements(close)
+
+
+# --- FOCUS ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FocusCharge:
+    """One FOCUS row before formatting: a line, or one task's share of a line."""
+
+    close: PeriodClose
+    statement: Statement
+    line: StatementLine
+    billed_cost: Decimal
+    list_cost: Decimal
+    gpu_seconds: Decimal | None
+    resource_id: str | None
+    resource_type: str | None
+    task_kind: str | None
+
+
+def apportion(total: Decimal, weights: Sequence[Decimal]) -> list[Decimal]:
+    """Split `total` (whole cents) in proportion to `weights`, to the cent, summing exactly.
+
+    Largest remainder: each share is rounded toward zero, then the cents left over go to the
+    shares that lost most, earliest first on ties, so the result is deterministic. Weights
+    must all have the sign of `total` (or be zero); with no usable weight, None is returned.
+    """
+    cents = int((total / CENT).to_integral_value())
+    if Decimal(cents) * CENT != total:
+        raise ValueError(f"{total} is not a whole number of cents")
+    sign = -1 if cents < 0 else 1
+    magnitudes = [abs(Decimal(w)) for w in weights]
+    weight_sum = sum(magnitudes, Decimal(0))
+    if weight_sum == 0:
+        raise ValueError("cannot apportion over weights that are all zero")
+    exact = [Decimal(abs(cents)) * w / weight_sum for w in magnitudes]
+    floors = [int(e.to_integral_value(ROUND_DOWN)) for e in exact]
+    left = abs(cents) - sum(floors)
+    order = sorted(range(len(exact)), key=lambda i: (-(exact[i] - floors[i]), i))
+    for i in order[:left]:
+        floors[i] += 1
+    return [Decimal(sign * f) * CENT for f in floors]
+
+
+def _single_sign(values: Sequence[Decimal], total: Decimal) -> bool:
+    if total > 0:
+        return all(v >= 0 for v in values)
+    if total < 0:
+        return all(v <= 0 for v in values)
+    return True
+
+
+def _list_cost(line: StatementLine, gpu_seconds: Decimal | None, billed: Decimal, close) -> Decimal:
+    """List price of a charge: the standard rate R, from which off-peak training is a discount.
+
+    Every other charge is billed at its list price (ListCost = BilledCost).
+    """
+    if line.kind != LineKind.OFFPEAK or line.is_correction or gpu_seconds is None:
+        return billed
+    return (gpu_seconds * close.standard_rate / SECONDS_PER_HOUR).quantize(CENT, ROUND_HALF_UP)
+
+
+def _line_charges(
+    close: PeriodClose, statement: Statement, line: StatementLine
+) -> list[FocusCharge]:
+    contributions = list(line.tasks.all())
+    weights = [c.amount_unrounded for c in contributions]
+    usable = (
+        contributions
+        and line.amount != 0
+        and any(weights)
+        and _single_sign(weights, line.amount_unrounded)
+    )
+    if not usable:
+        return [
+            FocusCharge(
+                close=close, statement=statement, line=line, billed_cost=line.amount,
+                list_cost=_list_cost(line, line.quantity_gpu_seconds, line.amount, close),
+                gpu_seconds=line.quantity_gpu_seconds, resource_id=None, resource_type=None,
+                task_kind=None,
+            )
+        ]  # fmt: skip
+    charges = []
+    for contribution, billed in zip(contributions, apportion(line.amount, weights), strict=True):
+        task, kind, service = _contributor(contribution)
+        charges.append(
+            FocusCharge(
+                close=close, statement=statement, line=line, billed_cost=billed,
+                list_cost=_list_cost(line, contribution.gpu_seconds, billed, close),
+                gpu_seconds=contribution.gpu_seconds, resource_id=task or service,
+                resource_type=KIND_LABELS.get(kind, kind) if task else "Inference service",
+                task_kind=kind,
+            )
+        )  # fmt: skip
+    return charges
+
+
+def focus_charges(close: PeriodClose) -> list[FocusCharge]:
+    """Every team charge of the period; BilledCost sums to the statements' totals exactly."""
+    charges: list[FocusCharge] = []
+    for statement in _statements(close):
+        for line in statement.lines.all():
+            charges.extend(_line_charges(close, statement, line))
+    return charges
+
+
+# --- The report page ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HealthCard:
+    name: str
+    value: str
+    previous: str
+    direction: str  # health.Direction value
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class TeamCost:
+    team: str
+    total: Decimal
+    lines: dict[str, Decimal]
+    previous_total: Decimal | None
+
+
+@dataclass(frozen=True)
+class ServiceRecord:
+    service: str
+    team: str
+    slo_p99_ms: int
+    p99_ms: Decimal | None
+    previous_p99_ms: Decimal | None
+    meets_slo: bool | None
+    breached_intervals: int
+    penalized_intervals: int
+
+
+@dataclass(frozen=True)
+class PreemptedTask:
+    task_id: int
+    task: str
+    team: str
+    kind: str
+    preemptions: int
+    lost_gpu_hours: Decimal
+
+
+@dataclass
+class ReportPage:
+    period: Period
+    previous: Period
+    close: PeriodClose
+    cards: list[HealthCard]
+    verdict: health.Verdict
+    teams: list[TeamCost]
+    platform_lines: list[PlatformLine]
+    services: list[ServiceRecord]
+    top_preempted: list[PreemptedTask]
+    sharing: health.SharingAnalytics
+    profile_rows: list[dict] = field(default_factory=list)
+    wait_rows: list[dict] = field(default_factory=list)
+
+    @property
+    def currency(self) -> str:
+        return self.close.currency
+
+    @property
+    def teams_total(self) -> Decimal:
+        return sum((team.total for team in self.teams), Decimal("0.00"))
+
+    @property
+    def platform_total(self) -> Decimal:
+        return sum((line.amount for line in self.platform_lines), Decimal("0.00"))
+
+    @property
+    def pool_cost_with_corrections(self) -> Decimal:
+        return self.close.pool_cost + self.close.pool_cost_corrections
+
+    @property
+    def reconciles(self) -> bool:
+        """pricing.md: round(C) = Σ team totals + platform balance, to the cent."""
+        return self.teams_total + self.platform_total == self.pool_cost_with_corrections
+
+    @property
+    def reconciliation_rows(self) -> list[dict]:
+        rows = [{"label": team.team, "amount": team.total} for team in self.teams]
+        rows += [
+            {"label": f"Platform: {line.get_name_display().lower()}", "amount": line.amount}
+            for line in self.platform_lines
+            if line.amount
+        ]
+        return rows
+
+
+def _percent(value: Decimal | None) -> str:
+    return "n/a" if value is None else f"{(value * 100).quantize(Decimal('0.1'), ROUND_HALF_UP)} %"
+
+
+def _milliseconds(value: Decimal | None) -> str:
+    return "n/a" if value is None else f"{value.quantize(Decimal('1'), ROUND_HALF_UP)} ms"
+
+
+def _minutes(seconds: Decimal | None) -> str:
+    if seconds is None:
+        return "n/a"
+    return f"{(seconds / 60).quantize(Decimal('0.1'), ROUND_HALF_UP)} min"
+
+
+def _latency_card(
+    now: list[health.ServiceLatency], before: list[health.ServiceLatency], direction: str
+) -> HealthCard:
+    measured = [s for s in now if s.p99_ms is not None]
+    met = sum(1 for s in measured if s.meets_slo)
+    earlier = [s for s in before if s.p99_ms is not None]
+    earlier_met = sum(1 for s in earlier if s.meets_slo)
+    return HealthCard(
+        name="Services within P99 SLO",
+        value=f"{met} of {len(measured)}" if measured else "no traffic",
+        previous=f"{earlier_met} of {len(earlier)}" if earlier else "no traffic",
+        direction=direction,
+        detail="P99 from the month's merged histogram buckets, per service below",
+    )
+
+
+def health_cards(
+    now: health.HealthNumbers, before: health.HealthNumbers, verdict: health.Verdict
+) -> list[HealthCard]:
+    return [
+        HealthCard(
+            name="Effective utilization",
+            value=_percent(now.utilization.effective),
+            previous=_percent(before.utilization.effective),
+            direction=verdict.utilization.value,
+            detail="busy GPU-seconds / GPU-seconds present",
+        ),
+        _latency_card(now.services, before.services, verdict.latency.value),
+        HealthCard(
+            name="Mean wait before running",
+            value=_minutes(now.waits.overall.mean_seconds),
+            previous=_minutes(before.waits.overall.mean_seconds),
+            direction=verdict.wait.value,
+            detail=f"{now.waits.overall.waits} scheduling attempts",
+        ),
+    ]
+
+
+def _team_costs(close: PeriodClose) -> list[TeamCost]:
+    previous = {
+        s.team_id: s.total
+        for s in Statement.objects.filter(period=close_period_bounds(close).previous.label)
+    }
+    costs = []
+    for statement in close.statements.select_related("team").prefetch_related("lines"):
+        lines: dict[str, Decimal] = {}
+        for line in statement.lines.all():
+            lines[line.kind] = lines.get(line.kind, Decimal("0.00")) + line.amount
+        costs.append(
+            TeamCost(
+                team=statement.team.name,
+                total=statement.total,
+                lines=lines,
+                previous_total=previous.get(statement.team_id),
+            )
+        )
+    return sorted(costs, key=lambda cost: (-cost.total, cost.team))
+
+
+def _service_records(
+    close: PeriodClose, now: list[health.ServiceLatency], before: list[health.ServiceLatency]
+) -> list[ServiceRecord]:
+    breaches = {
+        row["service_id"]: row
+        for row in SlaBreach.objects.filter(period_close=close)
+        .values("service_id")
+        .annotate(n=Count("id"), penalized=Count("id", filter=Q(penalized=True)))
+    }
+    earlier = {s.service_id: s.p99_ms for s in before}
+    return [
+        ServiceRecord(
+            service=s.service,
+            team=s.team,
+            slo_p99_ms=s.slo_p99_ms,
+            p99_ms=s.p99_ms,
+            previous_p99_ms=earlier.get(s.service_id),
+            meets_slo=s.meets_slo,
+            breached_intervals=breaches.get(s.service_id, {}).get("n", 0),
+            penalized_intervals=breaches.get(s.service_id, {}).get("penalized", 0),
+        )
+        for s in now
+    ]
+
+
+def top_preempted_tasks(
+    period: Period, *, cap_seconds: int, limit: int = TOP_PREEMPTED_TASKS
+) -> list[PreemptedTask]:
+    """Tasks preempted most in the period, with the GPU-hours lost (reported, else estimated)."""
+    lost = Coalesce(
+        "lost_gpu_seconds",
+        Least(Value(cap_seconds), F("seconds_since_start")) * F("gpus"),
+        output_field=health_selectors.GPU_SECONDS,
+    )
+    rows = (
+        Preemption.objects.filter(at__gte=period.start, at__lt=period.end)
+        .values("task_id", "task__external_id", "task__team__name", "task__kind")
+        .annotate(n=Count("id"), lost=Sum(lost))
+        .order_by("-n", "-lost", "task__external_id")[:limit]
+    )
+    return [
+        PreemptedTask(
+            task_id=row["task_id"],
+            task=row["task__external_id"],
+            team=row["task__team__name"],
+            kind=row["task__kind"],
+            preemptions=row["n"],
+            lost_gpu_hours=gpu_hours(row["lost"]).quantize(CENT, ROUND_HALF_UP),
+        )
+        for row in rows
+    ]
+
+
+def _profile_rows(analytics: health.SharingAnalytics, days: int) -> list[dict]:
+    """Average GPUs held per local hour of day: GPU-seconds in that hour over days * 3600 s."""
+    seconds = Decimal(max(days, 1)) * SECONDS_PER_HOUR
+    return [
+        {
+            "hour": hour.hour,
+            "inference_gpus": hour.inference_gpu_seconds / seconds,
+            "training_gpus": hour.training_gpu_seconds / seconds,
+        }
+        for hour in analytics.profile
+    ]
+
+
+def _wait_rows(period: Period) -> list[dict]:
+    rows = (
+        PodWait.objects.filter(scheduled__gte=period.start, scheduled__lt=period.end)
+        .values("task__kind")
+        .annotate(attempts=Count("id"), total=Sum("seconds"), longest=Max("seconds"))
+        .order_by("task__kind")
+    )
+    return [
+        {
+            "kind": row["task__kind"],
+            "attempts": row["attempts"],
+            "average_seconds": Decimal(row["total"]) / row["attempts"],
+            "longest_seconds": Decimal(row["longest"]),
+        }
+        for row in rows
+    ]
+
+
+def report_page(label: str) -> ReportPage:
+    """Everything the management page shows for a closed month (whole pool, every team)."""
+    close = closed_period(label)
+    period = close_period_bounds(close)
+    previous = period.previous
+    before, now, verdict = health_selectors.health_comparison(
+        before=(previous.start, previous.end), after=(period.start, period.end)
+    )
+    sharing = health_selectors.sharing_analytics(start=period.start, end=period.end)
+    return ReportPage(
+        period=period,
+        previous=previous,
+        close=close,
+        cards=health_cards(now, before, verdict),
+        verdict=verdict,
+        teams=_team_costs(close),
+        platform_lines=list(close.platform_lines.order_by("is_correction", "id")),
+        services=_service_records(close, now.services, before.services),
+        top_preempted=top_preempted_tasks(
+            period, cap_seconds=close.price_book.starvation_lost_work_cap_seconds
+        ),
+        sharing=sharing,
+        profile_rows=_profile_rows(sharing, period.days),
+        wait_rows=_wait_rows(period),
+    )

@@ -1,0 +1,457 @@
+"""Reads behind the health numbers, the sharing analytics and the usage summary.
+
+Each function takes a half-open range `[start, end)` of aware datetimes over interval starts
+(usage, capacity, latency), preemption times and pod scheduling times, and an optional team
+queryset (`access.selectors.visible_teams`): None means every team. The database aggregates;
+`reports/health.py` does the arithmetic that SQL cannot do exactly (quantiles, correlations).
+A fixed number of queries per call, whatever the number of rows or groups.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from decimal import Decimal
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+from django.db.models import Count, DecimalField, F, Max, Q, QuerySet, Sum, Value
+from django.db.models.functions import Coalesce, ExtractHour, Least, TruncDay, TruncHour
+
+from billing.selectors import PriceBookNotFound, price_book_in_force
+from metering.models import (
+    TRAINING_KINDS,
+    CapacityInterval,
+    IngestWindow,
+    LatencyInterval,
+    PodWait,
+    Preemption,
+    Service,
+    Source,
+    Task,
+    Team,
+    UsageInterval,
+)
+from reports import health
+
+# pricing.md's example book: used when no price book is in force for the period.
+DEFAULT_SLA_MIN_REQUESTS = 100
+DEFAULT_LOST_WORK_CAP_SECONDS = 1800
+
+GROUP_BY_CHOICES = ("team", "task", "kind", "day", "hour")
+ZERO = Decimal(0)
+GPU_SECONDS = DecimalField(max_digits=30, decimal_places=6)
+
+
+def pool_timezone() -> ZoneInfo:
+    return ZoneInfo(settings.TANDEM_TIMEZONE)
+
+
+@dataclass(frozen=True)
+class PriceBookTerms:
+    """The few price-book terms the health numbers depend on."""
+
+    sla_min_requests: int = DEFAULT_SLA_MIN_REQUESTS
+    lost_work_cap_seconds: int = DEFAULT_LOST_WORK_CAP_SECONDS
+
+
+def price_book_terms(at: dt.datetime) -> PriceBookTerms:
+    """Terms of the book in force at `at`, or pricing.md's example values without one."""
+    try:
+        book = price_book_in_force(at)
+    except PriceBookNotFound:
+        return PriceBookTerms()
+    return PriceBookTerms(
+        sla_min_requests=book.sla_min_requests,
+        lost_work_cap_seconds=book.starvation_lost_work_cap_seconds,
+    )
+
+
+def _team_filter(teams: QuerySet[Team] | None, path: str = "task__team") -> Q:
+    return Q() if teams is None else Q(**{f"{path}__in": teams})
+
+
+# --- The three health numbers -----------------------------------------------------------
+
+
+def utilization(*, start: dt.datetime, end: dt.datetime) -> health.Utilization:
+    """Pool-wide: busy GPU-seconds of every task over the GPUs present."""
+    in_range = {"interval_start__gte": start, "interval_start__lt": end}
+    busy = UsageInterval.objects.filter(**in_range).aggregate(v=Sum("busy_gpu_seconds"))["v"]
+    capacity = CapacityInterval.objects.filter(**in_range).aggregate(v=Sum("capacity_gpu_seconds"))[
+        "v"
+    ]
+    return health.Utilization(busy_gpu_seconds=busy or ZERO, capacity_gpu_seconds=capacity or ZERO)
+
+
+def service_latencies(
+    *,
+    start: dt.datetime,
+    end: dt.datetime,
+    teams: QuerySet[Team] | None = None,
+    min_requests: int = DEFAULT_SLA_MIN_REQUESTS,
+) -> list[health.ServiceLatency]:
+    """Every key service (also those without traffic in the range), P99 from merged buckets.
+
+    Two queries whatever the range. The quantile work runs in Python, on the float fast path
+    of `health.interval_breached_raw`: tried in SQL with window functions, the same numbers
+    took longer (benchmarks/api.py).
+    """
+    services = list(
+        Service.objects.filter(_team_filter(teams, "team"), is_key=True)
+        .select_related("team")
+        .order_by("external_id", "id")
+    )
+    histograms: dict[int, list[health.RawBuckets]] = {s.id: [] for s in services}
+    rows = LatencyInterval.objects.filter(
+        service_id__in=list(histograms), interval_start__gte=start, interval_start__lt=end
+    ).values_list("service_id", "buckets")
+    for service_id, buckets in rows.iterator(chunk_size=5000):
+        histograms[service_id].append(buckets)
+    return [
+        health.service_latency(
+            service_id=s.id,
+            service=s.external_id,
+            team=s.team.name,
+            slo_p99_ms=s.slo_p99_ms,
+            interval_buckets=histograms[s.id],
+            min_requests=min_requests,
+        )
+        for s in services
+    ]
+
+
+def waits(
+    *, start: dt.datetime, end: dt.datetime, teams: QuerySet[Team] | None = None
+) -> health.Waits:
+    """Waits of pods scheduled in the range, per task kind."""
+    rows = (
+        PodWait.objects.filter(_team_filter(teams), scheduled__gte=start, scheduled__lt=end)
+        .values("task__kind")
+        .annotate(n=Count("id"), total=Sum("seconds"))
+        .order_by("task__kind")
+    )
+    return health.Waits(
+        per_kind={
+            row["task__kind"]: health.MeanWait(waits=row["n"], total_seconds=Decimal(row["total"]))
+            for row in rows
+        }
+    )
+
+
+def health_numbers(
+    *, start: dt.datetime, end: dt.datetime, teams: QuerySet[Team] | None = None
+) -> health.HealthNumbers:
+    """Utilization is the pool's; services and waits are narrowed to `teams` when given."""
+    terms = price_book_terms(start)
+    return health.HealthNumbers(
+        utilization=utilization(start=start, end=end),
+        services=service_latencies(
+            start=start, end=end, teams=teams, min_requests=terms.sla_min_requests
+        ),
+        waits=waits(start=start, end=end, teams=teams),
+    )
+
+
+def health_comparison(
+    *,
+    before: tuple[dt.datetime, dt.datetime],
+    after: tuple[dt.datetime, dt.datetime],
+    teams: QuerySet[Team] | None = None,
+) -> tuple[health.HealthNumbers, health.HealthNumbers, health.Verdict]:
+    earlier = health_numbers(start=before[0], end=before[1], teams=teams)
+    later = health_numbers(start=after[0], end=after[1], teams=teams)
+    return earlier, later, health.verdict(earlier, later)
+
+
+# --- Sharing analytics ------------------------------------------------------------------
+
+
+def _lost_gpu_seconds_expression(cap_seconds: int) -> Coalesce:
+    """SQL form of `health.lost_gpu_seconds`: reported loss, else min(cap, run time) * GPUs."""
+    return Coalesce(
+        "lost_gpu_seconds",
+        Least(Value(cap_seconds), F("seconds_since_start")) * F("gpus"),
+        output_field=GPU_SECONDS,
+    )
+
+
+def lost_gpu_seconds_per_team(
+    *, start: dt.datetime, end: dt.datetime, teams: QuerySet[Team] | None = None
+) -> dict[str, Decimal]:
+    cap = price_book_terms(start).lost_work_cap_seconds
+    rows = (
+        Preemption.objects.filter(_team_filter(teams), at__gte=start, at__lt=end)
+        .values("task__team__name")
+        .annotate(lost=Sum(_lost_gpu_seconds_expression(cap)))
+        .order_by("task__team__name")
+    )
+    return {row["task__team__name"]: row["lost"] for row in rows}
+
+
+def hourly_profile(*, start: dt.datetime, end: dt.datetime) -> list[health.HourProfile]:
+    """Pool-wide GPU-seconds held by training and by inference per local hour of day."""
+    zone = pool_timezone()
+    in_range = {"interval_start__gte": start, "interval_start__lt": end}
+    hour = ExtractHour("interval_start", tzinfo=zone)
+    is_training = Q(task__kind__in=TRAINING_KINDS)
+    usage = (
+        UsageInterval.objects.filter(**in_range)
+        .annotate(hour=hour)
+        .values("hour")
+        .annotate(
+            training=Sum("alloc_gpu_seconds", filter=is_training),
+            inference=Sum("alloc_gpu_seconds", filter=~is_training),
+        )
+    )
+    capacity = (
+        CapacityInterval.objects.filter(**in_range)
+        .annotate(hour=hour)
+        .values("hour")
+        .annotate(total=Sum("capacity_gpu_seconds"))
+    )
+    held = {row["hour"]: row for row in usage}
+    present = {row["hour"]: row["total"] for row in capacity}
+    return [
+        health.HourProfile(
+            hour=h,
+            capacity_gpu_seconds=present.get(h, ZERO),
+            training_gpu_seconds=held.get(h, {}).get("training") or ZERO,
+            inference_gpu_seconds=held.get(h, {}).get("inference") or ZERO,
+        )
+        for h in range(24)
+    ]
+
+
+def sharing_analytics(
+    *, start: dt.datetime, end: dt.datetime, teams: QuerySet[Team] | None = None
+) -> health.SharingAnalytics:
+    """The profile and the interruptible share are the pool's; preemption cost per team."""
+    totals = UsageInterval.objects.filter(
+        interval_start__gte=start, interval_start__lt=end
+    ).aggregate(
+        allocated=Sum("alloc_gpu_seconds"),
+        interruptible=Sum("alloc_gpu_seconds", filter=Q(task__kind__in=health.INTERRUPTIBLE_KINDS)),
+    )
+    return health.SharingAnalytics(
+        profile=hourly_profile(start=start, end=end),
+        interruptible_gpu_seconds=totals["interruptible"] or ZERO,
+        allocated_gpu_seconds=totals["allocated"] or ZERO,
+        lost_gpu_seconds_per_team=lost_gpu_seconds_per_team(start=start, end=end, teams=teams),
+    )
+
+
+# --- Usage summary ----------------------------------------------------------------------
+
+# Groupings that follow from the task: the database sums per task only (a month of a large
+# pool is millions of rows, and joining them to tasks and teams doubles the work), and the
+# few hundred task sums are rolled up to team or kind here.
+TASK_GROUPINGS = ("team", "task", "kind")
+
+
+@dataclass
+class UsageRow:
+    key: str
+    team: str | None = None
+    task_id: int | None = None
+    task: str | None = None
+    kind: str | None = None
+    start: dt.datetime | None = None
+    allocated_gpu_seconds: Decimal = ZERO
+    busy_gpu_seconds: Decimal = ZERO
+    memory_peak_bytes: int = 0
+    memory_byte_intervals: int = 0  # sum of per-interval average bytes, for the mean
+    usage_intervals: int = 0
+    read_operations: int = 0
+    write_operations: int = 0
+    read_bytes: int = 0
+    write_bytes: int = 0
+    preemptions: int = 0
+    lost_gpu_seconds: Decimal = ZERO
+    waits: int = 0
+    wait_seconds: int = 0
+
+    @property
+    def memory_avg_bytes(self) -> int:
+        """Mean of the per-task-interval averages, rounded half up to a whole byte."""
+        if not self.usage_intervals:
+            return 0
+        return (2 * self.memory_byte_intervals + self.usage_intervals) // (2 * self.usage_intervals)
+
+    @property
+    def mean_wait_seconds(self) -> Decimal | None:
+        return health.ratio(Decimal(self.wait_seconds), Decimal(self.waits))
+
+    def add(self, other: UsageRow) -> None:
+        """Fold another part of the same group in (sums, and the peak's maximum)."""
+        for name in SUMMED:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.memory_peak_bytes = max(self.memory_peak_bytes, other.memory_peak_bytes)
+
+
+SUMMED = (
+    "allocated_gpu_seconds",
+    "busy_gpu_seconds",
+    "memory_byte_intervals",
+    "usage_intervals",
+    "read_operations",
+    "write_operations",
+    "read_bytes",
+    "write_bytes",
+    "preemptions",
+    "lost_gpu_seconds",
+    "waits",
+    "wait_seconds",
+)
+
+
+def _group_column(group_by: str, time_field: str) -> F | TruncDay | TruncHour:
+    if group_by in TASK_GROUPINGS:
+        return F("task_id")
+    if group_by == "day":
+        return TruncDay(time_field, tzinfo=pool_timezone())
+    if group_by == "hour":
+        return TruncHour(time_field, tzinfo=pool_timezone())
+    raise ValueError(f"group_by must be one of {GROUP_BY_CHOICES}, got {group_by!r}")
+
+
+def _parts(
+    *, start: dt.datetime, end: dt.datetime, group_by: str, teams_q: Q
+) -> dict[object, UsageRow]:
+    """One partial row per task (task groupings) or per local day or hour, three queries."""
+    parts: dict[object, UsageRow] = {}
+
+    def part(group: object) -> UsageRow:
+        return parts.setdefault(group, UsageRow(key=""))
+
+    usage = (
+        UsageInterval.objects.filter(teams_q, interval_start__gte=start, interval_start__lt=end)
+        .values(group=_group_column(group_by, "interval_start"))
+        .annotate(
+            alloc=Sum("alloc_gpu_seconds"),
+            busy=Sum("busy_gpu_seconds"),
+            peak=Max("memory_peak_bytes"),
+            memory=Sum("memory_avg_bytes"),
+            n=Count("id"),
+            reads=Sum("read_operations"),
+            writes=Sum("write_operations"),
+            read_bytes=Sum("read_bytes"),
+            write_bytes=Sum("write_bytes"),
+        )
+        .order_by()
+    )
+    for v in usage:
+        row = part(v["group"])
+        row.allocated_gpu_seconds, row.busy_gpu_seconds = v["alloc"], v["busy"]
+        row.memory_peak_bytes, row.memory_byte_intervals = v["peak"], int(v["memory"])
+        row.usage_intervals = v["n"]
+        row.read_operations, row.write_operations = int(v["reads"]), int(v["writes"])
+        row.read_bytes, row.write_bytes = int(v["read_bytes"]), int(v["write_bytes"])
+    cap = price_book_terms(start).lost_work_cap_seconds
+    preemptions = (
+        Preemption.objects.filter(teams_q, at__gte=start, at__lt=end)
+        .values(group=_group_column(group_by, "at"))
+        .annotate(n=Count("id"), lost=Sum(_lost_gpu_seconds_expression(cap)))
+        .order_by()
+    )
+    for v in preemptions:
+        row = part(v["group"])
+        row.preemptions, row.lost_gpu_seconds = v["n"], v["lost"]
+    pod_waits = (
+        PodWait.objects.filter(teams_q, scheduled__gte=start, scheduled__lt=end)
+        .values(group=_group_column(group_by, "scheduled"))
+        .annotate(n=Count("id"), seconds=Sum("seconds"))
+        .order_by()
+    )
+    for v in pod_waits:
+        row = part(v["group"])
+        row.waits, row.wait_seconds = v["n"], v["seconds"]
+    return parts
+
+
+def _by_task(parts: dict[object, UsageRow], group_by: str) -> list[UsageRow]:
+    """Roll per-task parts up to tasks, teams or kinds (one query for the tasks' names)."""
+    tasks = Task.objects.filter(pk__in=list(parts)).values_list(
+        "id", "external_id", "team__name", "kind"
+    )
+    rows: dict[object, UsageRow] = {}
+    for task_id, external_id, team, kind in tasks:
+        key = {"team": team, "kind": kind, "task": task_id}[group_by]
+        if key not in rows:
+            rows[key] = (
+                UsageRow(key=external_id, team=team, task_id=task_id, task=external_id, kind=kind)
+                if group_by == "task"
+                else UsageRow(key=key, team=team if group_by == "team" else None)
+            )
+            if group_by == "kind":
+                rows[key].kind = kind
+        rows[key].add(parts[task_id])
+    return sorted(rows.values(), key=lambda r: (r.key, r.task_id or 0))
+
+
+def _by_time(parts: dict[object, UsageRow], group_by: str) -> list[UsageRow]:
+    rows = []
+    for moment, part in sorted(parts.items()):
+        local = moment.astimezone(pool_timezone())
+        part.start = local
+        part.key = local.date().isoformat() if group_by == "day" else local.isoformat()
+        rows.append(part)
+    return rows
+
+
+def usage_rows(
+    *,
+    start: dt.datetime,
+    end: dt.datetime,
+    group_by: str,
+    teams: QuerySet[Team] | None = None,
+) -> list[UsageRow]:
+    """Allocated and busy GPU-seconds, memory, I/O, preemptions and waits per group.
+
+    Usage rows count by interval start, preemptions by their time, waits by the time the pod
+    was scheduled; day and hour groups are local to the pool's time zone.
+    """
+    if group_by not in GROUP_BY_CHOICES:
+        raise ValueError(f"group_by must be one of {GROUP_BY_CHOICES}, got {group_by!r}")
+    parts = _parts(start=start, end=end, group_by=group_by, teams_q=_team_filter(teams))
+    if group_by in TASK_GROUPINGS:
+        return _by_task(parts, group_by)
+    return _by_time(parts, group_by)
+
+
+# --- Data completeness ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Completeness:
+    ratio: Decimal | None  # None: nothing was expected yet (range in the future, no sources)
+    windows: dict[str, int]
+
+
+def data_completeness(
+    *, start: dt.datetime, end: dt.datetime, now: dt.datetime | None = None
+) -> Completeness:
+    """Share of the range's expected samples that arrived, counting missing windows as zero.
+
+    Each done window contributes its completeness times its overlap with the range; the expected
+    total is every enabled source for the whole range up to now (the future is not missing).
+    """
+    horizon = min(end, now or dt.datetime.now(dt.UTC))
+    windows = list(
+        IngestWindow.objects.filter(start__lt=end, end__gt=start).values_list(
+            "source_id", "status", "start", "end", "completeness"
+        )
+    )
+    statuses = {status: 0 for status in IngestWindow.Status.values}
+    for _, status, *_ in windows:
+        statuses[status] += 1
+    sources = Source.objects.filter(enabled=True).count() or len({w[0] for w in windows})
+    expected = Decimal(sources) * Decimal((horizon - start).total_seconds())
+    if expected <= 0:
+        return Completeness(ratio=None, windows=statuses)
+    covered = ZERO
+    for _, status, w_start, w_end, completeness in windows:
+        if status == IngestWindow.Status.DONE:
+            overlap = (min(w_end, horizon) - max(w_start, start)).total_seconds()
+            covered += Decimal(max(overlap, 0)) * completeness
+    return Completeness(ratio=min(covered / expected, Decimal(1)), windows=statuses)

@@ -1,0 +1,15 @@
+from django.urls import path, re_path
+
+from reports import views
+
+app_name = "reports"
+
+PERIOD = r"(?P<period>[0-9]{4}-[0-9]{2})"
+
+urlpatterns = [
+    path("", views.run_list, name="runs"),
+    re_path(rf"^{PERIOD}/$", views.report_page, name="page"),
+    re_path(rf"^{PERIOD}/runs/$", views.run_create, name="run_create"),
+    path("runs/<int:run_id>/files/<str:name>", views.file_download, name="file"),
+    path("statement-lines/<int:line_id>/explain/", views.explain_line, name="explain"),
+]

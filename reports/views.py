@@ -1,0 +1,238 @@
+"""HTML for people: the monthly report page, report runs and their files, explain a charge.
+
+The report page and the PDF are one template: `report_page_html` renders it without a request
+for Chromium to print (reports.render_pdf), the view renders it for a browser. Finance and
+platform see every page; a team lead sees only their own team's CSV files and the lines of
+their own statements, and gets 404 (never 403) for anything else.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from zoneinfo import ZoneInfo
+
+from django.contrib.auth.decorators import login_required
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.template import TemplateDoesNotExist
+from django.template.loader import get_template, render_to_string
+from django.urls import NoReverseMatch, reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from access.selectors import sees_every_team, visible_teams
+from billing.models import LineKind, StatementLine
+from dashboards import charts
+from reports import rows, services
+from reports.explain import statement_line_explain
+from reports.models import ReportFile, ReportRun
+
+FALLBACK_BASE = "reports/base.html"
+DASHBOARD_BASE = "dashboards/base.html"
+
+
+def base_template() -> str:
+    """The dashboards' layout when it is installed and routed, else a self-contained one."""
+    try:
+        get_template(DASHBOARD_BASE)
+        reverse("dashboards:overview")
+    except (TemplateDoesNotExist, NoReverseMatch):
+        return FALLBACK_BASE
+    return DASHBOARD_BASE
+
+
+def _require_every_team(request: HttpRequest) -> None:
+    if not sees_every_team(request.user):
+        raise Http404("No such report.")
+
+
+def _month_name(period: rows.Period) -> str:
+    return period.start.astimezone(ZoneInfo(period.timezone)).strftime("%B %Y")
+
+
+def _charts(page: rows.ReportPage) -> dict[str, str]:
+    timezone = page.period.timezone
+    return {
+        "reconciliation": charts.to_html(
+            charts.reconciliation_chart(page.reconciliation_rows, currency=page.currency)
+        ),
+        "profile": charts.to_html(
+            charts.daily_profile_chart(
+                page.profile_rows,
+                timezone=timezone,
+                peak_hours=list(page.close.price_book.peak_hours),
+            )
+        ),
+        "waits": charts.to_html(charts.waits_chart(page.wait_rows)),
+    }
+
+
+# Management reads cost in three parts; the line-by-line detail is in each team's CSV.
+COST_COLUMNS = [
+    ("Usage", (LineKind.BASELINE, LineKind.STANDARD, LineKind.OFFPEAK)),
+    ("SLA penalties and credits", (LineKind.SLA_PENALTY, LineKind.SLA_CREDIT)),
+    ("Preemption compensation", (LineKind.COMPENSATION,)),
+]
+
+
+def _team_rows(page: rows.ReportPage) -> tuple[list[str], list[dict]]:
+    table = []
+    for team in page.teams:
+        parts = [
+            sum((team.lines[kind] for kind in kinds if kind in team.lines), Decimal("0.00"))
+            for _, kinds in COST_COLUMNS
+        ]
+        change = None if team.previous_total is None else team.total - team.previous_total
+        table.append(
+            {
+                "team": team.team,
+                "amounts": parts,
+                "total": team.total,
+                "previous_total": team.previous_total,
+                "change": change,
+            }
+        )
+    return [heading for heading, _ in COST_COLUMNS], table
+
+
+def report_page_context(page: rows.ReportPage, *, for_print: bool) -> dict:
+    zone = ZoneInfo(page.period.timezone)
+    cost_columns, team_rows = _team_rows(page)
+    return {
+        "base_template": base_template(),
+        "title": f"Monthly report {page.period.label}",
+        "nav": "statements",
+        "pool_timezone": page.period.timezone,
+        "page": page,
+        "for_print": for_print,
+        "period_name": _month_name(page.period),
+        "previous_name": _month_name(page.previous),
+        "previous_short": page.previous.label,
+        "period_local_start": f"{page.period.start.astimezone(zone):%Y-%m-%d %H:%M}",
+        "period_local_end": f"{page.period.end.astimezone(zone):%Y-%m-%d %H:%M}",
+        "cost_columns": cost_columns,
+        "team_rows": team_rows,
+        "charts": _charts(page),
+    }
+
+
+def report_page_html(period: str) -> str:
+    """The whole report page as a string, for printing (no request, no user, no links)."""
+    page = rows.report_page(period)
+    return render_to_string("reports/report.html", report_page_context(page, for_print=True))
+
+
+@login_required
+@require_GET
+def report_page(request: HttpRequest, period: str) -> HttpResponse:
+    _require_every_team(request)
+    try:
+        page = rows.report_page(period)
+    except rows.ReportInputError as error:
+        raise Http404(str(error)) from None
+    context = report_page_context(page, for_print=False)
+    context["latest_run"] = (
+        ReportRun.objects.filter(period=period, status=ReportRun.Status.DONE)
+        .prefetch_related("files")
+        .first()
+    )
+    return render(request, "reports/report.html", context)
+
+
+@login_required
+@require_GET
+def run_list(request: HttpRequest) -> HttpResponse:
+    """Report runs; a team lead sees only the runs' CSV files of their own teams."""
+    every_team = sees_every_team(request.user)
+    files = ReportFile.objects.select_related("team").order_by("kind", "name")
+    if not every_team:
+        files = files.filter(team__in=visible_teams(request.user))
+    runs = list(ReportRun.objects.order_by("-created", "-id")[:100])
+    by_run: dict[int, list[ReportFile]] = {}
+    for report_file in files.filter(run__in=runs):
+        by_run.setdefault(report_file.run_id, []).append(report_file)
+    if not every_team:
+        runs = [run for run in runs if run.pk in by_run]
+    return render(
+        request,
+        "reports/runs.html",
+        {
+            "base_template": base_template(),
+            "title": "Report runs",
+            "nav": "statements",
+            "runs": [(run, by_run.get(run.pk, [])) for run in runs],
+            "every_team": every_team,
+        },
+    )
+
+
+@login_required
+@require_POST
+def run_create(request: HttpRequest, period: str) -> HttpResponse:
+    _require_every_team(request)
+    try:
+        rows.closed_period(period)
+    except rows.ReportInputError as error:
+        raise Http404(str(error)) from None
+    services.report_run_create(
+        period=period, kind=ReportRun.Kind.ON_DEMAND, requested_by=request.user
+    )
+    return redirect("reports:runs")
+
+
+@login_required
+@require_GET
+def file_download(request: HttpRequest, run_id: int, name: str) -> FileResponse:
+    report_file = get_object_or_404(
+        ReportFile.objects.select_related("run", "team"), run_id=run_id, name=name
+    )
+    if report_file.team is None:
+        _require_every_team(request)
+    elif not visible_teams(request.user).filter(pk=report_file.team_id).exists():
+        raise Http404("No such file.")
+    path = report_file.path
+    if not path.is_file():
+        raise Http404("The file is no longer on disk; run the report again.")
+    response = FileResponse(
+        path.open("rb"), as_attachment=True, filename=name, content_type=report_file.content_type
+    )
+    response["X-Content-SHA256"] = report_file.sha256
+    return response
+
+
+def _task_param(request: HttpRequest) -> int | None:
+    value = request.GET.get("task", "")
+    return int(value) if value.isdigit() else None
+
+
+@login_required
+@require_GET
+def explain_line(request: HttpRequest, line_id: int) -> HttpResponse:
+    """A statement line's tasks, their intervals and the PromQL behind them (HTML or JSON)."""
+    line = get_object_or_404(
+        StatementLine.objects.select_related(
+            "statement__team", "statement__period_close__price_book"
+        ).filter(statement__team__in=visible_teams(request.user)),
+        pk=line_id,
+    )
+    explanation = statement_line_explain(line=line, task_id=_task_param(request))
+    if request.GET.get("format") == "json":
+        return JsonResponse(explanation.as_json())
+    zone = ZoneInfo(explanation.timezone)
+    return render(
+        request,
+        "reports/explain.html",
+        {
+            "base_template": base_template(),
+            "title": (
+                f"Explain: {line.get_kind_display()} · {explanation.team} {explanation.period}"
+            ),
+            "nav": "statements",
+            "pool_timezone": explanation.timezone,
+            "x": explanation,
+            "line": line,
+            "local_start": f"{explanation.range_start.astimezone(zone):%Y-%m-%d %H:%M}",
+            "local_end": f"{explanation.range_end.astimezone(zone):%Y-%m-%d %H:%M}",
+            "step_minutes": dt.timedelta(seconds=explanation.step_seconds),
+        },
+    )

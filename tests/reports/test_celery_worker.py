@@ -1,0 +1,88 @@
+"""A real Celery worker (Redis db 5) executes a queued report run, PDF included."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from django.db import connection
+
+from billing.services import period_close, price_book_ensure_default
+from reports import services
+from reports.models import ReportRun
+from tests.conftest import REPO
+from tests.reports import factories as f
+
+WAIT_SECONDS = 180
+
+
+def database_url() -> str:
+    """The URL of the test database pytest-django created, for the worker process."""
+    db = connection.settings_dict
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    return (
+        f"postgres://{db['USER']}{password}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
+        f"/{db['NAME']}"
+    )
+
+
+@pytest.fixture
+def worker(transactional_db, settings, tmp_path: Path) -> Iterator[subprocess.Popen]:
+    broker = settings.CELERY_BROKER_URL
+    redis.Redis.from_url(broker).flushdb()  # our own Redis db: no task left from a crash
+    # The worker's var/ (and so its report files) is this test's, like the test process's.
+    var_dir = tmp_path / "var"
+    var_dir.mkdir()
+    settings.TANDEM_REPORTS_DIR = str(var_dir / "reports")
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "CELERY_BROKER_URL": broker,
+        "TANDEM_VAR_DIR": str(var_dir),
+        "TANDEM_REPORTS_DIR": str(var_dir / "reports"),
+        "TANDEM_TIMEZONE": settings.TANDEM_TIMEZONE,
+    }
+    log = (tmp_path / "worker.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool", "solo",
+         "-l", "info", "--without-heartbeat", "--without-mingle", "--without-gossip"],
+        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        yield process
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def test_it_runs_a_queued_report_in_a_celery_worker(worker, tmp_path: Path) -> None:
+    price_book_ensure_default()  # the flush of a transactional test removed the default book
+    f.build_pool()
+    period_close(period=f.PERIOD)
+
+    run = services.report_run_create(period=f.PERIOD, kind="monthly")  # sent on commit
+
+    deadline = time.monotonic() + WAIT_SECONDS
+    while time.monotonic() < deadline and worker.poll() is None:
+        run.refresh_from_db()
+        if run.status in (ReportRun.Status.DONE, ReportRun.Status.FAILED):
+            break
+        time.sleep(1)
+    log = (tmp_path / "worker.log").read_text()
+    assert run.status == ReportRun.Status.DONE, (run.error, log[-3000:])
+    assert {file.kind for file in run.files.all()} == {"team_csv", "focus_csv", "pdf"}
+    for report_file in run.files.all():
+        assert hashlib.sha256(report_file.path.read_bytes()).hexdigest() == report_file.sha256
