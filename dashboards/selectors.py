@@ -1,0 +1,560 @@
+"""Reads the pages need that no other app's selectors answer (yet).
+
+The health numbers, the hourly profile and the usage summary come from `reports.selectors`;
+what is here is shaped for charts and tables: per-bucket time series, per-interval latency, a
+task's trajectory, statement drill-downs. Every function aggregates in SQL (values + annotate,
+date_trunc in the pool's time zone) and returns plain rows, and takes the teams the user may
+see, so the role boundary is applied in the query, not after it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.db.models import Avg, Count, DecimalField, F, Max, Min, Q, QuerySet, Sum
+from django.db.models.functions import TruncDay, TruncHour
+
+from billing.models import (
+    LineKind,
+    PeriodClose,
+    PlatformLine,
+    SlaBreach,
+    Statement,
+    StatementLine,
+    StatementLineTask,
+)
+from dashboards.filters import local_midnight_utc, pool_zone
+from metering.models import (
+    TRAINING_KINDS,
+    CapacityInterval,
+    IngestWindow,
+    LatencyInterval,
+    PodWait,
+    Preemption,
+    Service,
+    Source,
+    Task,
+    Team,
+    UsageInterval,
+)
+from reports import health
+from reports.models import ReportFile, ReportRun
+
+ZERO = Decimal(0)
+GIB = Decimal(1024**3)
+MIB = Decimal(1024**2)
+DEFAULT_SLA_MIN_REQUESTS = 100  # pricing.md's example book, when no book is in force
+DEFAULT_PEAK_HOURS = (9, 22)
+
+
+# --- Time series ------------------------------------------------------------------------
+
+
+def bucket_for(start: dt.datetime, end: dt.datetime) -> str:
+    """Hours up to a month and a half (≈1,100 points), days beyond."""
+    return "hour" if (end - start) <= dt.timedelta(days=45) else "day"
+
+
+def _trunc(bucket: str, field: str) -> TruncHour | TruncDay:
+    trunc = TruncHour if bucket == "hour" else TruncDay
+    return trunc(field, tzinfo=pool_zone())
+
+
+def _bucket_seconds(moment: dt.datetime, bucket: str) -> Decimal:
+    """Wall-clock length of the bucket starting at `moment` (a DST day is 23 or 25 hours)."""
+    if bucket == "hour":
+        return Decimal(3600)
+    local = moment.astimezone(pool_zone())
+    following = local_midnight_utc(local.date() + dt.timedelta(days=1))
+    return Decimal(int((following - moment).total_seconds()))
+
+
+def pool_timeline(
+    *,
+    start: dt.datetime,
+    end: dt.datetime,
+    bucket: str,
+    teams: QuerySet[Team] | None = None,
+    kind: str | None = None,
+) -> list[dict]:
+    """Capacity, allocation per task kind and busy GPUs, as average GPUs per bucket.
+
+    Capacity is the pool's whatever the team filter: a team's allocation is read against
+    the whole pool it shares.
+    """
+    usage_filter = Q(interval_start__gte=start, interval_start__lt=end)
+    if teams is not None:
+        usage_filter &= Q(task__team__in=teams)
+    if kind:
+        usage_filter &= Q(task__kind=kind)
+    usage = (
+        UsageInterval.objects.filter(usage_filter)
+        .annotate(t=_trunc(bucket, "interval_start"))
+        .values("t", "task__kind")
+        .annotate(alloc=Sum("alloc_gpu_seconds"), busy=Sum("busy_gpu_seconds"))
+        .order_by()
+    )
+    capacity = (
+        CapacityInterval.objects.filter(interval_start__gte=start, interval_start__lt=end)
+        .annotate(t=_trunc(bucket, "interval_start"))
+        .values("t")
+        .annotate(capacity=Sum("capacity_gpu_seconds"))
+        .order_by()
+    )
+    rows: dict[dt.datetime, dict] = {}
+
+    def row_at(moment: dt.datetime) -> dict:
+        if moment not in rows:
+            rows[moment] = {"time": moment, "capacity": ZERO, "busy": ZERO, "allocated": {}}
+        return rows[moment]
+
+    for values in capacity:
+        row_at(values["t"])["capacity"] = values["capacity"]
+    for values in usage:
+        row = row_at(values["t"])
+        row["allocated"][values["task__kind"]] = values["alloc"]
+        row["busy"] += values["busy"]
+    timeline = []
+    for moment in sorted(rows):
+        row, seconds = rows[moment], _bucket_seconds(moment, bucket)
+        timeline.append(
+            {
+                "time": moment,
+                "capacity_gpus": row["capacity"] / seconds,
+                "busy_gpus": row["busy"] / seconds,
+                "allocated_gpus": {k: v / seconds for k, v in row["allocated"].items()},
+            }
+        )
+    return timeline
+
+
+def usage_by_day_and_kind(
+    *, start: dt.datetime, end: dt.datetime, teams: QuerySet[Team], kind: str | None = None
+) -> list[dict]:
+    """GPU-hours allocated and busy per local day and task kind."""
+    filters = Q(interval_start__gte=start, interval_start__lt=end, task__team__in=teams)
+    if kind:
+        filters &= Q(task__kind=kind)
+    rows = (
+        UsageInterval.objects.filter(filters)
+        .annotate(day=_trunc("day", "interval_start"))
+        .values("day", "task__kind")
+        .annotate(alloc=Sum("alloc_gpu_seconds"), busy=Sum("busy_gpu_seconds"))
+        .order_by("day", "task__kind")
+    )
+    return [
+        {
+            "day": row["day"].astimezone(pool_zone()).date(),
+            "kind": row["task__kind"],
+            "gpu_hours": row["alloc"] / 3600,
+            "busy_gpu_hours": row["busy"] / 3600,
+        }
+        for row in rows
+    ]
+
+
+# --- Data completeness ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WindowProblems:
+    pending: int
+    running: int
+    failed: int
+    incomplete: int
+    examples: list[IngestWindow]
+
+    @property
+    def any(self) -> bool:
+        return bool(self.pending or self.running or self.failed or self.incomplete)
+
+
+def window_problems(*, start: dt.datetime, end: dt.datetime, limit: int = 8) -> WindowProblems:
+    """Windows in the range that are not done, or done with samples missing."""
+    in_range = IngestWindow.objects.filter(start__lt=end, end__gt=start)
+    incomplete = Q(status=IngestWindow.Status.DONE, completeness__lt=1)
+    problems = Q(status__in=["pending", "running", "failed"]) | incomplete
+    counts = in_range.aggregate(
+        pending=Count("id", filter=Q(status="pending")),
+        running=Count("id", filter=Q(status="running")),
+        failed=Count("id", filter=Q(status="failed")),
+        incomplete=Count("id", filter=incomplete),
+    )
+    examples = list(in_range.filter(problems).select_related("source").order_by("start")[:limit])
+    return WindowProblems(examples=examples, **counts)
+
+
+def completeness_by_day(
+    *, start: dt.datetime, end: dt.datetime, now: dt.datetime | None = None
+) -> list[dict]:
+    """Per local day, the share of expected samples that arrived; missing windows count 0.
+
+    Days in the future are left out; today counts only up to now.
+    """
+    now = now or dt.datetime.now(dt.UTC)
+    sources = Source.objects.filter(enabled=True).count() or 1
+    windows = IngestWindow.objects.filter(
+        start__lt=end, end__gt=start, status=IngestWindow.Status.DONE
+    ).values_list("start", "end", "completeness")
+    covered: dict[dt.date, Decimal] = defaultdict(Decimal)
+    zone = pool_zone()
+    for w_start, w_end, completeness in windows:
+        # Windows are short (minutes to an hour); split one that straddles local midnight.
+        moment = max(w_start, start)
+        while moment < min(w_end, end):
+            day = moment.astimezone(zone).date()
+            day_end = min(local_midnight_utc(day + dt.timedelta(days=1)), w_end, end)
+            covered[day] += Decimal(int((day_end - moment).total_seconds())) * completeness
+            moment = day_end
+    rows = []
+    day = start.astimezone(zone).date()
+    while local_midnight_utc(day) < min(end, now):
+        day_start = local_midnight_utc(day)
+        day_end = min(local_midnight_utc(day + dt.timedelta(days=1)), end, now)
+        expected = Decimal(int((day_end - day_start).total_seconds())) * sources
+        rows.append({"day": day, "completeness": min(covered[day] / expected, Decimal(1))})
+        day += dt.timedelta(days=1)
+    return rows
+
+
+# --- Profiles ---------------------------------------------------------------------------
+
+
+def suggested_peak_hours(profile: list[health.HourProfile], length: int) -> tuple[int, int] | None:
+    """The `length`-hour window (wrapping past midnight) in which inference holds the most.
+
+    That is when latency matters most, so the window the data suggests for the standard rate.
+    Returns local `[start, end)` hours, `end` may exceed 24 when the window wraps.
+    """
+    held = [hour.inference_gpu_seconds for hour in sorted(profile, key=lambda h: h.hour)]
+    if len(held) != 24 or not any(held) or not 0 < length < 24:
+        return None
+    best_start, best_total = 0, None
+    for first in range(24):
+        total = sum((held[(first + i) % 24] for i in range(length)), ZERO)
+        if best_total is None or total > best_total:
+            best_start, best_total = first, total
+    return best_start, best_start + length
+
+
+# --- Teams ------------------------------------------------------------------------------
+
+
+def team_preemptions(*, team: Team, start: dt.datetime, end: dt.datetime) -> list[Preemption]:
+    return list(
+        Preemption.objects.filter(task__team=team, at__gte=start, at__lt=end)
+        .select_related("task")
+        .order_by("at")
+    )
+
+
+def waits_by_kind(*, teams: QuerySet[Team], start: dt.datetime, end: dt.datetime) -> list[dict]:
+    rows = (
+        PodWait.objects.filter(task__team__in=teams, scheduled__gte=start, scheduled__lt=end)
+        .values("task__kind")
+        .annotate(n=Count("id"), total=Sum("seconds"), longest=Max("seconds"))
+        .order_by("task__kind")
+    )
+    return [
+        {
+            "kind": row["task__kind"],
+            "attempts": row["n"],
+            "average_seconds": Decimal(row["total"]) / row["n"],
+            "longest_seconds": row["longest"],
+        }
+        for row in rows
+    ]
+
+
+def top_tasks_by_usage(
+    *, team: Team, start: dt.datetime, end: dt.datetime, limit: int = 10
+) -> list[dict]:
+    return list(
+        UsageInterval.objects.filter(
+            task__team=team, interval_start__gte=start, interval_start__lt=end
+        )
+        .values("task_id", "task__external_id", "task__kind")
+        .annotate(alloc=Sum("alloc_gpu_seconds"), busy=Sum("busy_gpu_seconds"))
+        .order_by("-alloc", "task_id")[:limit]
+    )
+
+
+def top_tasks_by_cost(*, team: Team, period: str, limit: int = 10) -> list[dict]:
+    """Tasks ranked by what they contributed to the team's closed statement for `period`."""
+    rows = (
+        StatementLineTask.objects.filter(
+            line__statement__team=team, line__statement__period=period, task__isnull=False
+        )
+        .values("task_id", "task__external_id", "task__kind")
+        .annotate(amount=Sum("amount_unrounded"), gpu_seconds=Sum("gpu_seconds"))
+        .order_by("-amount", "task_id")[:limit]
+    )
+    return list(rows)
+
+
+# --- Tasks ------------------------------------------------------------------------------
+
+
+# Beyond a week of five-minute intervals a task's chart is drawn per hour: a month of intervals
+# is 8,640 points per series, more than a chart's width in pixels.
+TRAJECTORY_MAX_POINTS = 2016
+BYTES = DecimalField(max_digits=30, decimal_places=6)
+
+
+def task_trajectory(*, task: Task, step_seconds: int, bucket: str = "interval") -> list[dict]:
+    """The task's life per interval (or per hour): GPUs held and busy (averages over the
+    bucket), memory (GiB, average and peak), I/O (MiB and operations within the bucket)."""
+    preempted_at = list(task.preemptions.values_list("at", flat=True))
+    usage = task.usage.all()
+    if bucket == "hour":
+        usage = usage.annotate(t=_trunc("hour", "interval_start")).values("t")
+        seconds = Decimal(3600)
+    else:
+        usage = usage.annotate(t=F("interval_start")).values("t")
+        seconds = Decimal(step_seconds)
+    rows = usage.annotate(
+        alloc=Sum("alloc_gpu_seconds"),
+        busy=Sum("busy_gpu_seconds"),
+        memory_avg=Avg("memory_avg_bytes", output_field=BYTES),
+        memory_peak=Max("memory_peak_bytes"),
+        read=Sum("read_bytes"),
+        written=Sum("write_bytes"),
+        operations=Sum("read_operations") + Sum("write_operations"),
+    ).order_by("t")
+    return [
+        {
+            "time": row["t"],
+            "alloc_gpus": row["alloc"] / seconds,
+            "busy_gpus": row["busy"] / seconds,
+            "memory_avg_gib": Decimal(row["memory_avg"]) / GIB,
+            "memory_peak_gib": Decimal(row["memory_peak"]) / GIB,
+            "read_mib": Decimal(row["read"]) / MIB,
+            "write_mib": Decimal(row["written"]) / MIB,
+            "operations": row["operations"],
+            "preempted": any(row["t"] <= at < row["t"] + dt.timedelta(seconds=int(seconds))
+                             for at in preempted_at),
+        }
+        for row in rows
+    ]  # fmt: skip
+
+
+def task_summary(task: Task) -> dict:
+    return task.usage.aggregate(
+        first=Min("interval_start"),
+        last=Max("interval_start"),
+        alloc=Sum("alloc_gpu_seconds"),
+        busy=Sum("busy_gpu_seconds"),
+        intervals=Count("id"),
+        memory_peak=Max("memory_peak_bytes"),
+    )
+
+
+def task_charges(task: Task) -> list[StatementLineTask]:
+    """Every statement line the task contributed to, newest period first."""
+    return list(
+        StatementLineTask.objects.filter(task=task)
+        .select_related("line__statement")
+        .order_by("-line__statement__period", "line__kind", "line__id")
+    )
+
+
+# --- SLA --------------------------------------------------------------------------------
+
+
+def service_intervals(
+    *, service: Service, start: dt.datetime, end: dt.datetime, min_requests: int
+) -> list[dict]:
+    """P99 per interval from that interval's own buckets, and whether it breached its SLO."""
+    rows = (
+        LatencyInterval.objects.filter(
+            service=service, interval_start__gte=start, interval_start__lt=end
+        )
+        .order_by("interval_start")
+        .values_list("interval_start", "buckets")
+    )
+    result = []
+    for moment, raw in rows.iterator(chunk_size=5000):
+        buckets = health.parse_buckets(raw)
+        p99 = health.histogram_quantile(health.P99, buckets)
+        result.append(
+            {
+                "time": moment,
+                "requests": health.request_count(buckets),
+                "p99_ms": None if p99 is None else p99 * 1000,
+                "breached": health.interval_breached(
+                    buckets, slo_p99_ms=service.slo_p99_ms, min_requests=min_requests
+                ),
+            }
+        )
+    return result
+
+
+def training_at(
+    *, moments: list[dt.datetime], teams: QuerySet[Team] | None = None
+) -> dict[dt.datetime, list[dict]]:
+    """Who was training in each of these intervals: GPUs held per team, most first."""
+    if not moments:
+        return {}
+    filters = Q(interval_start__in=moments, task__kind__in=TRAINING_KINDS)
+    if teams is not None:
+        filters &= Q(task__team__in=teams)
+    rows = (
+        UsageInterval.objects.filter(filters)
+        .values("interval_start", "task__team__name")
+        .annotate(alloc=Sum("alloc_gpu_seconds"))
+        .order_by("interval_start", "-alloc")
+    )
+    found: dict[dt.datetime, list[dict]] = defaultdict(list)
+    for row in rows:
+        found[row["interval_start"]].append(
+            {"team": row["task__team__name"], "gpu_seconds": row["alloc"]}
+        )
+    return found
+
+
+def sla_money(*, teams: QuerySet[Team], periods: list[str]) -> list[dict]:
+    """SLA penalties and credits per team and period, from closed statements."""
+    return list(
+        StatementLine.objects.filter(
+            statement__team__in=teams,
+            statement__period__in=periods,
+            kind__in=[LineKind.SLA_PENALTY, LineKind.SLA_CREDIT],
+        )
+        .values("statement__period", "statement__team__name", "statement__team_id", "kind")
+        .annotate(amount=Sum("amount"))
+        .order_by("statement__period", "statement__team__name", "kind")
+    )
+
+
+def breaches(*, services: list[Service], start: dt.datetime, end: dt.datetime) -> list[SlaBreach]:
+    """Breaches as the closes recorded them (pricing.md rule 4), for the given services."""
+    return list(
+        SlaBreach.objects.filter(
+            service__in=services, interval_start__gte=start, interval_start__lt=end
+        )
+        .select_related("service", "period_close")
+        .order_by("interval_start", "service__external_id")
+    )
+
+
+# --- Statements -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PeriodRow:
+    period: str
+    status: str  # open, closed, corrected
+    close: PeriodClose | None
+    teams_total: Decimal | None
+    visible_total: Decimal | None
+
+
+def statement_periods(*, teams: QuerySet[Team], months_with_data: list[str]) -> list[PeriodRow]:
+    """Every month with a close or with data, newest first, with its status.
+
+    *corrected*: a later close carried correction lines for this month (late data arrived).
+    *open*: metered but not closed yet.
+    """
+    closes = {close.period: close for close in PeriodClose.objects.all()}
+    corrected = set(
+        StatementLine.objects.filter(is_correction=True)
+        .values_list("corrects_period", flat=True)
+        .distinct()
+    ) | set(
+        PlatformLine.objects.filter(is_correction=True)
+        .values_list("corrects_period", flat=True)
+        .distinct()
+    )
+    visible = dict(
+        Statement.objects.filter(team__in=teams)
+        .values("period")
+        .annotate(total=Sum("total"))
+        .values_list("period", "total")
+    )
+    rows = []
+    for period in sorted(set(closes) | set(months_with_data), reverse=True):
+        close = closes.get(period)
+        status = "open" if close is None else "corrected" if period in corrected else "closed"
+        rows.append(
+            PeriodRow(
+                period=period,
+                status=status,
+                close=close,
+                teams_total=close.teams_total if close else None,
+                visible_total=visible.get(period),
+            )
+        )
+    return rows
+
+
+def months_with_usage() -> list[str]:
+    """Local months holding usage, from the first and last interval (cheap: two index reads)."""
+    bounds = UsageInterval.objects.aggregate(
+        first=Min("interval_start"), last=Max("interval_start")
+    )
+    if bounds["first"] is None:
+        return []
+    zone = pool_zone()
+    month = bounds["first"].astimezone(zone).date().replace(day=1)
+    last = bounds["last"].astimezone(zone).date().replace(day=1)
+    months = []
+    while month <= last:
+        months.append(f"{month:%Y-%m}")
+        month = (month + dt.timedelta(days=32)).replace(day=1)
+    return months
+
+
+def period_statements(*, close: PeriodClose, teams: QuerySet[Team]) -> list[Statement]:
+    return list(
+        Statement.objects.filter(period_close=close, team__in=teams)
+        .select_related("team")
+        .prefetch_related("lines")
+        .order_by("team__name")
+    )
+
+
+def team_statements(*, team: Team) -> list[Statement]:
+    return list(Statement.objects.filter(team=team).prefetch_related("lines").order_by("period"))
+
+
+def line_contributions(*, line: StatementLine) -> list[StatementLineTask]:
+    return list(line.tasks.select_related("task", "service").order_by("-amount_unrounded", "id"))
+
+
+# --- Report files -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReportDownloads:
+    """The files of a month's newest finished report run, by kind."""
+
+    run: ReportRun | None
+    pdf: ReportFile | None
+    focus: ReportFile | None
+    team_csv: dict[int, ReportFile]  # team id -> file
+
+
+def report_downloads(*, period: str, teams: QuerySet[Team]) -> ReportDownloads:
+    run = (
+        ReportRun.objects.filter(period=period, status=ReportRun.Status.DONE)
+        .order_by("-finished", "-id")
+        .first()
+    )
+    if run is None:
+        return ReportDownloads(run=None, pdf=None, focus=None, team_csv={})
+    files = list(run.files.all())
+    visible = set(teams.values_list("pk", flat=True))
+    by_kind = {f.kind: f for f in files if f.team_id is None}
+    return ReportDownloads(
+        run=run,
+        pdf=by_kind.get(ReportFile.Kind.PDF),
+        focus=by_kind.get(ReportFile.Kind.FOCUS_CSV),
+        team_csv={
+            f.team_id: f
+            for f in files
+            if f.kind == ReportFile.Kind.TEAM_CSV and f.team_id in visible
+        },
+    )

@@ -1,0 +1,150 @@
+"""The table behind every chart: columns that know how to show and how to export a value.
+
+A chart's rows stay raw (Decimal, datetime, text). The page shows them formatted (thousands
+separators, units), the CSV writes them plainly (no separators, fixed places, ISO times in the
+pool's zone), so a spreadsheet reads the same numbers the page shows. Long series are not
+inlined as HTML tables (a month of five-minute intervals is 8,640 rows): the page links the CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from django.http import HttpResponse
+
+from dashboards import charts
+from dashboards.filters import pool_zone
+from dashboards.templatetags import tandem
+
+# Beyond this many rows the page shows a link to the CSV instead of the table.
+MAX_TABLE_ROWS = 200
+
+
+@dataclass(frozen=True)
+class Column:
+    title: str
+    display: Callable[[Any], str] = str
+    places: int | None = None  # a number: right-aligned, exported with this many places
+    scale: int = 1  # exported value = value x scale (ratios are exported as percentages)
+
+    @property
+    def numeric(self) -> bool:
+        return self.places is not None
+
+    def export(self, value: Any) -> str:
+        if value is None:
+            return ""
+        if isinstance(value, dt.datetime):
+            return value.astimezone(pool_zone()).isoformat()
+        if self.places is not None:
+            exact = Decimal(str(value)) * self.scale
+            return str(exact.quantize(Decimal(1).scaleb(-self.places), ROUND_HALF_UP))
+        return str(value)
+
+
+def text(title: str) -> Column:
+    return Column(title, display=lambda value: tandem.DASH if value is None else str(value))
+
+
+def moment(title: str) -> Column:
+    return Column(title, display=tandem.local)
+
+
+def quantity(title: str, places: int = 2) -> Column:
+    return Column(title, display=lambda value: tandem.number(value, places), places=places)
+
+
+def amount(title: str) -> Column:
+    return Column(title, display=tandem.money, places=2)
+
+
+def share(title: str) -> Column:
+    return Column(title, display=tandem.percent, places=2, scale=100)
+
+
+def seconds(title: str) -> Column:
+    return Column(title, display=tandem.duration, places=0)
+
+
+@dataclass
+class Chart:
+    """A figure and the table behind it: every chart can also be read, and exported, as numbers."""
+
+    slug: str
+    html: str
+    columns: list[Column]
+    rows: list[Sequence[Any]]
+    csv_url: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def headers(self) -> list[str]:
+        return [column.title for column in self.columns]
+
+    @property
+    def numeric_columns(self) -> set[int]:
+        return {i for i, column in enumerate(self.columns) if column.numeric}
+
+    @property
+    def inline(self) -> bool:
+        return len(self.rows) <= MAX_TABLE_ROWS
+
+    @property
+    def display_rows(self) -> list[list[str]]:
+        if not self.inline:
+            return []
+        return [
+            [column.display(value) for column, value in zip(self.columns, row, strict=True)]
+            for row in self.rows
+        ]
+
+    def csv_response(self, filename: str) -> HttpResponse:
+        return csv_response(
+            filename,
+            self.headers,
+            (
+                [column.export(value) for column, value in zip(self.columns, row, strict=True)]
+                for row in self.rows
+            ),
+        )
+
+
+def make_chart(
+    slug: str, figure: object, columns: Sequence[Column], rows: Iterable[Sequence[Any]]
+) -> Chart:
+    return Chart(slug=slug, html=charts.to_html(figure), columns=list(columns), rows=list(rows))
+
+
+def csv_response(
+    filename: str, headers: Sequence[str], rows: Iterable[Sequence[object]]
+) -> HttpResponse:
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    writer = csv.writer(response)
+    writer.writerow(headers)
+    writer.writerows(rows)
+    return response
+
+
+def find_charts(context: dict) -> dict[str, Chart]:
+    """Every chart in a page's context, also inside lists and dicts one level down."""
+    found: dict[str, Chart] = {}
+
+    def visit(value: object, depth: int) -> None:
+        if isinstance(value, Chart):
+            found[value.slug] = value
+        elif depth < 2 and isinstance(value, dict):
+            for inner in value.values():
+                visit(inner, depth + 1)
+        elif depth < 2 and isinstance(value, list | tuple):
+            for inner in value:
+                visit(inner, depth + 1)
+
+    for value in context.values():
+        visit(value, 0)
+    return found
