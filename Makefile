@@ -42,3 +42,7 @@ format: $(STAMP)
 
 clean:
 	rm -rf var/prometheus var/simulated
+
+# Every dashboard page at 1440x900 into docs/screenshots/, from the demo's data (run `make demo` once first).
+screenshots: debian-packages $(STAMP)
+	$(PY) manage.py screenshots --out docs/screenshots --username demo

@@ -45,6 +45,7 @@ def demo_environment() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("TANDEM_DEBUG", "1")
     env.setdefault("TANDEM_TIMEZONE", "Asia/Shanghai")
+    env.setdefault("TANDEM_SCRAPE_INTERVAL_SECONDS", str(DEMO_SCRAPE_SECONDS))
     if not env.get("DATABASE_URL"):
         sys.path.insert(0, str(REPO))
         from config.embedded import embedded_database_url

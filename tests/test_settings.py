@@ -47,10 +47,15 @@ def test_it_starts_with_production_settings_from_the_environment() -> None:
 
 def compose_command() -> list[str]:
     docker = shutil.which("docker")
-    if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
+    if (
+        docker
+        and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0
+    ):
         return [docker, "compose"]
     legacy = shutil.which("docker-compose")
-    assert legacy, "neither `docker compose` nor `docker-compose` is installed (make test installs it)"
+    assert legacy, (
+        "neither `docker compose` nor `docker-compose` is installed (make test installs it)"
+    )
     return [legacy]
 
 
