@@ -29,11 +29,11 @@ demo: debian-packages $(STAMP)
 	$(PY) -m config.demo
 
 test: debian-packages $(STAMP)
-	$(PY) -m ruff check .
+	$(PY) -m ruff check --no-cache .
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(PY) -m ruff check .
+	$(PY) -m ruff check --no-cache .
 	$(PY) -m ruff format --check .
 
 format: $(STAMP)

@@ -9,6 +9,7 @@ Ctrl-C stops everything this script started.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import secrets
 import signal
@@ -53,6 +54,16 @@ def demo_environment() -> dict[str, str]:
         say("starting the embedded PostgreSQL under var/pgdata")
         env["DATABASE_URL"] = embedded_database_url(VAR)
     return env
+
+
+def state_service_objectives(env: dict[str, str], truth_path: Path) -> None:
+    """SLOs are not in the telemetry: state the simulated services' ones, as an operator would."""
+    if not truth_path.exists():
+        return
+    services = json.loads(truth_path.read_text())["services"]
+    say(f"stating the SLOs of {len(services)} inference services")
+    for name, service in sorted(services.items()):
+        manage("set_slo", "--service", name, "--p99-ms", str(service["slo_p99_ms"]), env=env)
 
 
 def demo_admin_password() -> str:
@@ -129,8 +140,9 @@ def run_stack(
         say(f"ingesting {label} from Prometheus (from {start_utc:%Y-%m-%d %H:%M} UTC)")
         manage(
             "ingest", "--source", "default", "--start", start_utc.isoformat(),
-            "--end", end_utc.isoformat(), "--now", env=env,
+            "--end", end_utc.isoformat(), "--now", "--batch", "96", env=env,
         )  # fmt: skip
+    state_service_objectives(env, VAR / "simulated" / label / "truth.json")
     if has_command("close_period", env):
         say(f"closing {label} and pricing its statements")
         manage("close_period", "--period", label, env=env, check=False)

@@ -745,3 +745,16 @@ def _waits_insert(waits: list[tuple]) -> None:
                 " seconds = EXCLUDED.seconds",
                 [value for row in chunk for value in row],
             )
+
+
+def service_slo_set(*, external_id: str, slo_p99_ms: int) -> int:
+    """Set the latency objective of every service named `external_id` (one per source).
+
+    SLOs are not in the telemetry: an operator states them (here, or in the admin). Returns how
+    many services changed; an unknown name is an error, not a silent no-op."""
+    if slo_p99_ms <= 0:
+        raise WindowError(f"slo_p99_ms must be a positive number of milliseconds, got {slo_p99_ms}")
+    services = Service.objects.filter(external_id=external_id)
+    if not services.exists():
+        raise WindowError(f"no service named {external_id!r}")
+    return services.update(slo_p99_ms=slo_p99_ms)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from billing.services import period_close
 from django.test import Client
 
 from access.models import Role
+from billing.services import period_close
 from tests.reports import factories as f
 
 

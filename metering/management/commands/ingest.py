@@ -45,18 +45,27 @@ class Command(BaseCommand):
                 tasks.ingest_windows.delay_on_commit(batch)
             self.stdout.write(f"queued {len(ids)} windows of {source.name} in {len(batches)} tasks")
             return
-        for batch in batches:
+        written = 0
+        for number, batch in enumerate(batches, start=1):
             try:
                 done = services.windows_ingest(window_ids=batch)
             except sources.PrometheusUnavailable as error:
                 raise CommandError(
                     f"Prometheus unavailable, windows left pending: {error}"
                 ) from None
-            for window in done:
+            written += sum(window.rows_written for window in done)
+            if options["verbosity"] >= 2:
+                for window in done:
+                    self.stdout.write(
+                        f"{window.start:%Y-%m-%dT%H:%M:%SZ} {window.status}"
+                        f" rows={window.rows_written} completeness={window.completeness}"
+                        + (f" error={window.error}" if window.error else "")
+                    )
+            elif options["verbosity"] == 1 and (number % 50 == 0 or number == len(batches)):
+                # one progress line every 50 batches: a month is thousands of windows
                 self.stdout.write(
-                    f"{window.start:%Y-%m-%dT%H:%M:%SZ} {window.status} rows={window.rows_written}"
-                    f" completeness={window.completeness}"
-                    + (f" error={window.error}" if window.error else "")
+                    f"ingested {min(number * options['batch'], len(ids))}/{len(ids)} windows"
+                    f" up to {done[-1].end:%Y-%m-%d %H:%M} UTC, {written} rows"
                 )
         failed = [w for w in windows if w.pk in ids and _status(w) == "failed"]
         if failed:
