@@ -128,6 +128,7 @@ def test_it_creates_the_default_source_from_prometheus_url(edge_prometheus) -> N
             "--end",
             "2026-10-05T08:10:00+08:00",
             "--now",
+            verbosity=2,  # a line per window
             stdout=out,
         )
     source = Source.objects.get(name="default")
