@@ -29,6 +29,7 @@ from access.schema import ApiSchema
 from access.selectors import visible_teams
 from billing.models import PERIOD_REGEX, PriceBook, Quota, Statement, StatementLine
 from billing.selectors import QuotaStatus, quota_statuses
+from billing.services import PRICE_FIELDS
 from metering.apis import MonthFilter, VisibleTeamFilter
 
 # --- Statements -------------------------------------------------------------------------
@@ -139,18 +140,7 @@ class PriceBookOutput(serializers.ModelSerializer):
             "status",
             "effective_from",
             "published_at",
-            "currency",
-            "timezone",
-            "depreciation_per_gpu_hour",
-            "facility_per_gpu_hour",
-            "electricity_per_kwh",
-            "gpu_average_power_kw",
-            "reserved_inference_share",
-            "peak_hours",
-            "sla_penalty_per_interval",
-            "sla_min_requests",
-            "starvation_preemption_threshold",
-            "starvation_lost_work_cap_seconds",
+            *PRICE_FIELDS,
             "notes",
         ]
 
