@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -79,7 +80,7 @@ def main() -> int:
     env = demo_environment()
     sys.path.insert(0, str(REPO))
     from simulator.config import previous_calendar_month
-    from simulator.prometheus import backfill, free_port, lookback_for, start_prometheus
+    from simulator.prometheus import backfill_parts, free_port, lookback_for, start_prometheus
 
     today = dt.datetime.now(ZoneInfo(env["TANDEM_TIMEZONE"])).date()
     month_start, days = previous_calendar_month(today)
@@ -87,19 +88,22 @@ def main() -> int:
 
     simulated = VAR / "simulated" / label
     tsdb = VAR / "prometheus" / label
-    if not (simulated / "truth.json").exists() and not (tsdb / ".backfilled").exists():
+    if not (tsdb / ".backfilled").exists():
         say(f"simulating {label}: {DEMO_GPUS} GPUs, {days} days, {DEMO_SCRAPE_SECONDS} s scrape")
         manage(
             "simulate_pool", "--gpus", str(DEMO_GPUS), "--days", str(days),
-            "--start", month_start.isoformat(), "--seed", "1",
+            "--start", month_start.isoformat(), "--seed", "1", "--part-days", "8",
             "--scrape-interval", str(DEMO_SCRAPE_SECONDS), "--out", str(simulated), env=env,
         )  # fmt: skip
-    if not (tsdb / ".backfilled").exists():
-        say("back-filling a Prometheus TSDB with promtool (once; reused later)")
-        backfill(simulated / "metrics.om", tsdb)
+        parts = sorted(simulated.glob("metrics-*.om"))
+        say(f"back-filling a Prometheus TSDB from {len(parts)} parts with promtool (once)")
+        if tsdb.exists():
+            shutil.rmtree(tsdb)  # a half-done earlier attempt
+        backfill_parts(parts, tsdb, workers=os.cpu_count() or 2)
         (tsdb / ".backfilled").touch()
-        # The TSDB now holds every sample; the 4-5 GB text file is no longer needed.
-        (simulated / "metrics.om").unlink()
+        # The TSDB now holds every sample; the gigabytes of text are no longer needed.
+        for part in parts:
+            part.unlink()
 
     children: list[subprocess.Popen] = []
     port = int(os.environ.get("TANDEM_PROMETHEUS_PORT") or free_port())

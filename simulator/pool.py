@@ -91,10 +91,14 @@ STARVATION_SECONDS = 3 * 3600
 
 @dataclass(frozen=True)
 class SimulationResult:
-    metrics_path: Path
+    metrics_paths: tuple[Path, ...]  # one file, or consecutive parts in time order
     truth_path: Path
     samples_written: int
     seconds: float
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.metrics_paths[0]
 
 
 def demand_shape(hour: float) -> float:
@@ -320,7 +324,7 @@ class Pool:
             replicas = total // count + (1 if index < total % count else 0)
             # The SLO sits above what the buckets show for an unloaded replica, below a crowded
             # one: readers interpolate P99 inside the bucket, as histogram_quantile does.
-            p99 = bucket_p99(median * 1.3, sigma)
+            p99 = bucket_p99(median * 1.9, sigma)
             service = Service(
                 namespace=team,
                 model_name=model,
@@ -823,7 +827,7 @@ class Pool:
         mean = service.rate_rps * self.s / replicas
         count = max(0, int(mean + math.sqrt(mean) * rng.gauss(0.0, 1.0) + 0.5)) if mean else 0
         load = min(1.5, service.utilization)
-        median = service.median_seconds * (1 + 0.3 * load + 2.8 * load * crowding)
+        median = service.median_seconds * (1 + 0.3 * load + 2.5 * load * crowding)
         median *= (1 + max(0.0, load - 1.0)) * math.exp(0.05 * rng.gauss(0.0, 1.0))
         mu, spread = math.log(median), 1 / (service.sigma * math.sqrt(2))
         cumulative = [
@@ -861,28 +865,53 @@ def run_ticks(pool: Pool, ticks: range) -> Iterator[tuple[int, list[str]]]:
 def write_openmetrics(pool: Pool, path: Path) -> int:
     """Stream every tick's samples to `path` (OpenMetrics, seconds timestamps, `# EOF`).
     Returns the number of samples written. Memory stays flat: one tick is held at a time."""
+    return write_openmetrics_parts(pool, path.parent, part_seconds=0, name=path.name)[1]
+
+
+def write_openmetrics_parts(
+    pool: Pool, out: Path, *, part_seconds: int, name: str = "metrics.om"
+) -> tuple[tuple[Path, ...], int]:
+    """Like `write_openmetrics`, cut into files of `part_seconds` of simulated time each
+    (`metrics-01.om`, ...; 0 means one file named `name`), so that several `promtool`
+    processes can back-fill them side by side. Returns the files and the samples written."""
+    paths: list[Path] = []
     samples = 0
-    with open(path, "w", encoding="utf-8", buffering=1 << 20) as out:
+    out_file = None
+    part_end = None
+    try:
         for t, lines in run_ticks(pool, pool.config.ticks()):
+            if out_file is None or (part_seconds and t >= part_end):
+                if out_file is not None:
+                    out_file.write("# EOF\n")
+                    out_file.close()
+                path = out / (f"metrics-{len(paths) + 1:02d}.om" if part_seconds else name)
+                paths.append(path)
+                out_file = open(path, "w", encoding="utf-8", buffering=1 << 20)
+                part_end = t - t % part_seconds + part_seconds if part_seconds else None
             if lines:
                 # Lines are prebuilt "name{labels} " prefixes plus a value: joining them with
                 # " <t>\n" appends every timestamp at C speed.
                 separator = f" {t}\n"
-                out.write(separator.join(lines))
-                out.write(separator)
+                out_file.write(separator.join(lines))
+                out_file.write(separator)
                 samples += len(lines)
-        out.write("# EOF\n")
-    return samples
+        if out_file is not None:
+            out_file.write("# EOF\n")
+    finally:
+        if out_file is not None:
+            out_file.close()
+    return tuple(paths), samples
 
 
-def simulate(config: PoolConfig, out_dir: Path | str) -> SimulationResult:
-    """Simulate `config` and write `metrics.om` and `truth.json` into `out_dir` (created if
-    missing). Pure Python, no Django: tests and the demo call it directly."""
+def simulate(config: PoolConfig, out_dir: Path | str, *, part_days: int = 0) -> SimulationResult:
+    """Simulate `config` and write `metrics.om` (or, with `part_days`, `metrics-NN.om` parts of
+    that many days each) and `truth.json` into `out_dir` (created if missing). Pure Python, no
+    Django: tests and the demo call it directly."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()  # only to report speed; the simulation never reads the clock
     pool = Pool(config)
-    metrics_path, truth_path = out / "metrics.om", out / "truth.json"
-    samples = write_openmetrics(pool, metrics_path)
+    truth_path = out / "truth.json"
+    metrics_paths, samples = write_openmetrics_parts(pool, out, part_seconds=part_days * 86400)
     write_truth(build_truth(pool, samples_written=samples), truth_path)
-    return SimulationResult(metrics_path, truth_path, samples, time.perf_counter() - began)
+    return SimulationResult(metrics_paths, truth_path, samples, time.perf_counter() - began)

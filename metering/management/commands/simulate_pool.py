@@ -35,6 +35,12 @@ class Command(BaseCommand):
         parser.add_argument("--serve", type=int, default=None, metavar="PORT")
         parser.add_argument("--host", default="127.0.0.1", help="address --serve binds to")
         parser.add_argument("--speed", type=float, default=1.0)
+        parser.add_argument(
+            "--part-days",
+            type=int,
+            default=0,
+            help="cut metrics.om into metrics-NN.om files of this many days (parallel back-fill)",
+        )
 
     def handle(self, *args: object, **options: object) -> None:
         try:
@@ -62,10 +68,13 @@ class Command(BaseCommand):
                 raise CommandError(f"--{name} is required (unless --serve)")
         config = self._config(options, days=options["days"], start=parse_start(options["start"]))
         out = _writable_directory(options["out"])
-        result = simulate(config, out)
+        if options["part_days"] < 0:
+            raise CommandError(f"--part-days must be 0 or more, got {options['part_days']}")
+        result = simulate(config, out, part_days=options["part_days"])
         rate = result.samples_written / result.seconds if result.seconds else 0.0
+        files = ", ".join(path.name for path in result.metrics_paths)
         self.stdout.write(
-            f"wrote {result.samples_written:,} samples to {result.metrics_path} and "
+            f"wrote {result.samples_written:,} samples to {out}/{{{files}}} and "
             f"{result.truth_path.name} in {result.seconds:.1f}s ({rate:,.0f} samples/s)"
         )
 
