@@ -25,9 +25,9 @@ from simulator.prometheus import PrometheusProcess, backfill, lookback_for, star
 from tests.conftest import REPO
 from tests.metering import exposition
 
-# Two days across the October month boundary (UTC and Asia/Shanghai) and several peak/off-peak
+# A week across the October month boundary (UTC and Asia/Shanghai) and many peak/off-peak
 # boundaries (09:00 and 22:00 local), small enough to ingest in seconds.
-POOL = PoolConfig(gpus=8, days=2, start=date(2026, 9, 30), seed=11, scrape_interval_seconds=60)
+POOL = PoolConfig(gpus=8, days=7, start=date(2026, 9, 28), seed=11, scrape_interval_seconds=60)
 # Two 5-minute windows of real exporter samples at a 15 s scrape.
 EDGE_START = int(datetime(2026, 10, 5, tzinfo=UTC).timestamp())
 EDGE_SCRAPE = 15

@@ -30,7 +30,7 @@ from metering.models import (
     UsageInterval,
 )
 from simulator.prometheus import PrometheusProcess
-from tests.metering.conftest import ingest_span, pool_span
+from tests.metering.conftest import POOL, ingest_span, pool_span
 
 ISO = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -220,7 +220,7 @@ def test_it_stores_latency_bucket_increments_per_service(pool_source, pool_truth
 @pytest.mark.django_db
 def test_it_records_full_completeness_and_the_queries(pool_source, pool_truth) -> None:
     windows = IngestWindow.objects.filter(source_id=pool_source)
-    assert windows.count() == 2 * 24 * 12
+    assert windows.count() == POOL.days * 24 * 12
     assert set(windows.values_list("status", flat=True)) == {"done"}
     assert set(windows.values_list("completeness", flat=True)) == {Decimal(1)}
     window = windows.first()
