@@ -17,6 +17,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -55,6 +57,16 @@ def demo_environment() -> dict[str, str]:
         say("starting the embedded PostgreSQL under var/pgdata")
         env["DATABASE_URL"] = embedded_database_url(VAR)
     return env
+
+
+def prometheus_gpu_count(url: str, at: dt.datetime) -> int:
+    """GPUs that dcgm-exporter reported at `at` (a MIG GPU's instances share its UUID)."""
+    query = urllib.parse.urlencode(
+        {"query": "count(count by (UUID) (DCGM_FI_DEV_FB_USED))", "time": at.timestamp()}
+    )
+    with urllib.request.urlopen(f"{url}/api/v1/query?{query}", timeout=30) as response:
+        result = json.load(response)["data"]["result"]
+    return int(result[0]["value"][1]) if result else 0
 
 
 def state_service_objectives(env: dict[str, str], truth_path: Path) -> None:
@@ -116,6 +128,9 @@ def main() -> int:
     )
     children.append(prometheus.process)
     env["PROMETHEUS_URL"] = prometheus.url
+    middle = dt.datetime.combine(month_start + dt.timedelta(days=days // 2), dt.time(12), dt.UTC)
+    gpus = prometheus_gpu_count(prometheus.url, middle)
+    say(f"Prometheus holds {gpus} of the {DEMO_GPUS} simulated GPUs' dcgm-exporter series")
     try:
         return run_stack(env, children, month_start, label)
     finally:
