@@ -46,3 +46,8 @@ clean:
 # Every dashboard page at 1440x900 into docs/screenshots/, from the demo's data (run `make demo` once first).
 screenshots: debian-packages $(STAMP)
 	$(PY) manage.py screenshots --out docs/screenshots --username demo
+
+# Every benchmarks/*.py, one table of figures against same-run references
+# (`make bench BENCH_ARGS=--quick` for a ~3.5 minute run).
+bench: debian-packages $(STAMP)
+	$(PY) benchmarks/run.py $(BENCH_ARGS)

@@ -16,6 +16,11 @@ TRUNCATEd) and CELERY_BROKER_URL at a Redis database of its own, e.g.
   DATABASE_URL=postgres://postgres@127.0.0.1:5432/metering_bench \\
   CELERY_BROKER_URL=redis://127.0.0.1:6379/2 .venv/bin/python benchmarks/ingest.py
 Options: --sizes 250,500,1000 --hours 6 --keep (leave the scratch TSDBs in var/bench).
+
+`main()` returns the headline rows for `benchmarks/run.py`. The 10,000-GPU day is extrapolated
+from the largest size's seconds per GPU-day: the simulator stops at 4,096 GPUs, and simulating
+plus back-filling 10,000 GPUs for 24 hours would alone take over an hour on 2 cores. The per-size
+seconds per GPU-day (and their largest/smallest ratio) are what make that extrapolation fair.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ django.setup()
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
+from benchmarks._table import Row, report, within  # noqa: E402
 from metering import services  # noqa: E402
 from metering.models import IngestWindow, Source  # noqa: E402
 from metering.tasks import ingest_windows  # noqa: E402
@@ -197,12 +203,12 @@ def run_size(gpus: int, hours: int, scratch: Path) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[Row]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="250,500,1000")
     parser.add_argument("--hours", type=int, default=6)
     parser.add_argument("--keep", action="store_true")
-    options = parser.parse_args()
+    options = parser.parse_args(argv)
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:
         cursor.execute(
@@ -242,7 +248,79 @@ def main() -> None:
     )
     if not options.keep:
         shutil.rmtree(scratch, ignore_errors=True)
+    return rows_for(results, hours=options.hours)
+
+
+def rows_for(results: list[dict], *, hours: int) -> list[Row]:
+    """The headline rows: the largest size for rates, every size for wall/eval and scaling."""
+    biggest, smallest = results[-1], results[0]
+    size = f"{biggest['gpus']:,} GPUs x {hours} h"
+    rows = []
+    for r in results:
+        ratio = r["wall"] / r["evaluation"]
+        rows.append(
+            Row(
+                figure=f"ingest wall time, {r['gpus']:,} GPUs x {hours} h",
+                value=f"{r['wall']:.1f} s",
+                reference=f"Prometheus evaluation {r['evaluation']:.1f} s",
+                ratio=ratio,
+                goal="ratio <= 2",
+                ok=within(ratio, at_most=2),
+            )
+        )
+    for label, rate in (
+        ("ingest rows/s, DELETE + COPY in the ingest transaction", biggest["ingest_copy_rate"]),
+        ("ingest rows/s, whole write phase", biggest["write_rate"]),
+    ):
+        ratio = rate / biggest["copy_rate"]
+        rows.append(
+            Row(
+                figure=f"{label}, {size}",
+                value=f"{rate:,.0f} rows/s",
+                reference=f"raw COPY {biggest['copy_rate']:,.0f} rows/s",
+                ratio=ratio,
+                goal="ratio >= 0.5",
+                ok=within(ratio, at_least=0.5),
+            )
+        )
+    peak = max(r["rss"] for r in results) / 2**20
+    rows.append(
+        Row(
+            figure="worker peak RSS (largest process, any size)",
+            value=f"{peak:,.0f} MB",
+            reference="",
+            ratio=None,
+            goal="<= 1024 MB",
+            ok=within(peak, at_most=1024),
+        )
+    )
+    if len(results) > 1:
+        scaling = biggest["per_gpu_day"] / smallest["per_gpu_day"]
+        rows.append(
+            Row(
+                figure=f"ingest s per GPU-day, {biggest['gpus']:,} GPUs",
+                value=f"{biggest['per_gpu_day']:.4f} s",
+                reference=f"{smallest['gpus']:,} GPUs {smallest['per_gpu_day']:.4f} s",
+                ratio=scaling,
+                goal="ratio <= 1.25 (linear)",
+                ok=within(scaling, at_most=1.25),
+            )
+        )
+    for gpus, goal in ((1_000, 15.0), (10_000, 150.0)):
+        seconds = biggest["per_gpu_day"] * gpus
+        rows.append(
+            Row(
+                figure=f"{gpus:,}-GPU day ingest time",
+                value=f"{seconds:,.0f} s",
+                reference="",
+                ratio=None,
+                goal=f"<= {goal:.0f} s",
+                ok=within(seconds, at_most=goal),
+                note=f"EXTRAPOLATED from {size}",
+            )
+        )
+    return rows
 
 
 if __name__ == "__main__":
-    main()
+    report(main())
