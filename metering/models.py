@@ -162,6 +162,9 @@ class LatencyInterval(models.Model):
     # [[le_seconds_as_string, cumulative_count], ...], last le is "+Inf"
     buckets = models.JSONField()
     request_count = models.BigIntegerField(default=0)
+    # The interval's own P99 (`metering.services.latency_p99` of `buckets`), stored at ingest so
+    # SLA breach counts are one SQL filter; null when the buckets give no quantile (no requests).
+    p99_seconds = models.DecimalField(max_digits=50, decimal_places=30, null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -15,8 +15,10 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Count, DecimalField, F, Max, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce, ExtractHour, Least, TruncDay, TruncHour
+from django.db.models.lookups import GreaterThan
 
 from billing.selectors import PriceBookNotFound, price_book_in_force
 from metering.models import (
@@ -32,6 +34,7 @@ from metering.models import (
     Team,
     UsageInterval,
 )
+from metering.services import latency_p99
 from reports import health
 
 # pricing.md's example book: used when no price book is in force for the period.
@@ -93,32 +96,134 @@ def service_latencies(
 ) -> list[health.ServiceLatency]:
     """Every key service (also those without traffic in the range), P99 from merged buckets.
 
-    Two queries whatever the range. The quantile work runs in Python, on the float fast path
-    of `health.interval_breached_raw`: tried in SQL with window functions, the same numbers
-    took longer (benchmarks/api.py).
+    Three queries whatever the range, none of which sends an interval's buckets to Python:
+    intervals and breaches are counted in SQL on the P99 stored at ingest (pricing.md rule 4:
+    enough requests and the interval's own P99 above the objective), and the buckets are
+    summed in SQL per service and bound, leaving one quantile per service for Python. Rows
+    written without a stored P99 (raw SQL loads) are judged from their buckets instead, one
+    more query per service that has such rows.
     """
     services = list(
         Service.objects.filter(_team_filter(teams, "team"), is_key=True)
         .select_related("team")
         .order_by("external_id", "id")
     )
-    histograms: dict[int, list[health.RawBuckets]] = {s.id: [] for s in services}
-    rows = LatencyInterval.objects.filter(
-        service_id__in=list(histograms), interval_start__gte=start, interval_start__lt=end
-    ).values_list("service_id", "buckets")
-    for service_id, buckets in rows.iterator(chunk_size=5000):
-        histograms[service_id].append(buckets)
-    return [
-        health.service_latency(
-            service_id=s.id,
-            service=s.external_id,
-            team=s.team.name,
-            slo_p99_ms=s.slo_p99_ms,
-            interval_buckets=histograms[s.id],
-            min_requests=min_requests,
+    if not services:
+        return []
+    ids = [s.id for s in services]
+    counts = _latency_counts(ids=ids, start=start, end=end, min_requests=min_requests)
+    merged = _merged_buckets(ids=ids, start=start, end=end, intervals=counts)
+    result = []
+    for s in services:
+        intervals, breached, unstored = counts.get(s.id, (0, 0, 0))
+        if unstored:
+            breached += _unstored_breaches(
+                service_id=s.id,
+                start=start,
+                end=end,
+                slo_p99_ms=s.slo_p99_ms,
+                min_requests=min_requests,
+            )
+        buckets = merged.get(s.id, [])
+        p99 = latency_p99(buckets)
+        result.append(
+            health.ServiceLatency(
+                service_id=s.id,
+                service=s.external_id,
+                team=s.team.name,
+                slo_p99_ms=s.slo_p99_ms,
+                p99_ms=None if p99 is None else p99 * 1000,
+                requests=Decimal(buckets[-1][1]) if buckets else ZERO,
+                intervals=intervals,
+                breached_intervals=breached,
+            )
         )
-        for s in services
-    ]
+    return result
+
+
+def _latency_counts(
+    *, ids: list[int], start: dt.datetime, end: dt.datetime, min_requests: int
+) -> dict[int, tuple[int, int, int]]:
+    """Per service: intervals, intervals breached by their stored P99, and intervals that may
+    breach but have no stored P99 (enough requests, `p99_seconds` null)."""
+    enough = Q(request_count__gte=min_requests)
+    rows = (
+        LatencyInterval.objects.filter(
+            service_id__in=ids, interval_start__gte=start, interval_start__lt=end
+        )
+        .values("service_id")
+        .annotate(
+            n=Count("id"),
+            breached=Count(
+                "id",
+                filter=enough & GreaterThan(F("p99_seconds") * 1000, F("service__slo_p99_ms")),
+            ),
+            unstored=Count("id", filter=enough & Q(p99_seconds__isnull=True)),
+        )
+        .order_by()
+    )
+    return {r["service_id"]: (r["n"], r["breached"], r["unstored"]) for r in rows}
+
+
+def _unstored_breaches(
+    *, service_id: int, start: dt.datetime, end: dt.datetime, slo_p99_ms: int, min_requests: int
+) -> int:
+    """Breaches among a service's intervals with enough requests and no stored P99."""
+    rows = LatencyInterval.objects.filter(
+        service_id=service_id,
+        interval_start__gte=start,
+        interval_start__lt=end,
+        request_count__gte=min_requests,
+        p99_seconds__isnull=True,
+    ).values_list("buckets", flat=True)
+    breached = 0
+    for buckets in rows.iterator(chunk_size=5000):
+        p99 = latency_p99(buckets)
+        breached += p99 is not None and p99 * 1000 > slo_p99_ms
+    return breached
+
+
+# Sum of each bound's counts per service, and in how many intervals the bound appears.
+_MERGED_BUCKETS_SQL = """
+SELECT l.service_id, b.bucket ->> 0, sum((b.bucket ->> 1)::numeric), count(*)
+FROM metering_latencyinterval l
+CROSS JOIN LATERAL jsonb_array_elements(l.buckets) AS b(bucket)
+WHERE l.service_id = ANY(%s) AND l.interval_start >= %s AND l.interval_start < %s
+GROUP BY l.service_id, b.bucket ->> 0
+"""
+
+
+def _merged_buckets(
+    *,
+    ids: list[int],
+    start: dt.datetime,
+    end: dt.datetime,
+    intervals: dict[int, tuple[int, int, int]],
+) -> dict[int, list[list[object]]]:
+    """Each service's buckets summed over the range, as stored (`[[le, count], ...]`).
+
+    Like `health.merge_buckets`: when a service's layout changed inside the range, only the
+    bounds present in every interval are kept (summing a bound some intervals lack would
+    under-count it and bend the quantile).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(_MERGED_BUCKETS_SQL, [ids, start, end])
+        rows = cursor.fetchall()
+    bounds: dict[int, dict[Decimal, list]] = {}
+    for service_id, le, total, seen in rows:
+        bound = Decimal("Infinity") if le in ("+Inf", "Inf", "inf", "+inf") else Decimal(le)
+        # "1" and "1.0" are the same bound: add them up before checking presence.
+        entry = bounds.setdefault(service_id, {}).setdefault(bound, [ZERO, 0])
+        entry[0] += total
+        entry[1] += seen
+    return {
+        service_id: [
+            [le, count]
+            for le, (count, seen) in sorted(per_bound.items())
+            if seen == intervals[service_id][0]
+        ]
+        for service_id, per_bound in bounds.items()
+    }
 
 
 def waits(

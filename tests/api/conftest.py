@@ -29,6 +29,7 @@ from metering.models import (
     Preemption,
     UsageInterval,
 )
+from metering.services import latency_p99
 from tests.api import factories as f
 
 STEP = dt.timedelta(seconds=300)
@@ -168,7 +169,13 @@ def _store(pool: Pool) -> None:
         for interval, gpus in pool.capacity.items()
     )
     LatencyInterval.objects.bulk_create(
-        LatencyInterval(service=services[name], interval_start=i, buckets=b, request_count=b[-1][1])
+        LatencyInterval(
+            service=services[name],
+            interval_start=i,
+            buckets=b,
+            request_count=b[-1][1],
+            p99_seconds=latency_p99(b),
+        )
         for name, rows in pool.latency.items()
         for i, b in rows
     )

@@ -22,6 +22,7 @@ from metering.models import (
     Team,
     UsageInterval,
 )
+from metering.services import latency_p99
 
 T0 = dt.datetime(2026, 10, 1, 10, 0, tzinfo=dt.UTC)
 
@@ -112,7 +113,11 @@ class LatencyFactory(factory.django.DjangoModelFactory):
     service = factory.SubFactory(ServiceFactory)
     interval_start = T0
     buckets = [["0.1", 10], ["+Inf", 10]]
-    request_count = 10
+    # As ingest writes them: the +Inf count (whole requests) and the interval's own P99.
+    request_count = factory.LazyAttribute(
+        lambda row: next((int(Decimal(str(c))) for le, c in row.buckets if le == "+Inf"), 0)
+    )
+    p99_seconds = factory.LazyAttribute(lambda row: latency_p99(row.buckets))
 
 
 class PreemptionFactory(factory.django.DjangoModelFactory):

@@ -12,6 +12,7 @@ import pytest
 from billing.models import PriceBook
 from billing.services import price_book_ensure_default
 from metering.models import CapacityInterval, LatencyInterval, Preemption, UsageInterval
+from metering.services import latency_p99
 from tests.billing.factories import (
     IngestWindowFactory,
     ServiceFactory,
@@ -90,6 +91,7 @@ def worked_example(default_book, shared_dir: Path) -> dict:
             service=services[row["service"]],
             interval_start=_instant(row["interval"]),
             buckets=row["buckets"],
+            p99_seconds=latency_p99(row["buckets"]),
         )
         for row in scenario["latency"]
     )

@@ -29,6 +29,7 @@ from metering.models import (
     Team,
     UsageInterval,
 )
+from metering.services import latency_p99
 
 STEP = 300
 BUCKET_BOUNDS = ["0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "+Inf"]
@@ -180,6 +181,7 @@ def small_pool(
                     interval_start=interval,
                     buckets=buckets,
                     request_count=buckets[-1][1],
+                    p99_seconds=latency_p99(buckets),
                 )
             )
     CapacityInterval.objects.bulk_create(capacity)

@@ -28,6 +28,7 @@ from metering.models import (
     Team,
     UsageInterval,
 )
+from metering.services import latency_p99
 
 GPUS = 8
 STEP = 300
@@ -142,12 +143,14 @@ def build_pool(*, first_day: dt.date, days: int = 2, seed: int = 1) -> Pool:
             requests = rng.randint(300, 600) if daytime else rng.randint(40, 90)
             # A handful of slow peak intervals for the ranker: the SLA page has breaches.
             slow = external_id == "search/ranker" and daytime and rng.random() < 0.04
+            buckets = _buckets(rng, requests, slow)
             latency.append(
                 LatencyInterval(
                     service=services[external_id],
                     interval_start=moment,
-                    buckets=_buckets(rng, requests, slow),
+                    buckets=buckets,
                     request_count=requests,
+                    p99_seconds=latency_p99(buckets),
                 )
             )
         moment += dt.timedelta(seconds=STEP)

@@ -32,6 +32,7 @@ from metering.models import (
     Team,
     UsageInterval,
 )
+from metering.services import latency_p99
 
 STEP = dt.timedelta(seconds=300)
 PERIOD = "2026-10"
@@ -178,10 +179,12 @@ def _latency(pool: Pool, intervals: list[dt.datetime], slow_every: int) -> None:
         LatencyInterval(
             service=pool.services["search/api"],
             interval_start=interval,
-            buckets=SLOW if _is_peak(interval) and n % slow_every == 0 else FAST,
+            buckets=buckets,
             request_count=200,
+            p99_seconds=latency_p99(buckets),
         )
         for n, interval in enumerate(intervals)
+        for buckets in [SLOW if _is_peak(interval) and n % slow_every == 0 else FAST]
     )
 
 
