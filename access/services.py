@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from access.models import TOKEN_SCOPES, ApiToken, Role, token_digest
+from audit.services import audit_record
 from metering.models import Team
 
 # "tdm_" tells a leaked token apart in logs and secret scanners.
@@ -25,6 +26,7 @@ def role_assign(*, user: AbstractBaseUser, name: str, teams: Iterable[Team] = ()
         raise ValidationError({"name": f"unknown role {name!r}; one of {Role.Name.values}"})
     role, _ = Role.objects.update_or_create(user=user, defaults={"name": name})
     role.teams.set(list(teams) if name == Role.Name.TEAM_LEAD else [])
+    audit_record(action="change", obj=role)
     return role
 
 
@@ -49,6 +51,7 @@ def api_token_create(
         token_hash=token_digest(plain),
         prefix=plain[: len(TOKEN_PREFIX) + PREFIX_SHOWN],
     )
+    audit_record(action="create", obj=token)
     return token, plain
 
 
@@ -57,6 +60,7 @@ def api_token_revoke(*, token: ApiToken) -> ApiToken:
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
+        audit_record(action="revoke", obj=token, changes={"revoked_at": token.revoked_at})
     return token
 
 

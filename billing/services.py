@@ -23,6 +23,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from audit.services import audit_record
 from billing.defaults import DEFAULT_EFFECTIVE_FROM, DEFAULT_PRICE_BOOK
 from billing.models import (
     LineKind,
@@ -130,6 +131,7 @@ def price_book_create_draft(
         ) + 1
         _validate_price_book(book)
         book.save()
+        audit_record(action="create", obj=book)
     return book
 
 
@@ -146,6 +148,7 @@ def price_book_publish(*, price_book_id: int, now: dt.datetime | None = None) ->
             status=PriceBook.Status.PUBLISHED, published_at=now or timezone.now()
         )
     book.refresh_from_db()
+    audit_record(action="publish", obj=book, changes={"status": ["draft", book.status]})
     return book
 
 
@@ -269,6 +272,7 @@ def period_close(
                     period, [f"another close corrected {item.period} meanwhile; run it again"]
                 )
         close = _store_close(bounds, book, priced, due, now)
+        audit_record(action="close", obj=close, changes={"pool_cost": close.pool_cost})
     return PeriodCloseOutcome(
         period_close=close, created=True, corrected_periods=tuple(item.period for item in due)
     )
@@ -790,7 +794,7 @@ def quota_set(
         validate_io_caps(io_caps or {})
     except ValueError as error:
         raise BillingError(str(error)) from None
-    quota, _ = Quota.objects.update_or_create(
+    quota, created = Quota.objects.update_or_create(
         team=team,
         defaults={
             "allowance_gpu_hours": allowance_gpu_hours,
@@ -799,6 +803,7 @@ def quota_set(
             "io_caps": io_caps or {},
         },
     )
+    audit_record(action="create" if created else "change", obj=quota)
     return quota
 
 

@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "reports",
     "dashboards",
     "access",
+    "audit",
 ]
 
 MIDDLEWARE = [
@@ -214,3 +215,38 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 3600.0,
     },
 }
+
+# --- Security -------------------------------------------------------------------------
+# Production (TANDEM_DEBUG off) is HTTPS only: secure cookies, HSTS, redirects to https.
+# Each can be turned off from the environment, e.g. TANDEM_SECURE_SSL_REDIRECT=0 behind a
+# proxy that terminates TLS and redirects itself.
+SECURE_SSL_REDIRECT = env_bool("TANDEM_SECURE_SSL_REDIRECT", not DEBUG)
+# The proxy in front says which scheme the client used; only trust it when it is ours.
+if env_bool("TANDEM_BEHIND_TLS_PROXY", not DEBUG):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_SECURE = env_bool("TANDEM_SECURE_COOKIES", not DEBUG)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+SECURE_HSTS_SECONDS = env_int("TANDEM_HSTS_SECONDS", 0 if DEBUG else 31_536_000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("TANDEM_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
+SECURE_HSTS_PRELOAD = env_bool("TANDEM_HSTS_PRELOAD", not DEBUG)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+CSRF_TRUSTED_ORIGINS = [
+    origin for origin in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if origin
+]
+
+# Login throttling: after this many failed logins for one username from one address within
+# the window, the login form refuses (429) without checking the password.
+TANDEM_LOGIN_MAX_FAILURES = env_int("TANDEM_LOGIN_MAX_FAILURES", 5)
+TANDEM_LOGIN_WINDOW_SECONDS = env_int("TANDEM_LOGIN_WINDOW_SECONDS", 900)
+
+# Who is acting, for the audit log of services called from a request (see audit.context);
+# and a 400 for NUL bytes in addresses, which PostgreSQL refuses in any text lookup.
+MIDDLEWARE = [
+    *MIDDLEWARE,
+    "audit.middleware.RefuseNulBytesMiddleware",
+    "audit.middleware.AuditActorMiddleware",
+]

@@ -2,11 +2,13 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from audit.login import ThrottledLoginView
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path(
         "accounts/login/",
-        auth_views.LoginView.as_view(template_name="dashboards/login.html", next_page="/"),
+        ThrottledLoginView.as_view(template_name="dashboards/login.html", next_page="/"),
         name="login",
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(next_page="login"), name="logout"),

@@ -29,6 +29,8 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from audit.services import audit_record
+from billing.pricing.quantile import P99, histogram_quantile
 from metering import measure, sources
 from metering.measure import IntervalFacts, Measured, PodIdentity, PodKey
 from metering.models import (
@@ -68,7 +70,7 @@ def source_default_ensure() -> Source | None:
     url = getattr(settings, "PROMETHEUS_URL", "")
     if not url:
         return Source.objects.filter(name="default").first()
-    source, _ = Source.objects.get_or_create(
+    source, created = Source.objects.get_or_create(
         name="default",
         defaults={
             "url": url,
@@ -77,6 +79,8 @@ def source_default_ensure() -> Source | None:
             "priority_class_kinds": dict(DEFAULT_PRIORITY_CLASS_KINDS),
         },
     )
+    if created:
+        audit_record(action="create", obj=source)
     return source
 
 
@@ -558,9 +562,34 @@ def _latency_rows(
             interval_start=window.start,
             buckets=[[bound, count] for bound, count in buckets],
             request_count=buckets[-1][1],
+            p99_seconds=latency_p99(buckets),
         )
         for service, buckets in sorted(facts.latency.items())
     ]
+
+
+_INFINITY_SPELLINGS = ("+Inf", "Inf", "inf", "+inf")
+
+
+def latency_p99(buckets: Sequence[Sequence[object]]) -> Decimal | None:
+    """P99 in seconds of one histogram as stored (`[[le, cumulative_count], ...]`, le as text
+    or number, "+Inf" last), by the pricing engine's `histogram_quantile`: the one quantile
+    implementation, so stored P99s, health numbers and SLA credits agree. None where
+    Prometheus gives NaN (no requests, no +Inf bucket, no finite bucket).
+
+    Every writer of LatencyInterval rows sets `p99_seconds` with this; readers fall back to it
+    for rows written without (raw SQL loads).
+    """
+    parsed = sorted(
+        (
+            Decimal("Infinity") if str(le) in _INFINITY_SPELLINGS else Decimal(str(le)),
+            Decimal(str(count)),
+        )
+        for le, count in buckets
+    )
+    if len(parsed) < 2 or not parsed[-1][0].is_infinite():
+        return None
+    return histogram_quantile(P99, tuple(parsed))
 
 
 def _content_hash(rows: WindowRows) -> str:
