@@ -14,8 +14,22 @@ from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
 
-from django.db.models import Avg, Count, DecimalField, F, Max, Min, Q, QuerySet, Sum
+from django.db.models import (
+    Avg,
+    BooleanField,
+    Count,
+    DecimalField,
+    ExpressionWrapper,
+    F,
+    Max,
+    Min,
+    Q,
+    QuerySet,
+    Sum,
+    Value,
+)
 from django.db.models.functions import TruncDay, TruncHour
+from django.db.models.lookups import GreaterThan
 
 from billing.models import (
     LineKind,
@@ -40,6 +54,7 @@ from metering.models import (
     Team,
     UsageInterval,
 )
+from metering.services import latency_p99
 from reports import health
 from reports.models import ReportFile, ReportRun
 
@@ -367,26 +382,44 @@ def task_charges(task: Task) -> list[StatementLineTask]:
 def service_intervals(
     *, service: Service, start: dt.datetime, end: dt.datetime, min_requests: int
 ) -> list[dict]:
-    """P99 per interval from that interval's own buckets, and whether it breached its SLO."""
-    rows = (
-        LatencyInterval.objects.filter(
-            service=service, interval_start__gte=start, interval_start__lt=end
+    """P99 per interval (stored at ingest from that interval's own buckets) and whether it
+    breached its SLO (pricing.md rule 4, decided in SQL). Rows written without a stored P99
+    (raw SQL loads) get it from their buckets, in one more query.
+
+    NULL P99s make the SQL test NULL, read as not breached: no quantile, no breach."""
+    in_range = LatencyInterval.objects.filter(
+        service=service, interval_start__gte=start, interval_start__lt=end
+    )
+    rows = list(
+        in_range.annotate(
+            breached=ExpressionWrapper(
+                Q(request_count__gte=min_requests)
+                & GreaterThan(F("p99_seconds") * 1000, Value(service.slo_p99_ms)),
+                output_field=BooleanField(),
+            )
         )
         .order_by("interval_start")
-        .values_list("interval_start", "buckets")
+        .values_list("id", "interval_start", "request_count", "p99_seconds", "breached")
     )
+    unstored = {pk for pk, _, requests, p99, _ in rows if p99 is None and requests > 0}
+    # An empty `pk__in` runs no query.
+    computed = {
+        pk: latency_p99(buckets)
+        for pk, buckets in in_range.filter(pk__in=unstored).values_list("id", "buckets")
+    }
     result = []
-    for moment, raw in rows.iterator(chunk_size=5000):
-        buckets = health.parse_buckets(raw)
-        p99 = health.histogram_quantile(health.P99, buckets)
+    for pk, moment, requests, p99, breached in rows:
+        if pk in computed:
+            p99 = computed[pk]
+            breached = (
+                requests >= min_requests and p99 is not None and p99 * 1000 > service.slo_p99_ms
+            )
         result.append(
             {
                 "time": moment,
-                "requests": health.request_count(buckets),
+                "requests": Decimal(requests),
                 "p99_ms": None if p99 is None else p99 * 1000,
-                "breached": health.interval_breached(
-                    buckets, slo_p99_ms=service.slo_p99_ms, min_requests=min_requests
-                ),
+                "breached": bool(breached),
             }
         )
     return result

@@ -20,6 +20,7 @@ from django.http import HttpResponse
 from dashboards import charts
 from dashboards.filters import pool_zone
 from dashboards.templatetags import tandem
+from reports.render_csv import escape_text
 
 # Beyond this many rows the page shows a link to the CSV instead of the table.
 MAX_TABLE_ROWS = 200
@@ -126,8 +127,11 @@ def csv_response(
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     writer = csv.writer(response)
-    writer.writerow(headers)
-    writer.writerows(rows)
+    # Names come from Prometheus labels: a team called "=HYPERLINK(...)" must stay text.
+    writer.writerow([escape_text(str(header)) for header in headers])
+    writer.writerows(
+        [escape_text(cell) if isinstance(cell, str) else cell for cell in row] for row in rows
+    )
     return response
 
 

@@ -550,7 +550,7 @@ class PrometheusClient:
 
     def _run(self, promql: str, start: datetime, end: datetime, step: int) -> list[dict]:
         try:
-            return self._connect.custom_query_range(
+            result = self._connect.custom_query_range(
                 promql, start_time=start, end_time=end, step=str(step), params={"stats": "all"}
             )
         except PrometheusError:
@@ -563,6 +563,12 @@ class PrometheusClient:
             raise PrometheusQueryError(f"Prometheus refused the query: {error}") from error
         except (KeyError, TypeError) as error:
             raise PrometheusQueryError(f"Prometheus answered without data: {error}") from error
+        # A success whose data is not a list of series (null, an object) is garbage, not empty.
+        if not isinstance(result, list) or not all(isinstance(item, dict) for item in result):
+            raise PrometheusQueryError(
+                f"Prometheus answered a result that is not a list of series: {str(result)[:200]}"
+            )
+        return result
 
 
 def _chunks(start: datetime, end: datetime, step: int) -> Iterator[tuple[datetime, datetime]]:
