@@ -19,6 +19,8 @@ debian-packages:
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v pdftotext >/dev/null || missing="$$missing poppler-utils"; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
 	if [ -n "$$missing" ]; then \
 	  echo "==> installing Debian packages:$$missing"; \
@@ -51,3 +53,7 @@ screenshots: debian-packages $(STAMP)
 # (`make bench BENCH_ARGS=--quick` for a ~3.5 minute run).
 bench: debian-packages $(STAMP)
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
+
+# The soak (issue 7): the whole stack on loopback under faults for about 10 minutes; prints the table.
+soak: debian-packages $(STAMP)
+	$(PY) -m tests.soak.harness --minutes 10

@@ -158,6 +158,8 @@ TANDEM_STEP_SECONDS = env_int("TANDEM_STEP_SECONDS", 300)
 TANDEM_INGEST_LAG_SECONDS = env_int("TANDEM_INGEST_LAG_SECONDS", 60)
 TANDEM_SCRAPE_INTERVAL_SECONDS = env_int("TANDEM_SCRAPE_INTERVAL_SECONDS", 15)  # `default` source
 TANDEM_INGEST_BATCH_WINDOWS = env_int("TANDEM_INGEST_BATCH_WINDOWS", 12)
+# Beat re-queues windows lost to faults (killed workers, a broker restart) this many steps back.
+TANDEM_INGEST_CATCHUP_WINDOWS = env_int("TANDEM_INGEST_CATCHUP_WINDOWS", 288)
 TANDEM_INGEST_RETRY_BACKOFF_SECONDS = env_int("TANDEM_INGEST_RETRY_BACKOFF_SECONDS", 5)
 TANDEM_INGEST_RETRY_BACKOFF_MAX_SECONDS = env_int("TANDEM_INGEST_RETRY_BACKOFF_MAX_SECONDS", 600)
 # A month closes only when every ingest window saw at least this share of expected samples.

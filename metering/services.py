@@ -122,6 +122,50 @@ def window_newest_closed_create(*, source: Source, now: datetime | None = None) 
     return window
 
 
+def windows_due_create(*, source: Source, now: datetime | None = None) -> list[IngestWindow]:
+    """The windows beat should queue now: the newest closed one, plus every window of the last
+    TANDEM_INGEST_CATCHUP_WINDOWS steps (from the source's first window on) that is missing, or
+    pending/running but untouched for longer than a retry waits. Those were lost: a worker
+    killed with its message unacknowledged, a broker restarted without persistence, a beat run
+    or a task that failed on the database. Ingesting is idempotent, so queueing a window that
+    was merely slow costs a query, never a double count."""
+    step = timedelta(seconds=settings.TANDEM_STEP_SECONDS)
+    now = now or timezone.now()
+    newest = window_newest_closed_create(source=source, now=now)
+    horizon = newest.start - step * getattr(settings, "TANDEM_INGEST_CATCHUP_WINDOWS", 288)
+    windows = {
+        window.start: window
+        for window in IngestWindow.objects.filter(
+            source=source, start__gte=horizon, start__lte=newest.start, end=F("start") + step
+        )
+    }
+    earliest = min(windows)
+    gaps = [
+        earliest + step * index
+        for index in range(int((newest.start - earliest) / step))
+        if earliest + step * index not in windows
+    ]
+    if gaps:  # only the gaps: ON CONFLICT DO NOTHING would still burn an id per row
+        IngestWindow.objects.bulk_create(
+            [IngestWindow(source=source, start=start, end=start + step) for start in gaps],
+            ignore_conflicts=True,
+        )
+    stale = (
+        now
+        - timedelta(seconds=getattr(settings, "TANDEM_INGEST_RETRY_BACKOFF_MAX_SECONDS", 600))
+        - 2 * step
+    )
+    lost = (IngestWindow.Status.PENDING, IngestWindow.Status.RUNNING)
+    due = [
+        window
+        for window in windows.values()
+        if window.pk == newest.pk or (window.status in lost and window.updated < stale)
+    ]
+    if gaps:
+        due += IngestWindow.objects.filter(source=source, start__in=gaps, end=F("start") + step)
+    return sorted(due, key=lambda window: window.start)
+
+
 # --- Ingestion -------------------------------------------------------------------------
 
 
@@ -181,7 +225,7 @@ def _run_ingest(run: list[IngestWindow]) -> None:
             _windows_mark(ids, IngestWindow.Status.FAILED, f"window {window} is not one step")
             return
     IngestWindow.objects.filter(pk__in=ids).update(
-        status=IngestWindow.Status.RUNNING, attempts=F("attempts") + 1
+        status=IngestWindow.Status.RUNNING, attempts=F("attempts") + 1, updated=timezone.now()
     )
     try:
         plan = sources.query_plan_for(source, step_seconds=step)
@@ -218,7 +262,10 @@ def _run_ingest(run: list[IngestWindow]) -> None:
 
 
 def _windows_mark(ids: list[int], status: str, error: str) -> None:
-    IngestWindow.objects.filter(pk__in=ids).update(status=status, error=error[:2000])
+    # `updated` by hand (update() skips auto_now): windows_due tells a live retry from a lost one
+    IngestWindow.objects.filter(pk__in=ids).update(
+        status=status, error=error[:2000], updated=timezone.now()
+    )
 
 
 # --- Measuring ---------------------------------------------------------------------------

@@ -51,7 +51,7 @@ def ingest_newest_windows() -> list[int]:
     services.source_default_ensure()
     window_ids = []
     for source in Source.objects.filter(enabled=True):
-        window = services.window_newest_closed_create(source=source)
-        ingest_window.delay_on_commit(window.pk)
-        window_ids.append(window.pk)
+        for window in services.windows_due_create(source=source):
+            ingest_window.delay_on_commit(window.pk)
+            window_ids.append(window.pk)
     return window_ids

@@ -1,0 +1,24 @@
+"""The soak's fixtures: one short run of the whole stack under faults, shared by its tests."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.soak.harness import SoakPlan, SoakResult, run_soak
+
+# One fault cycle at a 10 s step: about two and a half minutes with the check.
+SHORT = SoakPlan(cycles=1)
+TOOLS = ("prometheus", "redis-server")
+
+
+@pytest.fixture(scope="session")
+def soak_result() -> SoakResult:
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    assert not missing, f"the soak needs {', '.join(missing)} (Debian packages)"
+    lines: list[str] = []
+    result = run_soak(SHORT, say=lines.append)
+    # Shown by pytest with -s, and with any failure (captured output).
+    print("\n".join(lines) + result.table())
+    return result
