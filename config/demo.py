@@ -88,6 +88,7 @@ def demo_admin_password() -> str:
 
 
 def main() -> int:
+    began = time.monotonic()  # the README quotes the first start's duration: print it
     VAR.mkdir(parents=True, exist_ok=True)
     env = demo_environment()
     sys.path.insert(0, str(REPO))
@@ -132,7 +133,7 @@ def main() -> int:
     gpus = prometheus_gpu_count(prometheus.url, middle)
     say(f"Prometheus holds {gpus} of the {DEMO_GPUS} simulated GPUs' dcgm-exporter series")
     try:
-        return run_stack(env, children, month_start, label)
+        return run_stack(env, children, month_start, label, began)
     finally:
         for child in reversed(children):
             if child.poll() is None:
@@ -146,7 +147,11 @@ def main() -> int:
 
 
 def run_stack(
-    env: dict[str, str], children: list[subprocess.Popen], month_start: dt.date, label: str
+    env: dict[str, str],
+    children: list[subprocess.Popen],
+    month_start: dt.date,
+    label: str,
+    began: float,
 ) -> int:
     say("migrating the database")
     manage("migrate", "--noinput", "-v", "0", env=env)
@@ -186,7 +191,7 @@ def run_stack(
         )
     )
     print(
-        f"\nTandem is up: http://{WEB_ADDRESS}/\n"
+        f"\nTandem is up after {time.monotonic() - began:.0f} s: http://{WEB_ADDRESS}/\n"
         f"  log in as: demo / {password}\n"
         f"  Prometheus: {env['PROMETHEUS_URL']}\n"
         "Press Ctrl-C to stop everything.\n",

@@ -373,50 +373,19 @@ def task_trajectory_chart(
     rows = with_gaps(rows)
     times = local_times((row["time"] for row in rows), timezone)
     figure = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.06)
-    figure.add_trace(
-        go.Scatter(
-            x=times,
-            y=[r["alloc_gpus"] for r in rows],
-            name="Allocated GPUs",
-            mode="lines",
-            line={"shape": "hv", "color": "#2563eb"},
-        ),
-        row=1,
-        col=1,
+    # (row key, legend name, line style, subplot row): GPUs on top, memory in the middle
+    lines = (
+        ("alloc_gpus", "Allocated GPUs", {"shape": "hv", "color": "#2563eb"}, 1),
+        ("busy_gpus", "Busy GPUs", {"shape": "hv", "color": BUSY_COLOUR}, 1),
+        ("memory_avg_gib", "Memory, average", {"color": "#7c3aed"}, 2),
+        ("memory_peak_gib", "Memory, peak", {"color": "#c4b5fd", "dash": "dot"}, 2),
     )
-    figure.add_trace(
-        go.Scatter(
-            x=times,
-            y=[r["busy_gpus"] for r in rows],
-            name="Busy GPUs",
-            mode="lines",
-            line={"shape": "hv", "color": BUSY_COLOUR},
-        ),
-        row=1,
-        col=1,
-    )
-    figure.add_trace(
-        go.Scatter(
-            x=times,
-            y=[r["memory_avg_gib"] for r in rows],
-            name="Memory, average",
-            mode="lines",
-            line={"color": "#7c3aed"},
-        ),
-        row=2,
-        col=1,
-    )
-    figure.add_trace(
-        go.Scatter(
-            x=times,
-            y=[r["memory_peak_gib"] for r in rows],
-            name="Memory, peak",
-            mode="lines",
-            line={"color": "#c4b5fd", "dash": "dot"},
-        ),
-        row=2,
-        col=1,
-    )
+    for key, name, line, subplot in lines:
+        figure.add_trace(
+            go.Scatter(x=times, y=[r[key] for r in rows], name=name, mode="lines", line=line),
+            row=subplot,
+            col=1,
+        )
     figure.add_trace(
         go.Bar(x=times, y=[r["read_mib"] for r in rows], name="Read", marker_color="#0891b2"),
         row=3,
