@@ -26,6 +26,7 @@ from billing.models import (
 )
 from billing.scenarios import scenario_build, scenario_digest
 from metering.models import TRAINING_KINDS, IngestWindow, Team
+from metering.selectors import hourly_rollup_serves
 
 ZERO = Decimal(0)
 CENT = Decimal("0.01")
@@ -235,15 +236,23 @@ def _usage_by_team(
     if not team_ids or end <= start:
         return {}
     zone = book.timezone if book else settings.TANDEM_TIMEZONE
+    # Whole hours from the team-hour rollup, the rest (the hour ingested so far) from the
+    # intervals.
+    whole_hours_end = max(start, end - dt.timedelta(seconds=end.timestamp() % 3600))
+    if not hourly_rollup_serves(start=start, end=whole_hours_end, zone=zone):
+        whole_hours_end = start
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT t.team_id, t.kind = ANY(%s),"
-            " extract(hour FROM u.interval_start AT TIME ZONE %s)::int,"
-            " sum(u.alloc_gpu_seconds)"
-            " FROM metering_usageinterval u JOIN metering_task t ON t.id = u.task_id"
-            " WHERE t.team_id = ANY(%s) AND u.interval_start >= %s AND u.interval_start < %s"
-            " GROUP BY 1, 2, 3",
-            [list(TRAINING_KINDS), zone, team_ids, start, end],
+            "SELECT u.team_id, u.kind = ANY(%s),"
+            " extract(hour FROM u.moment AT TIME ZONE %s)::int, sum(u.alloc_gpu_seconds)"
+            " FROM (SELECT team_id, kind, hour_start AS moment, alloc_gpu_seconds"
+            "       FROM metering_teamhour WHERE hour_start >= %s AND hour_start < %s"
+            "       UNION ALL"
+            "       SELECT t.team_id, t.kind, i.interval_start, i.alloc_gpu_seconds"
+            "       FROM metering_usageinterval i JOIN metering_task t ON t.id = i.task_id"
+            "       WHERE i.interval_start >= %s AND i.interval_start < %s"
+            " ) u WHERE u.team_id = ANY(%s) GROUP BY 1, 2, 3",
+            [list(TRAINING_KINDS), zone, start, whole_hours_end, whole_hours_end, end, team_ids],
         )
         grouped = cursor.fetchall()
     rates = rates_per_gpu_hour(book) if book else None

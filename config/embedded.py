@@ -7,12 +7,20 @@ filesystem transport under var/. Production always sets both variables.
 
 from __future__ import annotations
 
+import os
 import secrets
 import socket
 from pathlib import Path
 
 
 def embedded_database_url(var_dir: Path) -> str:
+    # pgserver keeps its lock file in the user's runtime directory, which a login session
+    # provides (XDG_RUNTIME_DIR) and CI, cron or a container do not; platformdirs then warns
+    # on stderr at import. Give it one of ours instead, private as the standard requires.
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        runtime = var_dir / "run"
+        runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.environ["XDG_RUNTIME_DIR"] = str(runtime)
     import pgserver  # imported lazily: only the embedded default needs it
 
     server = pgserver.get_server(var_dir / "pgdata", cleanup_mode=None)

@@ -155,6 +155,9 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 # --- Telemetry ------------------------------------------------------------------------
 PROMETHEUS_URL = os.environ.get("PROMETHEUS_URL", "")
 TANDEM_STEP_SECONDS = env_int("TANDEM_STEP_SECONDS", 300)
+# Pages, reports and the health numbers sum the hourly rollup (kept by triggers) where a range
+# allows it; off, they sum the metering intervals themselves (same numbers, slower).
+TANDEM_READ_HOURLY_ROLLUP = env_bool("TANDEM_READ_HOURLY_ROLLUP", True)
 TANDEM_INGEST_LAG_SECONDS = env_int("TANDEM_INGEST_LAG_SECONDS", 60)
 TANDEM_SCRAPE_INTERVAL_SECONDS = env_int("TANDEM_SCRAPE_INTERVAL_SECONDS", 15)  # `default` source
 TANDEM_INGEST_BATCH_WINDOWS = env_int("TANDEM_INGEST_BATCH_WINDOWS", 12)

@@ -43,7 +43,6 @@ from billing.models import (
 from dashboards.filters import local_midnight_utc, pool_zone
 from metering.models import (
     TRAINING_KINDS,
-    CapacityInterval,
     IngestWindow,
     LatencyInterval,
     PodWait,
@@ -54,6 +53,7 @@ from metering.models import (
     Team,
     UsageInterval,
 )
+from metering.selectors import capacity_sums, team_usage_sums, usage_sums
 from metering.services import latency_p99
 from reports import health
 from reports.models import ReportFile, ReportRun
@@ -100,21 +100,22 @@ def pool_timeline(
     Capacity is the pool's whatever the team filter: a team's allocation is read against
     the whole pool it shares.
     """
-    usage_filter = Q(interval_start__gte=start, interval_start__lt=end)
+    usage_filter = Q()
     if teams is not None:
-        usage_filter &= Q(task__team__in=teams)
+        usage_filter &= Q(team_id__in=teams)
     if kind:
-        usage_filter &= Q(task__kind=kind)
+        usage_filter &= Q(kind=kind)
+    usage_rows, usage_time = team_usage_sums(start=start, end=end)
     usage = (
-        UsageInterval.objects.filter(usage_filter)
-        .annotate(t=_trunc(bucket, "interval_start"))
-        .values("t", "task__kind")
+        usage_rows.filter(usage_filter)
+        .annotate(t=_trunc(bucket, usage_time))
+        .values("t", "kind")
         .annotate(alloc=Sum("alloc_gpu_seconds"), busy=Sum("busy_gpu_seconds"))
         .order_by()
     )
+    capacity_rows, capacity_time = capacity_sums(start=start, end=end)
     capacity = (
-        CapacityInterval.objects.filter(interval_start__gte=start, interval_start__lt=end)
-        .annotate(t=_trunc(bucket, "interval_start"))
+        capacity_rows.annotate(t=_trunc(bucket, capacity_time))
         .values("t")
         .annotate(capacity=Sum("capacity_gpu_seconds"))
         .order_by()
@@ -130,7 +131,7 @@ def pool_timeline(
         row_at(values["t"])["capacity"] = values["capacity"]
     for values in usage:
         row = row_at(values["t"])
-        row["allocated"][values["task__kind"]] = values["alloc"]
+        row["allocated"][values["kind"]] = values["alloc"]
         row["busy"] += values["busy"]
     timeline = []
     for moment in sorted(rows):
@@ -150,20 +151,21 @@ def usage_by_day_and_kind(
     *, start: dt.datetime, end: dt.datetime, teams: QuerySet[Team], kind: str | None = None
 ) -> list[dict]:
     """GPU-hours allocated and busy per local day and task kind."""
-    filters = Q(interval_start__gte=start, interval_start__lt=end, task__team__in=teams)
+    filters = Q(team_id__in=teams)
     if kind:
-        filters &= Q(task__kind=kind)
+        filters &= Q(kind=kind)
+    usage_rows, usage_time = team_usage_sums(start=start, end=end)
     rows = (
-        UsageInterval.objects.filter(filters)
-        .annotate(day=_trunc("day", "interval_start"))
-        .values("day", "task__kind")
+        usage_rows.filter(filters)
+        .annotate(day=_trunc("day", usage_time))
+        .values("day", "kind")
         .annotate(alloc=Sum("alloc_gpu_seconds"), busy=Sum("busy_gpu_seconds"))
-        .order_by("day", "task__kind")
+        .order_by("day", "kind")
     )
     return [
         {
             "day": row["day"].astimezone(pool_zone()).date(),
-            "kind": row["task__kind"],
+            "kind": row["kind"],
             "gpu_hours": row["alloc"] / 3600,
             "busy_gpu_hours": row["busy"] / 3600,
         }
@@ -288,9 +290,8 @@ def top_tasks_by_usage(
     *, team: Team, start: dt.datetime, end: dt.datetime, limit: int = 10
 ) -> list[dict]:
     return list(
-        UsageInterval.objects.filter(
-            task__team=team, interval_start__gte=start, interval_start__lt=end
-        )
+        usage_sums(start=start, end=end)
+        .rows.filter(task__team=team)
         .values("task_id", "task__external_id", "task__kind")
         .annotate(alloc=Sum("alloc_gpu_seconds"), busy=Sum("busy_gpu_seconds"))
         .order_by("-alloc", "task_id")[:limit]

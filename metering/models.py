@@ -247,3 +247,115 @@ class IngestWindow(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source} {self.start:%Y-%m-%d %H:%M}-{self.end:%H:%M}"
+
+
+# --- Hourly rollup ----------------------------------------------------------------------
+#
+# A month of a 1,000-GPU pool is ~4 million usage rows; the pages and the health numbers sum
+# them by hour, day, team or kind, never by interval. These tables hold the same sums per UTC
+# hour and are kept by PostgreSQL triggers on the interval tables (migration 0003), so every
+# writer (ingest's COPY, the ORM, raw SQL loads, a fix in psql) updates them in the same
+# transaction and they cannot drift. Readers use them only for ranges on whole hours of a pool
+# zone whose offsets are whole hours (`metering.selectors.hourly_rollup_serves`), where an hour
+# sum is exactly the sum of the intervals starting in it; any other range reads the intervals.
+
+
+class UnboundedDecimalField(models.DecimalField):
+    """PostgreSQL `numeric` with no precision: sums of histogram counts kept exactly."""
+
+    def db_type(self, connection: object) -> str:
+        return "numeric"
+
+
+class UsageHour(models.Model):
+    """Sums of one task's usage intervals that start within one UTC hour."""
+
+    task = models.ForeignKey(Task, on_delete=models.DO_NOTHING, related_name="usage_hours")
+    hour_start = models.DateTimeField()
+    intervals = models.PositiveIntegerField()
+    alloc_gpu_seconds = models.DecimalField(max_digits=24, decimal_places=6)
+    busy_gpu_seconds = models.DecimalField(max_digits=24, decimal_places=6)
+    # Sum of the intervals' average bytes: the mean over intervals is this / `intervals`.
+    memory_avg_bytes_sum = models.DecimalField(max_digits=30, decimal_places=0)
+    memory_peak_bytes = models.BigIntegerField()
+    read_operations = models.DecimalField(max_digits=30, decimal_places=0)
+    write_operations = models.DecimalField(max_digits=30, decimal_places=0)
+    read_bytes = models.DecimalField(max_digits=30, decimal_places=0)
+    write_bytes = models.DecimalField(max_digits=30, decimal_places=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["task", "hour_start"], name="usagehour_unique"),
+        ]
+        indexes = [models.Index(fields=["hour_start"])]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} {self.hour_start:%Y-%m-%d %H:00}"
+
+
+class TeamHour(models.Model):
+    """Usage of one team's tasks of one kind that start within one UTC hour: the pool-wide
+    and per-team curves, shares and quotas, ten times fewer rows than per task.
+
+    Kept from `UsageHour` and from tasks whose team or kind changes (kube-state-metrics
+    relabelled a pod), so it always follows the task's current team and kind, as a join would.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.DO_NOTHING, related_name="usage_hours")
+    kind = models.CharField(max_length=32, choices=TASK_KINDS)
+    hour_start = models.DateTimeField()
+    alloc_gpu_seconds = models.DecimalField(max_digits=24, decimal_places=6)
+    busy_gpu_seconds = models.DecimalField(max_digits=24, decimal_places=6)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["team", "kind", "hour_start"], name="teamhour_unique"),
+        ]
+        indexes = [models.Index(fields=["hour_start"])]
+
+    def __str__(self) -> str:
+        return f"{self.team_id} {self.kind} {self.hour_start:%Y-%m-%d %H:00}"
+
+
+class CapacityHour(models.Model):
+    """Capacity GPU-seconds of one source's intervals that start within one UTC hour."""
+
+    source = models.ForeignKey(Source, on_delete=models.DO_NOTHING, related_name="capacity_hours")
+    hour_start = models.DateTimeField()
+    capacity_gpu_seconds = models.DecimalField(max_digits=24, decimal_places=6)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["source", "hour_start"], name="capacityhour_unique"),
+        ]
+        indexes = [models.Index(fields=["hour_start"])]
+
+    def __str__(self) -> str:
+        return f"{self.source_id} {self.hour_start:%Y-%m-%d %H:00}"
+
+
+class LatencyHourBucket(models.Model):
+    """One histogram bound of one service, summed over the intervals of one UTC hour.
+
+    `intervals` counts the intervals whose buckets hold this bound, so a reader merging a
+    range can keep only the bounds present in every interval, as `reports.health` does.
+    """
+
+    service = models.ForeignKey(
+        Service, on_delete=models.DO_NOTHING, related_name="latency_hour_buckets"
+    )
+    hour_start = models.DateTimeField()
+    le = models.CharField(max_length=64)  # the bound as stored in the interval's buckets
+    count = UnboundedDecimalField(max_digits=1000, decimal_places=0)
+    intervals = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["service", "hour_start", "le"], name="latencyhourbucket_unique"
+            ),
+        ]
+        indexes = [models.Index(fields=["hour_start"])]
+
+    def __str__(self) -> str:
+        return f"{self.service_id} {self.hour_start:%Y-%m-%d %H:00} le={self.le}"

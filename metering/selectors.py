@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import Aggregate, Count, F, QuerySet, Sum
 
-from metering.models import IngestWindow, Source
+from metering.models import (
+    CapacityHour,
+    CapacityInterval,
+    IngestWindow,
+    Source,
+    TeamHour,
+    UsageHour,
+    UsageInterval,
+)
 
 GROUP_BY = {
     "team": "tm.name",
@@ -146,3 +157,93 @@ def usage_report(*, start: datetime, end: datetime, group_by: str) -> dict[str, 
             for group, row in sorted(groups.items())
         ],
     }
+
+
+# --- Hourly rollup ----------------------------------------------------------------------
+
+HOUR = timedelta(hours=1)
+
+
+def hourly_rollup_serves(*, start: datetime, end: datetime, zone: str | None = None) -> bool:
+    """Whether sums over `[start, end)` may be read from the hourly rollup.
+
+    They may when both ends fall on a whole UTC hour (the rollup's hours) and the zone the
+    caller groups by (`zone`, the pool's by default) is a whole number of hours from UTC for
+    the whole range: a local hour or day is then made of whole UTC hours, and an hour's sum is
+    exactly the sum of the intervals starting in it. Otherwise (a zone at +05:30, a range
+    ending at 10:30) the caller sums the intervals.
+    """
+    if not settings.TANDEM_READ_HOURLY_ROLLUP:
+        return False
+    if end <= start:
+        return True
+    for moment in (start, end):
+        if moment.astimezone(UTC).timestamp() % 3600:
+            return False
+    local = ZoneInfo(zone or settings.TANDEM_TIMEZONE)
+    moment = start
+    while moment < end:  # every hour: an offset can change at any of them (DST, politics)
+        offset = moment.astimezone(local).utcoffset()
+        if offset is None or offset.total_seconds() % 3600:
+            return False
+        moment += HOUR
+    return True
+
+
+@dataclass(frozen=True)
+class UsageSums:
+    """Where to sum usage over a range, and how.
+
+    `rows` (already limited to the range) have the interval's column names for the GPU-seconds,
+    the peak and the I/O, so `Sum("alloc_gpu_seconds")` or `Max("memory_peak_bytes")` read
+    either table; `time_field` is the column to group by time, and `intervals` and
+    `memory_avg_bytes_sum` are the aggregates that differ between the two.
+    """
+
+    rows: QuerySet
+    time_field: str
+    intervals: Aggregate
+    memory_avg_bytes_sum: Aggregate
+    hourly: bool
+
+
+def usage_sums(*, start: datetime, end: datetime, zone: str | None = None) -> UsageSums:
+    if hourly_rollup_serves(start=start, end=end, zone=zone):
+        return UsageSums(
+            rows=UsageHour.objects.filter(hour_start__gte=start, hour_start__lt=end),
+            time_field="hour_start",
+            intervals=Sum("intervals"),
+            memory_avg_bytes_sum=Sum("memory_avg_bytes_sum"),
+            hourly=True,
+        )
+    return UsageSums(
+        rows=UsageInterval.objects.filter(interval_start__gte=start, interval_start__lt=end),
+        time_field="interval_start",
+        intervals=Count("id"),
+        memory_avg_bytes_sum=Sum("memory_avg_bytes"),
+        hourly=False,
+    )
+
+
+def team_usage_sums(
+    *, start: datetime, end: datetime, zone: str | None = None
+) -> tuple[QuerySet, str]:
+    """Rows holding `alloc_gpu_seconds` and `busy_gpu_seconds` for the range, to filter and
+    group by `team_id` and `kind` (no per-task detail), and their time column: the team-hour
+    rollup where it serves, else the intervals with their task's team and kind."""
+    if hourly_rollup_serves(start=start, end=end, zone=zone):
+        return TeamHour.objects.filter(hour_start__gte=start, hour_start__lt=end), "hour_start"
+    rows = UsageInterval.objects.filter(interval_start__gte=start, interval_start__lt=end).annotate(
+        team_id=F("task__team_id"), kind=F("task__kind")
+    )
+    return rows, "interval_start"
+
+
+def capacity_sums(
+    *, start: datetime, end: datetime, zone: str | None = None
+) -> tuple[QuerySet, str]:
+    """Rows holding `capacity_gpu_seconds` for the range, and their time column."""
+    if hourly_rollup_serves(start=start, end=end, zone=zone):
+        return CapacityHour.objects.filter(hour_start__gte=start, hour_start__lt=end), "hour_start"
+    rows = CapacityInterval.objects.filter(interval_start__gte=start, interval_start__lt=end)
+    return rows, "interval_start"

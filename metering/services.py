@@ -639,6 +639,34 @@ def latency_p99(buckets: Sequence[Sequence[object]]) -> Decimal | None:
     return histogram_quantile(P99, tuple(parsed))
 
 
+def latency_p99_fill(*, batch: int = 5000) -> int:
+    """Store the P99 of latency rows written without one (raw SQL loads, restored dumps), as
+    ingest would have; returns how many rows got one. Quiet intervals repeat the same
+    histogram, so each distinct one is computed once."""
+    known: dict[str, Decimal | None] = {}
+    filled = 0
+    with transaction.atomic(), connection.cursor() as read:
+        read.execute(
+            "SELECT id, buckets::text FROM metering_latencyinterval"
+            " WHERE p99_seconds IS NULL AND request_count > 0"
+        )
+        while rows := read.fetchmany(batch):
+            values = []
+            for pk, text in rows:
+                if text not in known:
+                    known[text] = latency_p99(json.loads(text))
+                if known[text] is not None:
+                    values.append((pk, known[text]))
+            with connection.cursor() as write:
+                write.execute(
+                    "UPDATE metering_latencyinterval l SET p99_seconds = v.p99"
+                    " FROM unnest(%s::bigint[], %s::numeric[]) AS v(id, p99) WHERE l.id = v.id",
+                    [[pk for pk, _ in values], [p99 for _, p99 in values]],
+                )
+            filled += len(values)
+    return filled
+
+
 def _content_hash(rows: WindowRows) -> str:
     digest = hashlib.sha256()
     payload = {

@@ -23,7 +23,6 @@ from django.db.models.lookups import GreaterThan
 from billing.selectors import PriceBookNotFound, price_book_in_force
 from metering.models import (
     TRAINING_KINDS,
-    CapacityInterval,
     IngestWindow,
     LatencyInterval,
     PodWait,
@@ -32,8 +31,8 @@ from metering.models import (
     Source,
     Task,
     Team,
-    UsageInterval,
 )
+from metering.selectors import capacity_sums, hourly_rollup_serves, team_usage_sums, usage_sums
 from metering.services import latency_p99
 from reports import health
 
@@ -79,11 +78,10 @@ def _team_filter(teams: QuerySet[Team] | None, path: str = "task__team") -> Q:
 
 def utilization(*, start: dt.datetime, end: dt.datetime) -> health.Utilization:
     """Pool-wide: busy GPU-seconds of every task over the GPUs present."""
-    in_range = {"interval_start__gte": start, "interval_start__lt": end}
-    busy = UsageInterval.objects.filter(**in_range).aggregate(v=Sum("busy_gpu_seconds"))["v"]
-    capacity = CapacityInterval.objects.filter(**in_range).aggregate(v=Sum("capacity_gpu_seconds"))[
-        "v"
-    ]
+    usage_rows, _ = team_usage_sums(start=start, end=end)
+    busy = usage_rows.aggregate(v=Sum("busy_gpu_seconds"))["v"]
+    capacity_rows, _ = capacity_sums(start=start, end=end)
+    capacity = capacity_rows.aggregate(v=Sum("capacity_gpu_seconds"))["v"]
     return health.Utilization(busy_gpu_seconds=busy or ZERO, capacity_gpu_seconds=capacity or ZERO)
 
 
@@ -183,7 +181,14 @@ def _unstored_breaches(
     return breached
 
 
-# Sum of each bound's counts per service, and in how many intervals the bound appears.
+# Sum of each bound's counts per service, and in how many intervals the bound appears: from
+# the hourly rollup (the sums are kept there), or from the intervals' own buckets.
+_MERGED_HOURLY_BUCKETS_SQL = """
+SELECT service_id, le, sum(count), sum(intervals)
+FROM metering_latencyhourbucket
+WHERE service_id = ANY(%s) AND hour_start >= %s AND hour_start < %s
+GROUP BY service_id, le
+"""
 _MERGED_BUCKETS_SQL = """
 SELECT l.service_id, b.bucket ->> 0, sum((b.bucket ->> 1)::numeric), count(*)
 FROM metering_latencyinterval l
@@ -206,8 +211,12 @@ def _merged_buckets(
     bounds present in every interval are kept (summing a bound some intervals lack would
     under-count it and bend the quantile).
     """
+    # The quantile needs no grouping by local time: whole UTC hours are enough.
+    hourly = hourly_rollup_serves(start=start, end=end, zone="UTC")
     with connection.cursor() as cursor:
-        cursor.execute(_MERGED_BUCKETS_SQL, [ids, start, end])
+        cursor.execute(
+            _MERGED_HOURLY_BUCKETS_SQL if hourly else _MERGED_BUCKETS_SQL, [ids, start, end]
+        )
         rows = cursor.fetchall()
     bounds: dict[int, dict[Decimal, list]] = {}
     for service_id, le, total, seen in rows:
@@ -297,21 +306,19 @@ def lost_gpu_seconds_per_team(
 def hourly_profile(*, start: dt.datetime, end: dt.datetime) -> list[health.HourProfile]:
     """Pool-wide GPU-seconds held by training and by inference per local hour of day."""
     zone = pool_timezone()
-    in_range = {"interval_start__gte": start, "interval_start__lt": end}
-    hour = ExtractHour("interval_start", tzinfo=zone)
-    is_training = Q(task__kind__in=TRAINING_KINDS)
+    usage_rows, usage_time = team_usage_sums(start=start, end=end)
+    is_training = Q(kind__in=TRAINING_KINDS)
     usage = (
-        UsageInterval.objects.filter(**in_range)
-        .annotate(hour=hour)
+        usage_rows.annotate(hour=ExtractHour(usage_time, tzinfo=zone))
         .values("hour")
         .annotate(
             training=Sum("alloc_gpu_seconds", filter=is_training),
             inference=Sum("alloc_gpu_seconds", filter=~is_training),
         )
     )
+    capacity_rows, time_field = capacity_sums(start=start, end=end)
     capacity = (
-        CapacityInterval.objects.filter(**in_range)
-        .annotate(hour=hour)
+        capacity_rows.annotate(hour=ExtractHour(time_field, tzinfo=zone))
         .values("hour")
         .annotate(total=Sum("capacity_gpu_seconds"))
     )
@@ -332,11 +339,10 @@ def sharing_analytics(
     *, start: dt.datetime, end: dt.datetime, teams: QuerySet[Team] | None = None
 ) -> health.SharingAnalytics:
     """The profile and the interruptible share are the pool's; preemption cost per team."""
-    totals = UsageInterval.objects.filter(
-        interval_start__gte=start, interval_start__lt=end
-    ).aggregate(
+    usage_rows, _ = team_usage_sums(start=start, end=end)
+    totals = usage_rows.aggregate(
         allocated=Sum("alloc_gpu_seconds"),
-        interruptible=Sum("alloc_gpu_seconds", filter=Q(task__kind__in=health.INTERRUPTIBLE_KINDS)),
+        interruptible=Sum("alloc_gpu_seconds", filter=Q(kind__in=health.INTERRUPTIBLE_KINDS)),
     )
     return health.SharingAnalytics(
         profile=hourly_profile(start=start, end=end),
@@ -429,15 +435,16 @@ def _parts(
     def part(group: object) -> UsageRow:
         return parts.setdefault(group, UsageRow(key=""))
 
+    sums = usage_sums(start=start, end=end)
     usage = (
-        UsageInterval.objects.filter(teams_q, interval_start__gte=start, interval_start__lt=end)
-        .values(group=_group_column(group_by, "interval_start"))
+        sums.rows.filter(teams_q)
+        .values(group=_group_column(group_by, sums.time_field))
         .annotate(
             alloc=Sum("alloc_gpu_seconds"),
             busy=Sum("busy_gpu_seconds"),
             peak=Max("memory_peak_bytes"),
-            memory=Sum("memory_avg_bytes"),
-            n=Count("id"),
+            memory=sums.memory_avg_bytes_sum,
+            n=sums.intervals,
             reads=Sum("read_operations"),
             writes=Sum("write_operations"),
             read_bytes=Sum("read_bytes"),

@@ -26,6 +26,7 @@ from tests.metering.conftest import (
     wait_for,
     windows_status,
 )
+from tests.metering.rollup import rollup_drift
 
 ISO = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -158,6 +159,7 @@ def test_it_ingests_through_a_celery_worker(start_worker, pool_prometheus, pool_
     start_worker()
     wait_for(lambda: windows_status(ids) == {"done": 24}, timeout=90, what="24 windows done")
     assert stored_alloc(start, end) == truth_alloc(pool_truth, start, end)
+    assert rollup_drift() == []  # the hourly rollup moved with every rewrite
 
 
 def test_it_survives_a_worker_killed_mid_window(
@@ -217,6 +219,7 @@ def test_it_survives_a_worker_killed_mid_window(
     start_worker()
     wait_for(lambda: windows_status(ids) == {"done": 12}, timeout=90, what="redelivery")
     assert stored_alloc(start, end) == truth_alloc(pool_truth, start, end)
+    assert rollup_drift() == []  # the hourly rollup moved with every rewrite
     assert set(IngestWindow.objects.filter(pk__in=ids).values_list("attempts", flat=True)) == {2}
 
 

@@ -31,6 +31,7 @@ from metering.models import (
 )
 from simulator.prometheus import PrometheusProcess
 from tests.metering.conftest import POOL, ingest_span, pool_span
+from tests.metering.rollup import rollup_drift, rollup_rows
 
 ISO = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -231,6 +232,12 @@ def test_it_records_full_completeness_and_the_queries(pool_source, pool_truth) -
 
 
 @pytest.mark.django_db
+def test_it_keeps_the_hourly_rollup_equal_to_the_ingested_intervals(pool_source) -> None:
+    assert rollup_rows() > POOL.days * 24  # a week of hours, for tasks, capacity and services
+    assert rollup_drift() == []
+
+
+@pytest.mark.django_db
 def test_it_changes_nothing_when_every_window_runs_again(pool_source, pool_truth) -> None:
     def snapshot() -> dict:
         return {
@@ -265,6 +272,7 @@ def test_it_changes_nothing_when_every_window_runs_again(pool_source, pool_truth
     hashes = dict(IngestWindow.objects.values_list("pk", "content_hash"))
     ingest_span(Source.objects.get(pk=pool_source), *pool_span(pool_truth), batch=100)
     assert snapshot() == before
+    assert rollup_drift() == []
     assert dict(IngestWindow.objects.values_list("pk", "content_hash")) == hashes
     assert not IngestWindow.objects.filter(changed_after_first_write__isnull=False).exists()
     assert set(IngestWindow.objects.values_list("attempts", flat=True)) == {2}
