@@ -10,19 +10,18 @@ with `csv=<chart>` added, so the CSV always matches the filters on screen.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
-from django.contrib.auth.decorators import login_required
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import NoReverseMatch, reverse
 
-from access.selectors import has_any_role, sees_every_team, user_role, visible_teams
+from access.decorators import role_required
+from access.selectors import sees_every_team, user_role, visible_teams
 from billing import selectors as billing_selectors
 from billing.models import PeriodClose, PlatformLine, PriceBook, Statement, StatementLine
 from dashboards import charts
@@ -52,18 +51,6 @@ ZONE = settings.TANDEM_TIMEZONE
 # --- Plumbing ---------------------------------------------------------------------------
 
 BREACHES_LISTED = 50  # breached intervals listed on the SLA page (with who was training)
-
-
-def tandem_page(view: View) -> View:
-    """Logged in (else to the login page) and holding a Tandem role (else 403)."""
-
-    @functools.wraps(view)
-    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        if not has_any_role(request.user):
-            return render(request, "dashboards/no_role.html", {"title": "No access"}, status=403)
-        return view(request, *args, **kwargs)
-
-    return login_required(wrapper)
 
 
 def page(
@@ -277,7 +264,7 @@ def health_cards(
     ]
 
 
-@tandem_page
+@role_required
 def overview(request: HttpRequest) -> HttpResponse:
     filters = parse_filters(request.GET, teams=visible_teams(request.user))
     current = filters.range
@@ -327,7 +314,7 @@ def overview(request: HttpRequest) -> HttpResponse:
 # --- Utilization curves -----------------------------------------------------------------
 
 
-@tandem_page
+@role_required
 def utilization(request: HttpRequest) -> HttpResponse:
     teams = visible_teams(request.user)
     filters = parse_filters(request.GET, teams=teams)
@@ -405,7 +392,7 @@ def utilization(request: HttpRequest) -> HttpResponse:
 # --- Teams ------------------------------------------------------------------------------
 
 
-@tandem_page
+@role_required
 def team_list(request: HttpRequest) -> HttpResponse:
     teams = visible_teams(request.user)
     filters = parse_filters(request.GET, teams=teams)
@@ -531,7 +518,7 @@ def waits_chart(teams: QuerySet[Team], current: DateRange) -> Chart:
     )
 
 
-@tandem_page
+@role_required
 def team_detail(request: HttpRequest, team_id: int) -> HttpResponse:
     team = _team_or_404(request, team_id)
     filters = parse_filters(request.GET, teams=visible_teams(request.user))
@@ -608,7 +595,7 @@ def trajectory_chart(task: Task, intervals: int) -> Chart:
     )  # fmt: skip
 
 
-@tandem_page
+@role_required
 def task_detail(request: HttpRequest, task_id: int) -> HttpResponse:
     task = get_object_or_404(
         Task.objects.filter(team__in=visible_teams(request.user)).select_related("team", "source"),
@@ -691,7 +678,7 @@ def chosen_service(
     return latencies[0].service_id if latencies else None
 
 
-@tandem_page
+@role_required
 def sla(request: HttpRequest) -> HttpResponse:
     teams = visible_teams(request.user)
     filters = parse_filters(request.GET, teams=teams)
@@ -744,7 +731,7 @@ def sla(request: HttpRequest) -> HttpResponse:
 # --- Statements -------------------------------------------------------------------------
 
 
-@tandem_page
+@role_required
 def statement_list(request: HttpRequest) -> HttpResponse:
     teams = visible_teams(request.user)
     periods = pages.statement_periods(teams=teams, months_with_data=pages.months_with_usage())
@@ -822,7 +809,7 @@ def _period_or_404(period: str) -> billing_selectors.PeriodBounds:
         raise Http404(f"no period {period!r}") from None
 
 
-@tandem_page
+@role_required
 def statement_period(request: HttpRequest, period: str) -> HttpResponse:
     bounds = _period_or_404(period)
     teams = visible_teams(request.user)
@@ -865,7 +852,7 @@ def statement_period(request: HttpRequest, period: str) -> HttpResponse:
     )
 
 
-@tandem_page
+@role_required
 def statement_detail(request: HttpRequest, period: str, team_id: int) -> HttpResponse:
     team = _team_or_404(request, team_id)
     statement = get_object_or_404(
@@ -886,7 +873,7 @@ def statement_detail(request: HttpRequest, period: str, team_id: int) -> HttpRes
     )
 
 
-@tandem_page
+@role_required
 def statement_line(request: HttpRequest, line_id: int) -> HttpResponse:
     line = get_object_or_404(
         StatementLine.objects.filter(
@@ -915,7 +902,7 @@ def statement_line(request: HttpRequest, line_id: int) -> HttpResponse:
 # --- Price books ------------------------------------------------------------------------
 
 
-@tandem_page
+@role_required
 def price_books(request: HttpRequest) -> HttpResponse:
     books = list(PriceBook.objects.order_by("effective_from", "version"))
     try:

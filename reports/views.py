@@ -20,6 +20,7 @@ from django.template.loader import get_template, render_to_string
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from access.decorators import role_required
 from access.selectors import sees_every_team, visible_teams
 from billing.models import LineKind, StatementLine
 from dashboards import charts
@@ -139,7 +140,7 @@ def report_page(request: HttpRequest, period: str) -> HttpResponse:
     return render(request, "reports/report.html", context)
 
 
-@login_required
+@role_required
 @require_GET
 def run_list(request: HttpRequest) -> HttpResponse:
     """Report runs; a team lead sees only the runs' CSV files of their own teams."""

@@ -52,6 +52,15 @@ def test_it_answers_404_to_a_team_lead_and_to_people_without_a_role(people, run)
         assert response.status_code == 404
 
 
+def test_it_tells_people_without_a_role_that_they_have_no_access_to_the_run_list(
+    people, run
+) -> None:
+    response = people["nobody"].get(reverse("reports:runs"))
+    assert response.status_code == 403
+    assert "No access" in response.content.decode()
+    assert run.files.first().name not in response.content.decode()
+
+
 def test_it_lets_a_team_lead_download_only_their_own_team_csv(people, run) -> None:
     own = run.files.get(team__name="search")
     response = people["lead"].get(file_url(run, own.name))

@@ -132,7 +132,7 @@ def page_calls(name: str, obj: Objects) -> list[Call]:
         ),
         "dashboards:statement_line": lambda: both(name, (own_line.pk,), (other_line.pk,)),
         "reports:runs": lambda: [
-            Call(reverse(name), {**every_team_only(), "no_role": 200, "lead_a": 200})
+            Call(reverse(name), {**every_team_only(), "no_role": 403, "lead_a": 200})
         ],
         "reports:page": lambda: [Call(reverse(name, args=["2026-10"]), every_team_only())],
         "reports:run_create": lambda: [
