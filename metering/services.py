@@ -29,7 +29,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from audit.services import audit_record
+from audit.services import audit_record, object_snapshot
 from billing.pricing.quantile import P99, histogram_quantile
 from metering import measure, sources
 from metering.measure import IntervalFacts, Measured, PodIdentity, PodKey
@@ -388,7 +388,7 @@ def _tasks_upsert(
                 row["ended"] = max(row["ended"] or 0, start + step)
     if not merged:
         return {}
-    team_ids = _teams_upsert({row["team"] for row in merged.values()})
+    team_ids = _teams_upsert({row["team"] for row in merged.values()}, source=source)
     pks = _task_rows_upsert(source, merged, team_ids)
     return {key: pks[external_id] for key, external_id in pod_tasks.items()}
 
@@ -401,9 +401,27 @@ def _least(current: int | None, new: int | None) -> int | None:
     return min(current, new)
 
 
-def _teams_upsert(names: set[str]) -> dict[str, int]:
-    Team.objects.bulk_create([Team(name=name) for name in sorted(names)], ignore_conflicts=True)
+def _teams_upsert(names: set[str], *, source: Source) -> dict[str, int]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO metering_team (name, created) SELECT unnest(%s::text[]), now()"
+            " ON CONFLICT (name) DO NOTHING RETURNING id",
+            [sorted(names)],
+        )
+        _audit_created(Team, [pk for (pk,) in cursor.fetchall()], source=source)
     return dict(Team.objects.filter(name__in=names).values_list("name", "pk"))
+
+
+def _audit_created(model: type[Team | Service], pks: list[int], *, source: Source) -> None:
+    """One audit entry per team or service that ingestion created: a new team starts being
+    billed, a new service starts being judged against an SLO. `RETURNING` names only the rows
+    this worker inserted, so a team two workers meet at once is recorded once."""
+    for obj in model.objects.filter(pk__in=pks).order_by("pk"):
+        audit_record(
+            action="create",
+            obj=obj,
+            changes={**object_snapshot(obj), "created_by": f"ingest of source {source.name}"},
+        )
 
 
 def _moment(epoch: int | None) -> datetime | None:
@@ -477,15 +495,23 @@ def _services_upsert(source: Source, measured: Measured) -> dict[tuple[str, str]
             if identity.team_label:
                 namespace_teams[namespace][identity.team_label] += 1
     teams = {key: (namespace_teams[key[0]].most_common(1) or [(key[0], 0)])[0][0] for key in keys}
-    team_ids = _teams_upsert(set(teams.values()))
+    team_ids = _teams_upsert(set(teams.values()), source=source)
     external = {key: f"{key[0]}/{key[1]}" for key in keys}
-    Service.objects.bulk_create(
-        [
-            Service(source=source, external_id=external[key], team_id=team_ids[teams[key]])
-            for key in sorted(keys)
-        ],
-        ignore_conflicts=True,
-    )
+    ordered = sorted(keys)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO metering_service (source_id, external_id, team_id, slo_p99_ms, is_key)"
+            " SELECT %s, e, t, %s, %s FROM unnest(%s::text[], %s::bigint[]) AS n(e, t)"
+            " ON CONFLICT (source_id, external_id) DO NOTHING RETURNING id",
+            [
+                source.pk,
+                Service._meta.get_field("slo_p99_ms").default,
+                Service._meta.get_field("is_key").default,
+                [external[key] for key in ordered],
+                [team_ids[teams[key]] for key in ordered],
+            ],
+        )
+        _audit_created(Service, [pk for (pk,) in cursor.fetchall()], source=source)
     pks = dict(
         Service.objects.filter(source=source, external_id__in=external.values()).values_list(
             "external_id", "pk"

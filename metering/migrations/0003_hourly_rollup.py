@@ -1,19 +1,23 @@
 """The hourly rollup of usage, capacity and latency, kept by triggers on the interval tables.
 
-Each trigger is per statement and sees the rows the statement changed (transition tables). It
-recomputes, from the interval table itself, every (thing, UTC hour) those rows fall in:
-delete the rollup rows of those keys, insert the fresh sums. Recomputing rather than adding
-differences keeps the peak (a maximum) right after deletes and needs no arithmetic on the old
-values. All three triggers take one transaction-scoped advisory lock first: two ingest
-transactions writing intervals of the same hour then recompute one after the other, and as
-each statement of a PL/pgSQL function takes a new snapshot (READ COMMITTED, Django's default),
-the second one sees what the first committed. One lock for the three tables, so no two
-writers can take them in opposite orders.
+The triggers are per statement and see the rows the statement changed (transition tables):
+
+- an INSERT adds the new rows' sums to the rollup rows of their (thing, UTC hour), creating
+  them when missing (INSERT ... ON CONFLICT DO UPDATE; the peak takes the greater of the two).
+  That is ingest's path (COPY after DELETE), so it reads nothing but the new rows;
+- a DELETE or UPDATE recomputes the rollup rows of every (thing, hour) the old and new rows
+  fall in from the interval table itself: sums cannot be subtracted from a peak (a maximum).
+
+All of them take one transaction-scoped advisory lock first, so two transactions writing the
+same hour take turns; as each statement of a PL/pgSQL function takes a new snapshot (READ
+COMMITTED, Django's default), a recompute after the wait sees what the other committed. One
+lock for every table, so no two writers can take them in opposite orders.
+
+The team level (team x kind x hour) moves with the task level: inserted usage adds to it too,
+a recompute of task hours recomputes those whole hours of it, and a task whose team or kind
+changes (ingest's upsert follows kube-state-metrics) recomputes every hour it has usage in.
 
 Hours are UTC (`date_trunc('hour', ..., 'UTC')`, whatever the session's time zone).
-
-A second level, metering_teamhour (team x kind x hour), is kept the same way from
-metering_usagehour and from tasks that change team or kind.
 """
 
 import django.db.models.deletion
@@ -22,120 +26,136 @@ from django.db import migrations, models
 
 
 LOCK = "PERFORM pg_advisory_xact_lock(7305135120493011);  -- 'tandem hourly rollup'"
+HOUR = "date_trunc('hour', interval_start, 'UTC')"
 
-USAGE_RECOMPUTE = f"""
-CREATE FUNCTION metering_usagehour_recompute(task_ids bigint[], hours timestamptz[])
-RETURNS void LANGUAGE plpgsql AS $$
-BEGIN
-    IF task_ids IS NULL THEN RETURN; END IF;
-    {LOCK}
-    DELETE FROM metering_usagehour h
-    USING unnest(task_ids, hours) AS k(task_id, hour_start)
-    WHERE h.task_id = k.task_id AND h.hour_start = k.hour_start;
-    INSERT INTO metering_usagehour (task_id, hour_start, intervals, alloc_gpu_seconds,
-        busy_gpu_seconds, memory_avg_bytes_sum, memory_peak_bytes, read_operations,
-        write_operations, read_bytes, write_bytes)
-    SELECT u.task_id, k.hour_start, count(*), sum(u.alloc_gpu_seconds), sum(u.busy_gpu_seconds),
-        sum(u.memory_avg_bytes), max(u.memory_peak_bytes), sum(u.read_operations),
-        sum(u.write_operations), sum(u.read_bytes), sum(u.write_bytes)
-    FROM unnest(task_ids, hours) AS k(task_id, hour_start)
-    JOIN metering_usageinterval u ON u.task_id = k.task_id
-        AND u.interval_start >= k.hour_start AND u.interval_start < k.hour_start + interval '1 hour'
-    GROUP BY u.task_id, k.hour_start;
-END $$;
-"""
-
-CAPACITY_RECOMPUTE = f"""
-CREATE FUNCTION metering_capacityhour_recompute(source_ids bigint[], hours timestamptz[])
-RETURNS void LANGUAGE plpgsql AS $$
-BEGIN
-    IF source_ids IS NULL THEN RETURN; END IF;
-    {LOCK}
-    DELETE FROM metering_capacityhour h
-    USING unnest(source_ids, hours) AS k(source_id, hour_start)
-    WHERE h.source_id = k.source_id AND h.hour_start = k.hour_start;
-    INSERT INTO metering_capacityhour (source_id, hour_start, capacity_gpu_seconds)
-    SELECT c.source_id, k.hour_start, sum(c.capacity_gpu_seconds)
-    FROM unnest(source_ids, hours) AS k(source_id, hour_start)
-    JOIN metering_capacityinterval c ON c.source_id = k.source_id
-        AND c.interval_start >= k.hour_start AND c.interval_start < k.hour_start + interval '1 hour'
-    GROUP BY c.source_id, k.hour_start;
-END $$;
-"""
-
-LATENCY_RECOMPUTE = f"""
-CREATE FUNCTION metering_latencyhourbucket_recompute(service_ids bigint[], hours timestamptz[])
-RETURNS void LANGUAGE plpgsql AS $$
-BEGIN
-    IF service_ids IS NULL THEN RETURN; END IF;
-    {LOCK}
-    DELETE FROM metering_latencyhourbucket h
-    USING unnest(service_ids, hours) AS k(service_id, hour_start)
-    WHERE h.service_id = k.service_id AND h.hour_start = k.hour_start;
-    INSERT INTO metering_latencyhourbucket (service_id, hour_start, le, count, intervals)
-    SELECT l.service_id, k.hour_start, b.bucket ->> 0, sum((b.bucket ->> 1)::numeric), count(*)
-    FROM unnest(service_ids, hours) AS k(service_id, hour_start)
-    JOIN metering_latencyinterval l ON l.service_id = k.service_id
-        AND l.interval_start >= k.hour_start AND l.interval_start < k.hour_start + interval '1 hour'
-    CROSS JOIN LATERAL jsonb_array_elements(l.buckets) AS b(bucket)
-    GROUP BY l.service_id, k.hour_start, b.bucket ->> 0;
-END $$;
-"""
-
-# (interval table, rollup, the key column that is not the hour)
-TABLES = [
-    ("metering_usageinterval", "metering_usagehour", "task_id"),
-    ("metering_capacityinterval", "metering_capacityhour", "source_id"),
-    ("metering_latencyinterval", "metering_latencyhourbucket", "service_id"),
-]
+# Per rollup: (interval table, rollup, key column, columns, their sums over `rows`, grouping,
+# how a conflicting row takes the new sums).
+USAGE = (
+    "metering_usageinterval",
+    "metering_usagehour",
+    "task_id",
+    "task_id, hour_start, intervals, alloc_gpu_seconds, busy_gpu_seconds,"
+    " memory_avg_bytes_sum, memory_peak_bytes, read_operations, write_operations,"
+    " read_bytes, write_bytes",
+    f"task_id, {HOUR}, count(*), sum(alloc_gpu_seconds), sum(busy_gpu_seconds),"
+    " sum(memory_avg_bytes), max(memory_peak_bytes), sum(read_operations),"
+    " sum(write_operations), sum(read_bytes), sum(write_bytes)",
+    "1, 2",
+    "intervals = r.intervals + EXCLUDED.intervals,"
+    " alloc_gpu_seconds = r.alloc_gpu_seconds + EXCLUDED.alloc_gpu_seconds,"
+    " busy_gpu_seconds = r.busy_gpu_seconds + EXCLUDED.busy_gpu_seconds,"
+    " memory_avg_bytes_sum = r.memory_avg_bytes_sum + EXCLUDED.memory_avg_bytes_sum,"
+    " memory_peak_bytes = GREATEST(r.memory_peak_bytes, EXCLUDED.memory_peak_bytes),"
+    " read_operations = r.read_operations + EXCLUDED.read_operations,"
+    " write_operations = r.write_operations + EXCLUDED.write_operations,"
+    " read_bytes = r.read_bytes + EXCLUDED.read_bytes,"
+    " write_bytes = r.write_bytes + EXCLUDED.write_bytes",
+    "task_id, hour_start",
+)
+CAPACITY = (
+    "metering_capacityinterval",
+    "metering_capacityhour",
+    "source_id",
+    "source_id, hour_start, capacity_gpu_seconds",
+    f"source_id, {HOUR}, sum(capacity_gpu_seconds)",
+    "1, 2",
+    "capacity_gpu_seconds = r.capacity_gpu_seconds + EXCLUDED.capacity_gpu_seconds",
+    "source_id, hour_start",
+)
+LATENCY = (
+    "metering_latencyinterval",
+    "metering_latencyhourbucket",
+    "service_id",
+    "service_id, hour_start, le, count, intervals",
+    f"service_id, {HOUR}, b.bucket ->> 0, sum((b.bucket ->> 1)::numeric), count(*)",
+    "1, 2, 3",
+    "count = r.count + EXCLUDED.count, intervals = r.intervals + EXCLUDED.intervals",
+    "service_id, hour_start, le",
+)
+# Latency rows hold their buckets as a JSON array: one row per bound.
+BUCKETS = " CROSS JOIN LATERAL jsonb_array_elements(buckets) AS b(bucket)"
+TEAM_ADD = f"""
+    INSERT INTO metering_teamhour AS r (team_id, kind, hour_start, alloc_gpu_seconds,
+        busy_gpu_seconds)
+    SELECT t.team_id, t.kind, date_trunc('hour', n.interval_start, 'UTC'),
+        sum(n.alloc_gpu_seconds), sum(n.busy_gpu_seconds)
+    FROM new_rows n JOIN metering_task t ON t.id = n.task_id GROUP BY 1, 2, 3
+    ON CONFLICT (team_id, kind, hour_start) DO UPDATE SET
+        alloc_gpu_seconds = r.alloc_gpu_seconds + EXCLUDED.alloc_gpu_seconds,
+        busy_gpu_seconds = r.busy_gpu_seconds + EXCLUDED.busy_gpu_seconds;"""
 
 
-def _keys(rows: str, key: str) -> str:
-    return (
-        f"SELECT DISTINCT {key}, date_trunc('hour', interval_start, 'UTC') AS hour_start"
-        f" FROM {rows}"
+def _functions(table, rollup, key, columns, sums, group, add, conflict) -> str:
+    buckets = BUCKETS if rollup == LATENCY[1] else ""
+    in_hour = (
+        f"JOIN {table} ON {table}.{key} = k.{key} AND {table}.interval_start >= k.hour_start"
+        f" AND {table}.interval_start < k.hour_start + interval '1 hour'{buckets}"
     )
+    teams = rollup == USAGE[1]
+    # Recomputing, the key column is in both `k` and the table (name the table's), and the
+    # hour is `k`'s.
+    keys = f"SELECT DISTINCT {key}, {HOUR} AS hour_start FROM"
+    return f"""
+CREATE FUNCTION {rollup}_recompute(ids bigint[], hours timestamptz[])
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF ids IS NULL THEN RETURN; END IF;
+    {LOCK}
+    DELETE FROM {rollup} r USING unnest(ids, hours) AS k({key}, hour_start)
+    WHERE r.{key} = k.{key} AND r.hour_start = k.hour_start;
+    INSERT INTO {rollup} ({columns})
+    SELECT {sums.replace(key, f"{table}.{key}", 1).replace(HOUR, "k.hour_start")}
+    FROM unnest(ids, hours) AS k({key}, hour_start) {in_hour}
+    GROUP BY {group};
+    {"PERFORM metering_teamhour_recompute(ARRAY(SELECT DISTINCT unnest(hours)));" if teams else ""}
+END $$;
 
+CREATE FUNCTION {rollup}_after_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    {LOCK}
+    INSERT INTO {rollup} AS r ({columns})
+    SELECT {sums} FROM new_rows{buckets} GROUP BY {group}
+    ON CONFLICT ({conflict}) DO UPDATE SET {add};{TEAM_ADD if teams else ""}
+    RETURN NULL;
+END $$;
+CREATE TRIGGER {rollup}_after_insert AFTER INSERT ON {table}
+REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION {rollup}_after_insert();
 
-def _triggers(table: str, rollup: str, key: str) -> str:
-    touched = {
-        "insert": _keys("new_rows", key),
-        "delete": _keys("old_rows", key),
-        "update": f"{_keys('old_rows', key)} UNION {_keys('new_rows', key)}",
-    }
-    referencing = {
-        "insert": "REFERENCING NEW TABLE AS new_rows",
-        "delete": "REFERENCING OLD TABLE AS old_rows",
-        "update": "REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows",
-    }
-    statements = []
-    for event, keys in touched.items():
-        name = f"{rollup}_after_{event}"
-        statements.append(f"""
-CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION {rollup}_after_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE ids bigint[]; hours timestamptz[];
 BEGIN
-    SELECT array_agg({key}), array_agg(hour_start) INTO ids, hours FROM ({keys}) AS k;
+    SELECT array_agg({key}), array_agg(hour_start) INTO ids, hours FROM ({keys} old_rows) AS k;
     PERFORM {rollup}_recompute(ids, hours);
     RETURN NULL;
 END $$;
-CREATE TRIGGER {name} AFTER {event.upper()} ON {table}
-{referencing[event]} FOR EACH STATEMENT EXECUTE FUNCTION {name}();
-""")
-    # TRUNCATE has no transition table; it empties the interval table, so the rollup too.
-    statements.append(f"""
+CREATE TRIGGER {rollup}_after_delete AFTER DELETE ON {table}
+REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION {rollup}_after_delete();
+
+CREATE FUNCTION {rollup}_after_update() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE ids bigint[]; hours timestamptz[];
+BEGIN
+    SELECT array_agg({key}), array_agg(hour_start) INTO ids, hours
+    FROM ({keys} old_rows UNION {keys} new_rows) AS k;
+    PERFORM {rollup}_recompute(ids, hours);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER {rollup}_after_update AFTER UPDATE ON {table}
+REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+FOR EACH STATEMENT EXECUTE FUNCTION {rollup}_after_update();
+
+-- TRUNCATE has no transition table; it empties the interval table, so the rollup too.
 CREATE FUNCTION {rollup}_after_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM {rollup};
+    {"DELETE FROM metering_teamhour;" if teams else ""}
     RETURN NULL;
 END $$;
 CREATE TRIGGER {rollup}_after_truncate AFTER TRUNCATE ON {table}
 FOR EACH STATEMENT EXECUTE FUNCTION {rollup}_after_truncate();
-""")
-    return "".join(statements)
+"""
 
 
-def _drop(table: str, rollup: str, key: str) -> str:
+def _drop(table, rollup, *_) -> str:
     return (
         "".join(
             f"DROP TRIGGER IF EXISTS {rollup}_after_{event} ON {table};"
@@ -146,9 +166,6 @@ def _drop(table: str, rollup: str, key: str) -> str:
     )
 
 
-# The team level, from the task level: a statement that changes task hours recomputes the
-# whole UTC hours it touched (a few hundred task rows each), and a task whose team or kind
-# changes (ingest's upsert follows kube-state-metrics) recomputes every hour it has usage in.
 TEAM_HOURS = f"""
 CREATE FUNCTION metering_teamhour_recompute(hours timestamptz[]) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -162,24 +179,6 @@ BEGIN
     WHERE h.hour_start = ANY(hours)
     GROUP BY t.team_id, t.kind, h.hour_start;
 END $$;
-CREATE FUNCTION metering_teamhour_after_insert() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM metering_teamhour_recompute(
-        (SELECT array_agg(DISTINCT hour_start) FROM new_rows));
-    RETURN NULL;
-END $$;
-CREATE TRIGGER metering_teamhour_after_insert AFTER INSERT ON metering_usagehour
-REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT
-EXECUTE FUNCTION metering_teamhour_after_insert();
-CREATE FUNCTION metering_teamhour_after_delete() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM metering_teamhour_recompute(
-        (SELECT array_agg(DISTINCT hour_start) FROM old_rows));
-    RETURN NULL;
-END $$;
-CREATE TRIGGER metering_teamhour_after_delete AFTER DELETE ON metering_usagehour
-REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT
-EXECUTE FUNCTION metering_teamhour_after_delete();
 CREATE FUNCTION metering_teamhour_after_task_update() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM metering_teamhour_recompute((
@@ -192,24 +191,13 @@ END $$;
 CREATE TRIGGER metering_teamhour_after_task_update AFTER UPDATE ON metering_task
 REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT
 EXECUTE FUNCTION metering_teamhour_after_task_update();
-CREATE FUNCTION metering_teamhour_after_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    DELETE FROM metering_teamhour;
-    RETURN NULL;
-END $$;
-CREATE TRIGGER metering_teamhour_after_truncate AFTER TRUNCATE ON metering_usagehour
-FOR EACH STATEMENT EXECUTE FUNCTION metering_teamhour_after_truncate();
 """
-TEAM_HOURS_DROP = "".join(
-    f"DROP TRIGGER IF EXISTS metering_teamhour_after_{event} ON {table};"
-    f" DROP FUNCTION IF EXISTS metering_teamhour_after_{event}();"
-    for event, table in (
-        ("insert", "metering_usagehour"),
-        ("delete", "metering_usagehour"),
-        ("task_update", "metering_task"),
-        ("truncate", "metering_usagehour"),
-    )
-) + " DROP FUNCTION IF EXISTS metering_teamhour_recompute(timestamptz[]);"
+TEAM_HOURS_DROP = (
+    "DROP TRIGGER IF EXISTS metering_teamhour_after_task_update ON metering_task;"
+    " DROP FUNCTION IF EXISTS metering_teamhour_after_task_update();"
+    " DROP FUNCTION IF EXISTS metering_teamhour_recompute(timestamptz[]);"
+)
+ROLLUPS = (USAGE, CAPACITY, LATENCY)
 
 
 # The rows already there, summed once (no trigger has fired on them).
@@ -392,12 +380,8 @@ class Migration(migrations.Migration):
             },
         ),
         migrations.RunSQL(
-            USAGE_RECOMPUTE
-            + CAPACITY_RECOMPUTE
-            + LATENCY_RECOMPUTE
-            + "".join(_triggers(*t) for t in TABLES)
-            + TEAM_HOURS,
-            TEAM_HOURS_DROP + "".join(_drop(*t) for t in TABLES),
+            TEAM_HOURS + "".join(_functions(*rollup) for rollup in ROLLUPS),
+            "".join(_drop(*rollup) for rollup in ROLLUPS) + TEAM_HOURS_DROP,
         ),
         migrations.RunSQL(BACKFILL + BACKFILL_TEAMS, migrations.RunSQL.noop),
     ]

@@ -18,6 +18,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
+from audit.models import AuditEntry
 from metering import measure
 from metering.models import (
     CapacityInterval,
@@ -25,6 +26,7 @@ from metering.models import (
     LatencyInterval,
     PodWait,
     Preemption,
+    Service,
     Source,
     Task,
     UsageInterval,
@@ -232,6 +234,22 @@ def test_it_records_full_completeness_and_the_queries(pool_source, pool_truth) -
 
 
 @pytest.mark.django_db
+def test_it_records_each_service_it_created_in_the_audit_log_once(pool_source) -> None:
+    services = Service.objects.filter(source_id=pool_source)
+    created = AuditEntry.objects.filter(
+        object_type="metering.service",
+        action="create",
+        object_id__in=[str(pk) for pk in services.values_list("pk", flat=True)],
+    )
+    assert services.exists()
+    assert sorted(created.values_list("object_id", flat=True)) == sorted(
+        str(pk) for pk in services.values_list("pk", flat=True)
+    )
+    assert {e.actor for e in created} == {"system"}
+    assert {e.changes["created_by"] for e in created} == {"ingest of source simulated"}
+
+
+@pytest.mark.django_db
 def test_it_keeps_the_hourly_rollup_equal_to_the_ingested_intervals(pool_source) -> None:
     assert rollup_rows() > POOL.days * 24  # a week of hours, for tasks, capacity and services
     assert rollup_drift() == []
@@ -270,9 +288,11 @@ def test_it_changes_nothing_when_every_window_runs_again(pool_source, pool_truth
 
     before = snapshot()
     hashes = dict(IngestWindow.objects.values_list("pk", "content_hash"))
+    logged = AuditEntry.objects.count()
     ingest_span(Source.objects.get(pk=pool_source), *pool_span(pool_truth), batch=100)
     assert snapshot() == before
     assert rollup_drift() == []
+    assert AuditEntry.objects.count() == logged  # nothing new was created
     assert dict(IngestWindow.objects.values_list("pk", "content_hash")) == hashes
     assert not IngestWindow.objects.filter(changed_after_first_write__isnull=False).exists()
     assert set(IngestWindow.objects.values_list("attempts", flat=True)) == {2}

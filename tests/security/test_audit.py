@@ -9,6 +9,7 @@ from decimal import Decimal
 
 import pytest
 from django.db import DatabaseError, connection, transaction
+from django.db.models import QuerySet
 from django.test import Client
 from django.urls import reverse
 
@@ -44,8 +45,25 @@ def admin_client(root) -> Client:
     return client
 
 
+@pytest.fixture(autouse=True)
+def log_start(db) -> None:
+    """The log is append-only, and other modules' committed fixtures (ingest creating teams
+    and services) leave entries behind: each test reads only what was appended after it began."""
+    global FIRST_NEW_ID
+    FIRST_NEW_ID = (
+        AuditEntry.objects.order_by("-id").values_list("id", flat=True).first() or 0
+    ) + 1
+
+
+FIRST_NEW_ID = 1
+
+
+def log() -> QuerySet[AuditEntry]:
+    return AuditEntry.objects.filter(pk__gte=FIRST_NEW_ID)
+
+
 def entries(object_type: str, action: str | None = None) -> list[AuditEntry]:
-    found = AuditEntry.objects.filter(object_type=object_type)
+    found = log().filter(object_type=object_type)
     if action:
         found = found.filter(action=action)
     return list(found.order_by("id"))
@@ -94,7 +112,7 @@ def test_it_records_a_source_change_without_its_secrets(admin_client):
     (entry,) = entries("metering.source", "change")
     assert entry.changes["url"] == ["http://127.0.0.1:9090", "http://127.0.0.1:9091"]
     assert entry.changes["bearer_token"] == ["(changed)", "(changed)"]
-    stored = AuditEntry.objects.values_list("changes", flat=True)
+    stored = log().values_list("changes", flat=True)
     assert not any("s3cret" in str(changes) for changes in stored)
 
 
@@ -186,7 +204,7 @@ def test_it_records_the_services_that_create_publish_assign_and_revoke(root, set
     source_default_ensure()
     source_default_ensure()  # exists: not created again
 
-    made = [(e.object_type, e.action) for e in AuditEntry.objects.order_by("id")]
+    made = [(e.object_type, e.action) for e in log().order_by("id")]
     assert made == [
         ("billing.pricebook", "create"),
         ("billing.pricebook", "publish"),
@@ -200,7 +218,7 @@ def test_it_records_the_services_that_create_publish_assign_and_revoke(root, set
     assert plain not in str(created_token.changes)
     assert entries("access.role")[0].changes["teams"] == [team.pk]
     assert entries("billing.pricebook", "create")[0].changes["notes"] == "2027 rates"
-    assert {e.actor for e in AuditEntry.objects.all()} == {"system"}
+    assert {e.actor for e in log()} == {"system"}
 
 
 def test_it_records_a_period_close(settings, db):
@@ -251,7 +269,7 @@ def test_it_refuses_to_change_or_delete_an_entry_in_sql(root, sql):
 def test_it_refuses_unknown_actions(root):
     with pytest.raises(ValueError, match="unknown audit action 'rename'"):
         audit_record(action="rename", obj=root)
-    assert not AuditEntry.objects.exists()
+    assert not log().exists()
 
 
 # --- Who sees the log -------------------------------------------------------------------
