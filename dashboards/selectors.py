@@ -53,7 +53,12 @@ from metering.models import (
     Team,
     UsageInterval,
 )
-from metering.selectors import capacity_sums, team_usage_sums, usage_sums
+from metering.selectors import (
+    capacity_sums,
+    hourly_rollup_serves,
+    team_usage_sums,
+    usage_sums,
+)
 from metering.services import latency_p99
 from reports import health
 from reports.models import ReportFile, ReportRun
@@ -322,24 +327,45 @@ BYTES = DecimalField(max_digits=30, decimal_places=6)
 
 def task_trajectory(*, task: Task, step_seconds: int, bucket: str = "interval") -> list[dict]:
     """The task's life per interval (or per hour): GPUs held and busy (averages over the
-    bucket), memory (GiB, average and peak), I/O (MiB and operations within the bucket)."""
+    bucket), memory (GiB, average and peak), I/O (MiB and operations within the bucket).
+
+    Per hour it reads the task-hour rollup: a month-long task's 8,640 intervals lie on as many
+    pages of the interval table (ingest writes every task's interval together), its 720 hours
+    on a few dozen. The hours are UTC hours, which are the pool's hours in every zone whose
+    offset is whole hours; elsewhere the intervals are grouped by local hour instead.
+    """
     preempted_at = list(task.preemptions.values_list("at", flat=True))
-    usage = task.usage.all()
-    if bucket == "hour":
-        usage = usage.annotate(t=_trunc("hour", "interval_start")).values("t")
+    if bucket == "hour" and _task_hours_are_local_hours(task):
+        rows = task.usage_hours.annotate(
+            t=F("hour_start"),
+            alloc=F("alloc_gpu_seconds"),
+            busy=F("busy_gpu_seconds"),
+            memory_avg=ExpressionWrapper(
+                F("memory_avg_bytes_sum") / F("intervals"), output_field=BYTES
+            ),
+            memory_peak=F("memory_peak_bytes"),
+            read=F("read_bytes"),
+            written=F("write_bytes"),
+            operations=F("read_operations") + F("write_operations"),
+        ).values("t", "alloc", "busy", "memory_avg", "memory_peak", "read", "written", "operations")
         seconds = Decimal(3600)
     else:
-        usage = usage.annotate(t=F("interval_start")).values("t")
-        seconds = Decimal(step_seconds)
-    rows = usage.annotate(
-        alloc=Sum("alloc_gpu_seconds"),
-        busy=Sum("busy_gpu_seconds"),
-        memory_avg=Avg("memory_avg_bytes", output_field=BYTES),
-        memory_peak=Max("memory_peak_bytes"),
-        read=Sum("read_bytes"),
-        written=Sum("write_bytes"),
-        operations=Sum("read_operations") + Sum("write_operations"),
-    ).order_by("t")
+        usage = task.usage.all()
+        if bucket == "hour":
+            usage = usage.annotate(t=_trunc("hour", "interval_start")).values("t")
+            seconds = Decimal(3600)
+        else:
+            usage = usage.annotate(t=F("interval_start")).values("t")
+            seconds = Decimal(step_seconds)
+        rows = usage.annotate(
+            alloc=Sum("alloc_gpu_seconds"),
+            busy=Sum("busy_gpu_seconds"),
+            memory_avg=Avg("memory_avg_bytes", output_field=BYTES),
+            memory_peak=Max("memory_peak_bytes"),
+            read=Sum("read_bytes"),
+            written=Sum("write_bytes"),
+            operations=Sum("read_operations") + Sum("write_operations"),
+        )
     return [
         {
             "time": row["t"],
@@ -349,23 +375,39 @@ def task_trajectory(*, task: Task, step_seconds: int, bucket: str = "interval") 
             "memory_peak_gib": Decimal(row["memory_peak"]) / GIB,
             "read_mib": Decimal(row["read"]) / MIB,
             "write_mib": Decimal(row["written"]) / MIB,
-            "operations": row["operations"],
+            "operations": int(row["operations"]),
             "preempted": any(row["t"] <= at < row["t"] + dt.timedelta(seconds=int(seconds))
                              for at in preempted_at),
         }
-        for row in rows
+        for row in rows.order_by("t")
     ]  # fmt: skip
 
 
+def _task_hours_are_local_hours(task: Task) -> bool:
+    """Whether the pool's zone is whole hours from UTC over the task's whole life."""
+    bounds = task.usage.order_by("interval_start").values_list("interval_start", flat=True)
+    first, last = bounds.first(), bounds.last()
+    if first is None:
+        return True
+
+    def hour_of(moment: dt.datetime) -> dt.datetime:
+        return moment - dt.timedelta(seconds=moment.timestamp() % 3600)
+
+    return hourly_rollup_serves(start=hour_of(first), end=hour_of(last) + dt.timedelta(hours=1))
+
+
 def task_summary(task: Task) -> dict:
-    return task.usage.aggregate(
-        first=Min("interval_start"),
-        last=Max("interval_start"),
+    """First and last interval (two index probes), and the sums: from the task-hour rollup,
+    which holds exactly the task's intervals summed per hour, whatever the zone."""
+    bounds = task.usage.order_by("interval_start").values_list("interval_start", flat=True)
+    summary = {"first": bounds.first(), "last": bounds.last()}
+    sums = task.usage_hours.aggregate(
         alloc=Sum("alloc_gpu_seconds"),
         busy=Sum("busy_gpu_seconds"),
-        intervals=Count("id"),
+        intervals=Sum("intervals"),
         memory_peak=Max("memory_peak_bytes"),
     )
+    return summary | sums | {"intervals": sums["intervals"] or 0}
 
 
 def task_charges(task: Task) -> list[StatementLineTask]:

@@ -369,6 +369,12 @@ def every_read(start: dt.datetime, end: dt.datetime, teams: list[Team]) -> dict:
         ),
         "usage by day and kind": pages.usage_by_day_and_kind(start=start, end=end, teams=some),
         "top tasks": pages.top_tasks_by_usage(team=teams[0], start=start, end=end),
+        **{
+            f"trajectory of {task.external_id} by hour": pages.task_trajectory(
+                task=task, step_seconds=300, bucket="hour"
+            )
+            for task in Task.objects.order_by("pk")
+        },
         "quotas": billing_selectors.quota_statuses(teams=teams, at=quota_at),
     }
 
