@@ -638,27 +638,33 @@ def training_shares(rows: list[dict], lead_teams: set[str] | None) -> list[dict]
 
 
 def sla_block(service: Service, current: DateRange, min_requests: int) -> dict:
-    intervals = remembered(
-        "service_intervals",
-        lambda: pages.service_intervals(
+    """One service's intervals, breaches and chart. The intervals and the drawn chart are kept
+    until the data changes: drawing a month of five-minute intervals was most of a repeat
+    visit."""
+
+    def intervals_and_chart() -> tuple[list[dict], str]:
+        intervals = pages.service_intervals(
             service=service, start=current.start, end=current.end, min_requests=min_requests
-        ),
-        service, current.start, current.end, min_requests,
-    )  # fmt: skip
-    figure = charts.sla_latency_chart(
-        intervals, service=service.external_id, slo_ms=service.slo_p99_ms, timezone=ZONE
+        )
+        figure = charts.sla_latency_chart(
+            intervals, service=service.external_id, slo_ms=service.slo_p99_ms, timezone=ZONE
+        )
+        return intervals, charts.to_html(figure)
+
+    intervals, html = remembered(
+        "sla_block", intervals_and_chart, service, current.start, current.end, min_requests
     )
     return {
         "service": service,
         "breached": [row for row in intervals if row["breached"]],
         "intervals": len(intervals),
-        "chart": make_chart(
-            "latency",
-            figure,
-            [moment(f"Interval ({ZONE})"), quantity("Requests", 0), quantity("P99 (ms)", 0),
-             text("Breached")],
-            [[r["time"], r["requests"], r["p99_ms"], "yes" if r["breached"] else "no"]
-             for r in intervals],
+        "chart": Chart(
+            slug="latency",
+            html=html,
+            columns=[moment(f"Interval ({ZONE})"), quantity("Requests", 0),
+                     quantity("P99 (ms)", 0), text("Breached")],
+            rows=[[r["time"], r["requests"], r["p99_ms"], "yes" if r["breached"] else "no"]
+                  for r in intervals],
         ),
     }  # fmt: skip
 
