@@ -87,8 +87,16 @@ def demo_admin_password() -> str:
     return path.read_text().strip()
 
 
+def stop_on_signal(signum: int, frame: object) -> None:
+    """SIGTERM (kill, systemd, docker stop) stops the demo as Ctrl-C does; and SIGINT too when
+    the demo was started in the background, where the shell has it ignored."""
+    raise KeyboardInterrupt
+
+
 def main() -> int:
     began = time.monotonic()  # the README quotes the first start's duration: print it
+    signal.signal(signal.SIGTERM, stop_on_signal)
+    signal.signal(signal.SIGINT, stop_on_signal)
     VAR.mkdir(parents=True, exist_ok=True)
     env = demo_environment()
     sys.path.insert(0, str(REPO))

@@ -66,7 +66,11 @@ class WindowError(ValueError):
 
 
 def source_default_ensure() -> Source | None:
-    """The `default` source for PROMETHEUS_URL, created with the default mapping if missing."""
+    """The `default` source for PROMETHEUS_URL, created with the default mapping if missing.
+
+    PROMETHEUS_URL defines it: when the variable names another address (Prometheus moved, or
+    the demo started its Prometheus on another free port), the source follows, and the audit
+    log records the change. Its other settings (auth, mapping) stay as the admin left them."""
     url = getattr(settings, "PROMETHEUS_URL", "")
     if not url:
         return Source.objects.filter(name="default").first()
@@ -81,6 +85,11 @@ def source_default_ensure() -> Source | None:
     )
     if created:
         audit_record(action="create", obj=source)
+    elif source.url != url:
+        changes = {"url": [source.url, url]}
+        Source.objects.filter(pk=source.pk).update(url=url)
+        source.url = url
+        audit_record(action="change", obj=source, changes=changes)
     return source
 
 

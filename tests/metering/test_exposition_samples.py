@@ -12,6 +12,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import override_settings
 
+from audit.models import AuditEntry
 from metering import sources
 from metering.models import CapacityInterval, IngestWindow, LatencyInterval, Source, UsageInterval
 from tests.metering import exposition
@@ -135,6 +136,22 @@ def test_it_creates_the_default_source_from_prometheus_url(edge_prometheus) -> N
     assert source.url == edge_prometheus.url
     assert IngestWindow.objects.filter(source=source, status="done").count() == 2
     assert "2026-10-05T00:05:00Z done" in out.getvalue()
+
+
+@pytest.mark.django_db
+def test_it_points_the_default_source_at_prometheus_url_when_it_changes(edge_prometheus) -> None:
+    """The demo's second start finds its Prometheus on another free port."""
+    Source.objects.create(name="default", url="http://127.0.0.1:9", bearer_token="kept")
+    with override_settings(PROMETHEUS_URL=edge_prometheus.url):
+        call_command(
+            "ingest", "--source", "default", "--start", "2026-10-05T00:00:00Z",
+            "--end", "2026-10-05T00:05:00Z", "--now", stdout=io.StringIO(),
+        )  # fmt: skip
+    source = Source.objects.get(name="default")
+    assert (source.url, source.bearer_token) == (edge_prometheus.url, "kept")
+    assert IngestWindow.objects.filter(source=source, status="done").count() == 1
+    change = AuditEntry.objects.filter(object_type="metering.source", action="change").last()
+    assert change.changes == {"url": ["http://127.0.0.1:9", edge_prometheus.url]}
 
 
 @pytest.mark.django_db
