@@ -26,7 +26,7 @@ from billing.models import (
 )
 from billing.scenarios import scenario_build, scenario_digest
 from metering.models import TRAINING_KINDS, IngestWindow, Team
-from metering.selectors import hourly_rollup_serves
+from metering.selectors import hour_start, hourly_rollup_serves
 
 ZERO = Decimal(0)
 CENT = Decimal("0.01")
@@ -238,7 +238,7 @@ def _usage_by_team(
     zone = book.timezone if book else settings.TANDEM_TIMEZONE
     # Whole hours from the team-hour rollup, the rest (the hour ingested so far) from the
     # intervals.
-    whole_hours_end = max(start, end - dt.timedelta(seconds=end.timestamp() % 3600))
+    whole_hours_end = max(start, hour_start(end))
     if not hourly_rollup_serves(start=start, end=whole_hours_end, zone=zone):
         whole_hours_end = start
     with connection.cursor() as cursor:

@@ -7,6 +7,7 @@ variable; the defaults are those of the demo (`make demo`).
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -208,7 +209,7 @@ DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "tandem@localhost")
 CELERY_BEAT_SCHEDULE = {
     "metering-ingest-newest-windows": {
         "task": "metering.tasks.ingest_newest_windows",
-        "schedule": float(TANDEM_STEP_SECONDS),
+        "schedule": timedelta(seconds=TANDEM_STEP_SECONDS),
     },
     "billing-close-previous-month": {
         # the task itself decides whether last month is due (day 1, after the lag, complete)

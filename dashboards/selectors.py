@@ -55,6 +55,7 @@ from metering.models import (
 )
 from metering.selectors import (
     capacity_sums,
+    hour_start,
     hourly_rollup_serves,
     team_usage_sums,
     usage_sums,
@@ -325,17 +326,27 @@ TRAJECTORY_MAX_POINTS = 2016
 BYTES = DecimalField(max_digits=30, decimal_places=6)
 
 
-def task_trajectory(*, task: Task, step_seconds: int, bucket: str = "interval") -> list[dict]:
+def task_trajectory(
+    *,
+    task: Task,
+    step_seconds: int,
+    bucket: str = "interval",
+    first: dt.datetime | None = None,
+    last: dt.datetime | None = None,
+) -> list[dict]:
     """The task's life per interval (or per hour): GPUs held and busy (averages over the
     bucket), memory (GiB, average and peak), I/O (MiB and operations within the bucket).
 
     Per hour it reads the task-hour rollup: a month-long task's 8,640 intervals lie on as many
     pages of the interval table (ingest writes every task's interval together), its 720 hours
     on a few dozen. The hours are UTC hours, which are the pool's hours in every zone whose
-    offset is whole hours; elsewhere the intervals are grouped by local hour instead.
+    offset is whole hours; elsewhere the intervals are grouped by local hour instead. `first`
+    and `last` are the task's first and last interval (`task_summary` has them).
     """
     preempted_at = list(task.preemptions.values_list("at", flat=True))
-    if bucket == "hour" and _task_hours_are_local_hours(task):
+    if bucket == "hour" and (first is None or last is None):
+        first, last = _interval_bounds(task)
+    if bucket == "hour" and _local_hours_over(first, last):
         rows = task.usage_hours.annotate(
             t=F("hour_start"),
             alloc=F("alloc_gpu_seconds"),
@@ -383,24 +394,26 @@ def task_trajectory(*, task: Task, step_seconds: int, bucket: str = "interval") 
     ]  # fmt: skip
 
 
-def _task_hours_are_local_hours(task: Task) -> bool:
-    """Whether the pool's zone is whole hours from UTC over the task's whole life."""
-    bounds = task.usage.order_by("interval_start").values_list("interval_start", flat=True)
-    first, last = bounds.first(), bounds.last()
-    if first is None:
+def _local_hours_over(first: dt.datetime | None, last: dt.datetime | None) -> bool:
+    """Whether the pool's zone is whole hours from UTC from `first` to `last` (a task's life)."""
+    if first is None or last is None:
         return True
+    return hourly_rollup_serves(
+        start=hour_start(first), end=hour_start(last) + dt.timedelta(hours=1)
+    )
 
-    def hour_of(moment: dt.datetime) -> dt.datetime:
-        return moment - dt.timedelta(seconds=moment.timestamp() % 3600)
 
-    return hourly_rollup_serves(start=hour_of(first), end=hour_of(last) + dt.timedelta(hours=1))
+def _interval_bounds(task: Task) -> tuple[dt.datetime | None, dt.datetime | None]:
+    """The task's first and last interval start: two probes of the (task, start) index."""
+    starts = task.usage.order_by("interval_start").values_list("interval_start", flat=True)
+    return starts.first(), starts.last()
 
 
 def task_summary(task: Task) -> dict:
     """First and last interval (two index probes), and the sums: from the task-hour rollup,
     which holds exactly the task's intervals summed per hour, whatever the zone."""
-    bounds = task.usage.order_by("interval_start").values_list("interval_start", flat=True)
-    summary = {"first": bounds.first(), "last": bounds.last()}
+    first, last = _interval_bounds(task)
+    summary = {"first": first, "last": last}
     sums = task.usage_hours.aggregate(
         alloc=Sum("alloc_gpu_seconds"),
         busy=Sum("busy_gpu_seconds"),

@@ -569,10 +569,14 @@ def team_detail(request: HttpRequest, team_id: int) -> HttpResponse:
 # --- Tasks ------------------------------------------------------------------------------
 
 
-def trajectory_chart(task: Task, intervals: int) -> Chart:
-    bucket = "hour" if intervals > pages.TRAJECTORY_MAX_POINTS else "interval"
+def trajectory_chart(task: Task, summary: dict) -> Chart:
+    bucket = "hour" if summary["intervals"] > pages.TRAJECTORY_MAX_POINTS else "interval"
     rows = pages.task_trajectory(
-        task=task, step_seconds=settings.TANDEM_STEP_SECONDS, bucket=bucket
+        task=task,
+        step_seconds=settings.TANDEM_STEP_SECONDS,
+        bucket=bucket,
+        first=summary["first"],
+        last=summary["last"],
     )
     return make_chart(
         "trajectory",
@@ -612,7 +616,7 @@ def task_detail(request: HttpRequest, task_id: int) -> HttpResponse:
         task=task,
         summary=summary,
         busy_share=health.ratio(summary["busy"] or 0, summary["alloc"] or 0),
-        trajectory=trajectory_chart(task, summary["intervals"]),
+        trajectory=trajectory_chart(task, summary),
         preemptions=preemptions,
         lost_total=sum((lost for _, lost in preemptions), Decimal(0)),
         waits=list(task.waits.order_by("created")),

@@ -57,8 +57,8 @@ class SeriesTicks:
 
     ticks: int = 0
     fault_domain: str = ""
-    memory_peak: float | None = None
-    memory_avg: float | None = None
+    memory_peak: Decimal | None = None  # MiB, as exporters write it
+    memory_avg: Decimal | None = None
     busy: Decimal | Fraction | None = None
     shared_alloc: Fraction | None = None  # time-sliced devices: ticks split 1/k per tick
     shared_busy: Fraction | None = None
@@ -70,9 +70,9 @@ class Observed:
     """What Prometheus answered for one interval, before any derivation."""
 
     series: dict[SeriesKey, SeriesTicks] = field(default_factory=dict)
-    io_last: dict[PodKey, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    io_last: dict[PodKey, dict[str, Decimal]] = field(default_factory=lambda: defaultdict(dict))
     # (namespace, service label value, replica pod) -> le -> last cumulative count
-    latency_last: dict[tuple[str, str, str], dict[str, float]] = field(
+    latency_last: dict[tuple[str, str, str], dict[str, Decimal]] = field(
         default_factory=lambda: defaultdict(dict)
     )
     identity: dict[PodKey, PodIdentity] = field(default_factory=dict)
@@ -222,7 +222,7 @@ def _points(
     *,
     needs_pod: bool = True,
     required: tuple[str, ...] = (),
-) -> Iterator[tuple[Observed, dict[str, str], float, str]]:
+) -> Iterator[tuple[Observed, dict[str, str], Decimal, str]]:
     """(interval, labels, value, its text) for every usable point; the rest are warnings."""
     step = plan.step_seconds
     for series in result.series:
@@ -386,7 +386,11 @@ def _parse_pod_history(
 
 
 def _identity_set(
-    identity: PodIdentity, meter: str, labels: dict[str, str], value: float, plan: sources.QueryPlan
+    identity: PodIdentity,
+    meter: str,
+    labels: dict[str, str],
+    value: Decimal,
+    plan: sources.QueryPlan,
 ) -> None:
     if meter == "labels":
         identity.task_label = labels.get(plan.task_label, "")
@@ -528,7 +532,7 @@ def _derive_gpus(
     seconds = plan.scrape_seconds
     present: dict[tuple[str, str], int] = defaultdict(int)  # device -> ticks present
     domains: dict[str, str] = {}
-    averages: dict[PodKey, list[float]] = defaultdict(list)
+    averages: dict[PodKey, list[Decimal]] = defaultdict(list)
     for (uuid, instance, profile, namespace, pod), series in now.series.items():
         domains.setdefault(uuid, series.fault_domain)
         time_sliced = uuid in shared
@@ -564,7 +568,7 @@ def _derive_gpus(
     # Per GPU: the mean over the pod's devices (a sum would count a time-sliced GPU's memory
     # once per pod).
     for key, values in averages.items():
-        facts.memory_avg[key] = round(sum(values) / len(values) * sources.MIB)
+        facts.memory_avg[key] = round(sum(values) * sources.MIB / len(values))
     gpus: dict[str, int] = defaultdict(int)  # a GPU is present when its devices are
     for (uuid, _), ticks in present.items():
         gpus[uuid] = max(gpus[uuid], ticks)
@@ -593,8 +597,8 @@ def _derive_io(facts: IntervalFacts, now: Observed, before: Observed) -> None:
 def _derive_latency(facts: IntervalFacts, now: Observed, before: Observed) -> None:
     """Bucket increments per service, summed over its replicas, on the bounds every replica
     reports (bucket sets differ between vLLM versions)."""
-    services: dict[tuple[str, str], list[tuple[dict[str, float], dict[str, float]]]] = defaultdict(
-        list
+    services: dict[tuple[str, str], list[tuple[dict[str, Decimal], dict[str, Decimal]]]] = (
+        defaultdict(list)
     )
     for replica, buckets in now.latency_last.items():
         services[replica[:2]].append((buckets, before.latency_last.get(replica, {})))
@@ -604,7 +608,7 @@ def _derive_latency(facts: IntervalFacts, now: Observed, before: Observed) -> No
             facts.warnings.append(f"latency: {service[0]}/{service[1]} replicas disagree on bounds")
         if "+Inf" not in common:
             continue
-        increments = dict.fromkeys(common, 0.0)
+        increments: dict[str, Decimal | int] = dict.fromkeys(common, 0)
         for buckets, earlier in replicas:
             for bound in common:
                 increment = buckets[bound] - earlier.get(bound, 0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -164,6 +164,11 @@ def usage_report(*, start: datetime, end: datetime, group_by: str) -> dict[str, 
 HOUR = timedelta(hours=1)
 
 
+def hour_start(moment: datetime) -> datetime:
+    """The start of the UTC hour holding `moment` (the rollup's hours)."""
+    return moment - timedelta(seconds=moment.timestamp() % 3600)
+
+
 def hourly_rollup_serves(*, start: datetime, end: datetime, zone: str | None = None) -> bool:
     """Whether sums over `[start, end)` may be read from the hourly rollup.
 
@@ -177,9 +182,8 @@ def hourly_rollup_serves(*, start: datetime, end: datetime, zone: str | None = N
         return False
     if end <= start:
         return True
-    for moment in (start, end):
-        if moment.astimezone(UTC).timestamp() % 3600:
-            return False
+    if hour_start(start) != start or hour_start(end) != end:
+        return False
     local = ZoneInfo(zone or settings.TANDEM_TIMEZONE)
     moment = start
     while moment < end:  # every hour: an offset can change at any of them (DST, politics)

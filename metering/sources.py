@@ -25,13 +25,13 @@ Several meters share one request: each part carries a `meter` label, joined with
 from __future__ import annotations
 
 import json
-import math
 import re
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import requests
@@ -535,7 +535,9 @@ class PrometheusClient:
             seconds += time.perf_counter() - began
             payload = getattr(self._session.local, "payload", None) or {}
             timings = payload.get("data", {}).get("stats", {}).get("timings", {})
-            evaluation += float(timings.get("evalTotalTime", 0.0))
+            reported = timings.get("evalTotalTime")
+            # A JSON number already; anything else (a hostile or broken server) counts 0.
+            evaluation += reported if isinstance(reported, int | float) else 0.0
             for item in result:
                 labels = item.get("metric", {})
                 key = tuple(sorted(labels.items()))
@@ -580,9 +582,13 @@ def _chunks(start: datetime, end: datetime, step: int) -> Iterator[tuple[datetim
         first = chunk_last + step
 
 
-def finite_non_negative(value: str) -> float | None:
-    """The float behind a Prometheus value string, or None for NaN, ±Inf and negatives."""
-    number = float(value)
-    if math.isnan(number) or math.isinf(number) or number < 0:
+def finite_non_negative(value: str) -> Decimal | None:
+    """The exact number a Prometheus value string spells, or None for NaN, ±Inf and
+    negatives; ValueError for text that is no number at all."""
+    try:
+        number = Decimal(value)
+    except InvalidOperation:
+        raise ValueError(f"not a number: {value!r}") from None
+    if not number.is_finite() or number < 0:
         return None
     return number

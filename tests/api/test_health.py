@@ -320,20 +320,6 @@ def stored_histograms(draw) -> list[list]:
     return pairs
 
 
-@given(
-    histogram=stored_histograms(),
-    slo=st.sampled_from([5, 10, 50, 100, 250, 500, 1000, 2500, 10000]),
-    minimum=st.sampled_from([0, 1, 50, 100]),
-)
-@hypothesis_settings(max_examples=400, deadline=None)
-def test_it_decides_breaches_on_the_fast_path_as_the_exact_rule_does(histogram, slo, minimum):
-    exact = health.interval_breached(
-        health.parse_buckets(histogram), slo_p99_ms=slo, min_requests=minimum
-    )
-    fast = health.interval_breached_raw(histogram, slo_p99_ms=slo, min_requests=minimum)
-    assert fast == exact
-
-
 @given(st.lists(stored_histograms(), min_size=1, max_size=8))
 @hypothesis_settings(max_examples=200, deadline=None)
 def test_it_merges_stored_buckets_as_summing_each_bound_would(histograms):
