@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+FIXTURES = REPO / "tests" / "fixtures"
 
 
 @pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    """../shared beside the checkout: design documents, exporter samples, the worked example."""
-    return SHARED
+def fixtures_dir() -> Path:
+    """tests/fixtures: the real exporters' samples and the pricing worked examples."""
+    return FIXTURES

@@ -46,9 +46,9 @@ def pool(default_book) -> SmallPool:
 
 
 @pytest.fixture
-def worked_example(default_book, shared_dir: Path) -> dict:
+def worked_example(default_book, fixtures_dir: Path) -> dict:
     """The worked example's scenario, written into the metering tables (2026-10 local)."""
-    scenario = json.loads((shared_dir / "design/worked-example/scenario.json").read_text())
+    scenario = json.loads((fixtures_dir / "worked-example/scenario.json").read_text())
     source = SourceFactory(name="default")
     teams = {
         name: TeamFactory(name=name)

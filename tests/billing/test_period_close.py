@@ -61,8 +61,8 @@ def stored_as_engine_json(close: PeriodClose) -> dict:
     }
 
 
-def test_it_closes_the_worked_example_to_the_cent(worked_example, shared_dir, tmp_path):
-    expected = json.loads((shared_dir / "design/worked-example/expected.json").read_text())
+def test_it_closes_the_worked_example_to_the_cent(worked_example, fixtures_dir, tmp_path):
+    expected = json.loads((fixtures_dir / "worked-example/expected.json").read_text())
 
     close = period_close(period="2026-10").period_close
 

@@ -22,8 +22,8 @@ from tests.billing.helpers import run_sql
 pytestmark = pytest.mark.django_db
 
 
-def test_it_creates_the_default_book_from_pricing_md(default_book, shared_dir):
-    scenario = json.loads((shared_dir / "design/worked-example/scenario.json").read_text())
+def test_it_creates_the_default_book_from_pricing_md(default_book, fixtures_dir):
+    scenario = json.loads((fixtures_dir / "worked-example/scenario.json").read_text())
 
     assert default_book.is_published
     assert default_book.to_scenario_dict() == scenario["price_book"]

@@ -73,10 +73,10 @@ def pool_tsdb_copy(pool_dir: Path, tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def edge_dir(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Path:
+def edge_dir(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: Path) -> Path:
     """Real exporter samples + edge-case series; "early" lacks the good pod's second half."""
     out = tmp_path_factory.mktemp("edge")
-    samples = exposition.sample_lines(shared_dir)
+    samples = exposition.sample_lines(fixtures_dir)
     complete = [*samples, *exposition.edge_lines()]
     early = {
         tick: complete

@@ -1,4 +1,4 @@
-"""Turn the real exporters' text samples (../shared/samples/exposition) into OpenMetrics that
+"""Turn the real exporters' text samples (tests/fixtures/exposition) into OpenMetrics that
 promtool can back-fill: every sample repeated at each scrape tick, with the target labels a
 scrape would add, plus a few hand-made series for the edge cases (NaN, negative, no namespace,
 a label value with quotes and backslashes)."""
@@ -44,11 +44,11 @@ EDGE_SERIES = (
 )
 
 
-def sample_lines(shared_dir: Path) -> list[str]:
+def sample_lines(fixtures_dir: Path) -> list[str]:
     """Every sample of the real exposition files, timestamps dropped, target labels added."""
     lines = []
     for stem, target in TARGETS.items():
-        text = (shared_dir / "samples" / "exposition" / f"{stem}.txt").read_text()
+        text = (fixtures_dir / "exposition" / f"{stem}.txt").read_text()
         for raw in text.splitlines():
             match = SAMPLE.match(raw.strip())
             if raw.startswith("#") or not match:

@@ -1,4 +1,4 @@
-"""The real exporters' samples (../shared/samples/exposition), back-filled into a real
+"""The real exporters' samples (tests/fixtures/exposition), back-filled into a real
 Prometheus, are read as a real pool would be: label spellings, MiB, `le` spellings; bad series
 are skipped and counted; label values in PromQL are escaped; late data is recorded."""
 

@@ -14,8 +14,8 @@ from billing.pricing import CONTEXT, price, result_to_dict, scenario_from_dict
 
 
 @pytest.fixture
-def example(shared_dir: Path) -> Path:
-    return shared_dir / "design" / "worked-example"
+def example(fixtures_dir: Path) -> Path:
+    return fixtures_dir / "worked-example"
 
 
 def test_it_reproduces_the_worked_example(example):

@@ -53,5 +53,5 @@ def small_pool_prometheus(small_pool: SimulatedPool, tmp_path_factory: pytest.Te
         yield url
 
 
-def shared_sample(shared_dir: Path, name: str) -> str:
-    return (shared_dir / "samples" / "exposition" / name).read_text(encoding="utf-8")
+def exposition_sample(fixtures_dir: Path, name: str) -> str:
+    return (fixtures_dir / "exposition" / name).read_text(encoding="utf-8")

@@ -1,11 +1,11 @@
-"""Series carry the real exporters' names and label keys (../shared/samples/exposition/)."""
+"""Series carry the real exporters' names and label keys (tests/fixtures/exposition/)."""
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
 
-from tests.simulator.conftest import shared_sample
+from tests.simulator.conftest import exposition_sample
 
 SAMPLE_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)\{(.*)\} ", re.MULTILINE)
 LABEL_KEY = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="')
@@ -27,8 +27,8 @@ def normalized(keys: frozenset[str]) -> set[str]:
     return {renamed.get(k, k) for k in keys} - TARGET
 
 
-def test_it_uses_dcgm_exporter_names_and_labels(shared_dir, readback):
-    text = shared_sample(shared_dir, "dcgm-exporter.txt")
+def test_it_uses_dcgm_exporter_names_and_labels(fixtures_dir, readback):
+    text = exposition_sample(fixtures_dir, "dcgm-exporter.txt")
     real = real_label_keys(text)
     core = {"gpu", "UUID", "device", "modelName", "Hostname"}
     assert all(core <= keys for keys in real["DCGM_FI_DEV_FB_USED"])
@@ -66,8 +66,8 @@ def test_it_reports_shared_gpus_as_the_exporter_does(readback):
     assert readback.timesliced_ticks_with_pods > 0
 
 
-def test_it_uses_vllm_names_and_buckets(shared_dir, readback):
-    real_text = shared_sample(shared_dir, "vllm.txt")
+def test_it_uses_vllm_names_and_buckets(fixtures_dir, readback):
+    real_text = exposition_sample(fixtures_dir, "vllm.txt")
     real = real_label_keys(real_text)
     name = "vllm:e2e_request_latency_seconds_bucket"
     assert real[name] == {frozenset({"le", "model_name"})}
@@ -81,8 +81,8 @@ def test_it_uses_vllm_names_and_buckets(shared_dir, readback):
     assert real_bounds <= ours and "+Inf" in ours
 
 
-def test_it_uses_cadvisor_names_and_both_levels(shared_dir, readback):
-    real = real_label_keys(shared_sample(shared_dir, "cadvisor.txt"))
+def test_it_uses_cadvisor_names_and_both_levels(fixtures_dir, readback):
+    real = real_label_keys(exposition_sample(fixtures_dir, "cadvisor.txt"))
     names = [
         "container_fs_reads_total",
         "container_fs_writes_total",
