@@ -61,10 +61,22 @@ class TeamAdmin(admin.ModelAdmin):
 
 @admin.register(models.Task)
 class TaskAdmin(admin.ModelAdmin):
-    list_display = ["external_id", "team", "kind", "fault_domain", "first_seen", "ended"]
+    list_display = [
+        "external_id",
+        "namespace",
+        "team",
+        "kind",
+        "fault_domain",
+        "first_seen",
+        "last_seen",
+        "ended",
+    ]
     list_filter = ["kind", "team", "source"]
-    search_fields = ["external_id"]
+    search_fields = ["external_id", "namespace"]
     list_select_related = ["team"]
+    # A task row's team is the team its intervals were metered under: changing it here would
+    # move closed months' usage to another team. A relabel gets a row of its own at ingest.
+    readonly_fields = ["source", "namespace", "external_id", "team", "first_seen", "last_seen"]
 
 
 @admin.register(models.Service)

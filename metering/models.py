@@ -62,9 +62,19 @@ class Team(models.Model):
 
 
 class Task(models.Model):
-    """A unit of work that is billed: a Job, a Deployment's service, a notebook."""
+    """A unit of work that is billed: a Job, a Deployment's service, a notebook.
+
+    Keyed by source, namespace and name (the pod's `task` label, else its owner, else the pod):
+    Job `trainer` in `alpha` and Job `trainer` in `beta` are two tasks. One row holds the
+    intervals a key ran under one team: when a relabel moves the key to another team, later
+    intervals go to a row of that team (audited) and the earlier ones stay where they were
+    metered, so no statement, task page or report of the past changes team.
+    """
 
     source = models.ForeignKey(Source, on_delete=models.PROTECT, related_name="tasks")
+    # Empty on rows metered before tasks were keyed by namespace; ingest fills it in when it
+    # next meets the same name under the same team (metering.services._legacy_tasks_adopt).
+    namespace = models.CharField(max_length=253, blank=True, default="")
     external_id = models.CharField(max_length=300)
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="tasks")
     kind = models.CharField(max_length=32, choices=TASK_KINDS)
@@ -73,12 +83,16 @@ class Task(models.Model):
     created = models.DateTimeField(null=True, blank=True)
     first_started = models.DateTimeField(null=True, blank=True)
     ended = models.DateTimeField(null=True, blank=True)
+    # Start of the last interval this row was metered in: where a pod without
+    # kube-state-metrics identity goes when its key has rows under several teams.
+    last_seen = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["external_id"]
         constraints = [
             models.UniqueConstraint(
-                fields=["source", "external_id"], name="task_unique_per_source"
+                fields=["source", "namespace", "external_id", "team"],
+                name="task_unique_per_source_namespace_team",
             ),
             models.CheckConstraint(
                 condition=models.Q(kind__in=[k for k, _ in TASK_KINDS]), name="task_kind_known"

@@ -42,6 +42,7 @@ from metering.models import (
     Preemption,
     Service,
     Source,
+    Task,
     Team,
 )
 
@@ -326,11 +327,16 @@ def _query_slots(source: Source, *, wanted: int) -> Iterator[int]:
 
 @dataclass(frozen=True)
 class TaskIdentity:
+    namespace: str
     external_id: str
     team: str
     kind: str
     fault_domain: str
     from_kube: bool
+
+
+# A task row: (namespace, name, team). A key moved to another team gets a row of that team.
+TaskRowKey = tuple[str, str, str]
 
 
 def _pod_identity(measured: Measured, start: int, pod: PodKey) -> PodIdentity:
@@ -347,10 +353,10 @@ def _pod_identity(measured: Measured, start: int, pod: PodKey) -> PodIdentity:
 
 def _task_identity(plan: sources.QueryPlan, pod: PodKey, identity: PodIdentity) -> TaskIdentity:
     namespace, pod_name = pod
-    external_id = identity.task_label or identity.owner_name or pod_name
     kind = plan.priority_class_kinds.get(identity.priority_class, DEFAULT_KIND)
     return TaskIdentity(
-        external_id=external_id,
+        namespace=namespace,
+        external_id=identity.task_label or identity.owner_name or pod_name,
         team=identity.team_label or namespace,
         kind=kind,
         fault_domain=identity.node,
@@ -372,34 +378,80 @@ def _active_pods(facts: IntervalFacts) -> set[PodKey]:
 def _tasks_upsert(
     source: Source, plan: sources.QueryPlan, measured: Measured
 ) -> dict[tuple[int, PodKey], int]:
-    """Create or update every task active in the run; returns (interval, pod) -> task pk."""
+    """Create or update every task active in the run; returns (interval, pod) -> task pk.
+
+    Each interval goes to the row of the team its pod had in that interval, so a relabel
+    moves only the intervals from the relabel on (see `Task`).
+    """
     step = plan.step_seconds
-    merged: dict[str, dict[str, Any]] = {}
-    pod_tasks: dict[tuple[int, PodKey], str] = {}
+    seen: dict[tuple[int, PodKey], tuple[TaskIdentity, PodIdentity]] = {}
     for start, facts in measured.intervals.items():
         for pod in _active_pods(facts):
             identity = _pod_identity(measured, start, pod)
-            task = _task_identity(plan, pod, identity)
-            pod_tasks[(start, pod)] = task.external_id
-            row = merged.get(task.external_id)
-            if row is None or (task.from_kube and not row["from_kube"]):
-                row = merged[task.external_id] = {
-                    **task.__dict__,
-                    "first_seen": start,
-                    "created": None,
-                    "first_started": None,
-                    "ended": None,
-                }
-            row["first_seen"] = min(row["first_seen"], start)
-            row["created"] = _least(row["created"], identity.created)
-            row["first_started"] = _least(row["first_started"], identity.scheduled)
-            if identity.ended:
-                row["ended"] = max(row["ended"] or 0, start + step)
-    if not merged:
+            seen[(start, pod)] = (_task_identity(plan, pod, identity), identity)
+    if not seen:
         return {}
+    teams = _teams_without_kube(source, seen)
+    merged: dict[TaskRowKey, dict[str, Any]] = {}
+    pod_tasks: dict[tuple[int, PodKey], TaskRowKey] = {}
+    for (start, pod), (task, identity) in sorted(seen.items()):
+        key = (task.namespace, task.external_id, teams.get((start, pod), task.team))
+        pod_tasks[(start, pod)] = key
+        row = merged.get(key)
+        if row is None or (task.from_kube and not row["from_kube"]):
+            row = merged[key] = {
+                **task.__dict__,
+                "team": key[2],
+                "first_seen": start,
+                "last_seen": start,
+                "created": None,
+                "first_started": None,
+                "ended": None,
+            }
+        row["first_seen"] = min(row["first_seen"], start)
+        row["last_seen"] = max(row["last_seen"], start)
+        row["created"] = _least(row["created"], identity.created)
+        row["first_started"] = _least(row["first_started"], identity.scheduled)
+        if identity.ended:
+            row["ended"] = max(row["ended"] or 0, start + step)
     team_ids = _teams_upsert({row["team"] for row in merged.values()}, source=source)
-    pks = _task_rows_upsert(source, merged, team_ids)
-    return {key: pks[external_id] for key, external_id in pod_tasks.items()}
+    _legacy_tasks_adopt(source, merged, team_ids)
+    pks, inserted = _task_rows_upsert(source, merged, team_ids)
+    _relabels_audit(source, inserted)
+    return {key: pks[row_key] for key, row_key in pod_tasks.items()}
+
+
+def _teams_without_kube(
+    source: Source, seen: dict[tuple[int, PodKey], tuple[TaskIdentity, PodIdentity]]
+) -> dict[tuple[int, PodKey], str]:
+    """The team of pods that kube-state-metrics never described in the run (their team would
+    only be a guess from the namespace): the team the same task had in this run's nearest
+    interval, else its most recently metered row's, else none (the namespace applies)."""
+    guessed = [(start, pod, task) for (start, pod), (task, _) in seen.items() if not task.from_kube]
+    if not guessed:
+        return {}
+    known: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
+    for (start, _), (task, _) in seen.items():
+        if task.from_kube:
+            known[(task.namespace, task.external_id)].append((start, task.team))
+    stored: dict[tuple[str, str], str] = {}
+    names = {(task.namespace, task.external_id) for _, _, task in guessed} - set(known)
+    if names:
+        rows = (
+            Task.objects.filter(source=source, external_id__in={name for _, name in names})
+            .order_by("namespace", "external_id", "-last_seen", "-first_seen")
+            .values_list("namespace", "external_id", "team__name")
+        )
+        for namespace, name, team in rows:
+            stored.setdefault((namespace, name), team)
+    teams = {}
+    for start, pod, task in guessed:
+        name = (task.namespace, task.external_id)
+        if known.get(name):
+            teams[(start, pod)] = min(known[name], key=lambda seen: abs(seen[0] - start))[1]
+        elif name in stored:
+            teams[(start, pod)] = stored[name]
+    return teams
 
 
 def _least(current: int | None, new: int | None) -> int | None:
@@ -437,23 +489,51 @@ def _moment(epoch: int | None) -> datetime | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, UTC)
 
 
+def _legacy_tasks_adopt(
+    source: Source, merged: dict[TaskRowKey, dict[str, Any]], team_ids: dict[str, int]
+) -> None:
+    """Rows metered before tasks were keyed by namespace (namespace empty) become the row of
+    the first namespace that runs the same name under the same team, so a running task keeps
+    its history on one row. A name under another team is another task and stays apart."""
+    keys = sorted((ns, name, team_ids[team]) for ns, name, team in merged if ns)
+    if not keys:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE metering_task t SET namespace = k.ns"
+            " FROM (SELECT DISTINCT ON (name, team) ns, name, team"
+            "       FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS u(ns, name, team)"
+            "       ORDER BY name, team, ns) AS k"
+            " WHERE t.source_id = %s AND t.namespace = '' AND t.external_id = k.name"
+            " AND t.team_id = k.team AND NOT EXISTS (SELECT 1 FROM metering_task o"
+            "   WHERE o.source_id = t.source_id AND o.namespace = k.ns"
+            "   AND o.external_id = k.name AND o.team_id = k.team)",
+            [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], source.pk],
+        )
+
+
 def _task_rows_upsert(
-    source: Source, merged: dict[str, dict[str, Any]], team_ids: dict[str, int]
-) -> dict[str, int]:
-    """INSERT ... ON CONFLICT: times only widen; team and kind follow kube-state-metrics.
+    source: Source, merged: dict[TaskRowKey, dict[str, Any]], team_ids: dict[str, int]
+) -> tuple[dict[TaskRowKey, int], list[int]]:
+    """INSERT ... ON CONFLICT: times only widen; kind follows kube-state-metrics. Returns the
+    rows' pks by key, and the pks this statement inserted.
 
     Rows go in sorted order so that concurrent workers cannot deadlock on them.
     """
-    pks: dict[str, int] = {}
+    pks: dict[TaskRowKey, int] = {}
+    inserted: list[int] = []
+    names = {team_id: name for name, team_id in team_ids.items()}
     for from_kube in (True, False):
         rows = [
             (
                 source.pk,
+                row["namespace"],
                 row["external_id"],
                 team_ids[row["team"]],
                 row["kind"],
                 row["fault_domain"],
                 _moment(row["first_seen"]),
+                _moment(row["last_seen"]),
                 _moment(row["created"]),
                 _moment(row["first_started"]),
                 _moment(row["ended"]),
@@ -462,29 +542,67 @@ def _task_rows_upsert(
             if row["from_kube"] == from_kube
         ]
         identity_update = (
-            "team_id = EXCLUDED.team_id, kind = EXCLUDED.kind,"
+            "kind = EXCLUDED.kind,"
             " fault_domain = COALESCE(NULLIF(EXCLUDED.fault_domain, ''), t.fault_domain),"
             if from_kube
             else ""
         )
-        for chunk in _chunked(rows):
-            placeholders = ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(chunk))
+        for chunk in _chunked(rows, size=5000):
+            placeholders = ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(chunk))
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(
-                    "INSERT INTO metering_task AS t (source_id, external_id, team_id, kind,"
-                    " fault_domain, first_seen, created, first_started, ended)"
+                    "INSERT INTO metering_task AS t (source_id, namespace, external_id, team_id,"
+                    " kind, fault_domain, first_seen, last_seen, created, first_started, ended)"
                     f" VALUES {placeholders}"
-                    " ON CONFLICT (source_id, external_id) DO UPDATE SET"
+                    " ON CONFLICT (source_id, namespace, external_id, team_id) DO UPDATE SET"
                     f" {identity_update}"
                     " first_seen = LEAST(t.first_seen, EXCLUDED.first_seen),"
+                    " last_seen = GREATEST(t.last_seen, EXCLUDED.last_seen),"
                     " created = LEAST(t.created, EXCLUDED.created),"
                     " first_started = LEAST(t.first_started, EXCLUDED.first_started),"
                     " ended = GREATEST(t.ended, EXCLUDED.ended)"
-                    " RETURNING external_id, id",
+                    " RETURNING namespace, external_id, team_id, id, xmax = 0",
                     [value for row in chunk for value in row],
                 )
-                pks.update(dict(cursor.fetchall()))
-    return pks
+                for namespace, name, team_id, pk, is_new in cursor.fetchall():
+                    pks[(namespace, name, names[team_id])] = pk
+                    if is_new:
+                        inserted.append(pk)
+    return pks, inserted
+
+
+def _relabels_audit(source: Source, inserted: list[int]) -> None:
+    """A new row for a key that has rows under another team is a relabel: record which team
+    the key leaves (its row metered last before this one), which it joins, and from which
+    interval on."""
+    if not inserted:
+        return
+    new = Task.objects.filter(pk__in=inserted).select_related("team").order_by("pk")
+    rows: dict[tuple[str, str], list[Task]] = defaultdict(list)
+    for task in (
+        Task.objects.filter(source=source, external_id__in={t.external_id for t in new})
+        .exclude(namespace="")
+        .select_related("team")
+        .order_by("first_seen", "pk")
+    ):
+        rows[(task.namespace, task.external_id)].append(task)
+    for task in new:
+        others = [t for t in rows[(task.namespace, task.external_id)] if t.pk != task.pk]
+        if not others:
+            continue
+        before = [t for t in others if t.first_seen < task.first_seen] or others
+        audit_record(
+            action="change",
+            obj=task,
+            changes={
+                "team": [before[-1].team.name, task.team.name],
+                "namespace": task.namespace,
+                "task": task.external_id,
+                "from_interval": task.first_seen,
+                "other_task_rows": [t.pk for t in others],
+                "changed_by": f"ingest of source {source.name} (a relabel in kube-state-metrics)",
+            },
+        )
 
 
 def _chunked(rows: list[tuple], size: int = 5000) -> Iterator[list[tuple]]:
