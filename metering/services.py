@@ -2,7 +2,9 @@
 
 A window is one metering step of one source. Ingesting it is safe to repeat: its rows are
 deleted and written again in ONE transaction, so a redelivered or repeated task never double
-counts, and a worker killed half-way leaves the previous content (or nothing) in place.
+counts, and a worker killed half-way leaves the previous content (or nothing) in place. It
+never replaces a window's rows with fewer samples than they came from (a Prometheus that lost
+the data) unless an operator accepts the loss, which the audit log records.
 
 Back-fill batches consecutive windows of a source into one range query per meter (step = the
 metering step) and writes all of them in one transaction: per-statement and per-commit costs,
@@ -187,9 +189,13 @@ def window_ingest(*, window_id: int) -> IngestWindow:
     return windows[0]
 
 
-def windows_ingest(*, window_ids: Sequence[int]) -> list[IngestWindow]:
+def windows_ingest(
+    *, window_ids: Sequence[int], accept_loss: LossAcceptance | None = None
+) -> list[IngestWindow]:
     """Query Prometheus for these windows and replace their rows.
 
+    A window whose stored rows came from more samples than Prometheus now returns keeps them,
+    with a warning, unless `accept_loss` (an operator's audited decision) says to replace them.
     Consecutive windows of a source share one range query per meter. Raises
     `sources.PrometheusUnavailable` (windows stay pending, with the error) so that the caller
     retries; a refused query or an unusable source marks the windows failed instead.
@@ -202,7 +208,7 @@ def windows_ingest(*, window_ids: Sequence[int]) -> list[IngestWindow]:
     unavailable: sources.PrometheusUnavailable | None = None
     for run in _consecutive_runs(windows):
         try:
-            _run_ingest(run)
+            _run_ingest(run, accept_loss)
         except sources.PrometheusUnavailable as error:
             unavailable = error
     if unavailable is not None:
@@ -226,7 +232,7 @@ def _consecutive_runs(windows: list[IngestWindow]) -> Iterator[list[IngestWindow
         yield run
 
 
-def _run_ingest(run: list[IngestWindow]) -> None:
+def _run_ingest(run: list[IngestWindow], accept_loss: LossAcceptance | None) -> None:
     source = run[0].source
     step = settings.TANDEM_STEP_SECONDS
     ids = [w.pk for w in run]
@@ -252,7 +258,7 @@ def _run_ingest(run: list[IngestWindow]) -> None:
     began = time.perf_counter()
     task_ids = _tasks_upsert(source, plan, measured)
     service_ids = _services_upsert(source, measured)
-    usage_rows, usage_seconds = _run_write(run, measured, task_ids, service_ids)
+    usage_rows, usage_seconds = _run_write(run, measured, task_ids, service_ids, accept_loss)
     timings = {
         "windows": len(run),
         "usage_rows": usage_rows,
@@ -855,12 +861,17 @@ def _run_write(
     measured: Measured,
     task_ids: dict[tuple[int, PodKey], int],
     service_ids: dict[tuple[str, str], int],
+    accept_loss: LossAcceptance | None = None,
 ) -> tuple[int, float]:
     """Replace the rows of every window of the run, all in ONE transaction; returns the
     number of usage rows written and the seconds their DELETE + COPY took.
 
-    Set-based (one DELETE per table for the run's intervals, one COPY for usage) because the
-    per-statement and per-commit costs, not the rows, dominate a back-fill.
+    A window that holds rows and would be replaced by fewer samples keeps its rows (see
+    `_loses_samples`) unless `accept_loss`, which the audit log then records.
+
+    Set-based (one DELETE per table for each stretch of consecutive windows replaced, one
+    COPY for usage) because the per-statement and per-commit costs, not the rows, dominate a
+    back-fill.
     """
     built = [(window, _window_rows(window, measured, task_ids, service_ids)) for window in run]
     prometheus_seconds = Decimal(str(round(measured.evaluation_seconds / len(run), 6)))
@@ -873,32 +884,34 @@ def _run_write(
                 " FROM unnest(%s::bigint[]) AS id ORDER BY id",
                 [WINDOW_LOCK_CLASS, sorted(window.pk for window in run)],
             )
-            # Table by table: delete the run's rows, write them again.
-            began = time.perf_counter()
-            _run_rows_delete(cursor, run, "usage")
-            _usage_copy(cursor, [row for _, rows in built for row in rows.usage])
-            usage_seconds = time.perf_counter() - began
-            _run_rows_delete(cursor, run, "capacity")
-            CapacityInterval.objects.bulk_create([r for _, rows in built for r in rows.capacity])
-            _run_rows_delete(cursor, run, "latency")
-            LatencyInterval.objects.bulk_create([r for _, rows in built for r in rows.latency])
-            _run_rows_delete(cursor, run, "preemptions")
-            Preemption.objects.bulk_create([r for _, rows in built for r in rows.preemptions])
-        _waits_insert([row for _, rows in built for row in rows.waits])
         previous = {
             row["pk"]: row
             for row in IngestWindow.objects.filter(pk__in=[w.pk for w in run]).values(
-                "pk", "content_hash", "first_written", "changed_after_first_write"
+                "pk",
+                "content_hash",
+                "first_written",
+                "changed_after_first_write",
+                "completeness",
+                "samples_seen",
+                "samples_expected",
+                "rows_written",
+                "warnings",
             )
         }
         now = timezone.now()
-        results = []
+        results, replaced, losses = [], [], []
         for window, rows in built:
             before = previous[window.pk]
             content_hash = _content_hash(rows)
             facts = measured.intervals[int(window.start.timestamp())]
             seen, expected = facts.samples_seen, facts.samples_expected
             completeness = _quantize(facts.completeness)
+            if _loses_samples(before, completeness, content_hash):
+                if accept_loss is None:
+                    results.append(_kept_result(before, completeness, now))
+                    continue
+                losses.append((window, before, completeness, rows.count()))
+            replaced.append((window, rows))
             if not seen:
                 rows.warnings.append("no GPU exporter samples in this window")
             changed = bool(before["first_written"]) and before["content_hash"] != content_hash
@@ -915,8 +928,114 @@ def _run_write(
                     now if changed else before["changed_after_first_write"],
                 )
             )
+        usage_seconds = _rows_replace(replaced)
         _windows_result_update(results, measured.queries, prometheus_seconds, now)
-    return sum(len(rows.usage) for _, rows in built), usage_seconds
+        if losses:
+            _losses_audit(losses, accept_loss)
+    return sum(len(rows.usage) for _, rows in replaced), usage_seconds
+
+
+@dataclass(frozen=True)
+class LossAcceptance:
+    """An operator's explicit consent to replace windows' rows with fewer samples (the
+    Prometheus lost them for good), and who gave it and why, for the audit log."""
+
+    operator: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        if not self.reason.strip():
+            raise WindowError("accepting a loss of metered samples needs a reason")
+        if not self.operator.strip():
+            raise WindowError("accepting a loss of metered samples needs the operator's name")
+
+
+LOSS_REFUSED = "kept the stored rows"
+
+
+def _loses_samples(before: dict[str, Any], completeness: Decimal, content_hash: str) -> bool:
+    """Writing would replace the window's stored rows with fewer samples than they came from:
+    a Prometheus that lost the data (retention, a new empty TSDB, another URL) answers
+    with less or nothing. That covers a window falling below TANDEM_MIN_COMPLETENESS from
+    above it. Rows identical to the stored ones are never a loss."""
+    return (
+        before["first_written"] is not None
+        and completeness < before["completeness"]
+        and content_hash != before["content_hash"]
+    )
+
+
+def _kept_result(before: dict[str, Any], completeness: Decimal, now: datetime) -> tuple:
+    """The window as it was, done, with a warning saying what was refused and how to force it."""
+    minimum = getattr(settings, "TANDEM_MIN_COMPLETENESS", Decimal("0.99"))
+    warning = (
+        f"{LOSS_REFUSED}: re-ingested at {now:%Y-%m-%dT%H:%M:%SZ}, Prometheus gave completeness"
+        f" {completeness} (stored {before['completeness']}, minimum {minimum}); replace them"
+        " only with `manage.py ingest --accept-loss --reason ...` or the admin action"
+        " 'Replace with less data'"
+    )
+    warnings = [w for w in before["warnings"] if not str(w).startswith(LOSS_REFUSED)]
+    return (
+        before["pk"],
+        before["rows_written"],
+        before["samples_seen"],
+        before["samples_expected"],
+        before["completeness"],
+        json.dumps(_capped([warning, *warnings])),
+        before["content_hash"],
+        before["first_written"],
+        before["changed_after_first_write"],
+    )
+
+
+def _rows_replace(replaced: list[tuple[IngestWindow, WindowRows]]) -> float:
+    """Delete and write again the rows of these windows, table by table, one DELETE per
+    stretch of consecutive windows; returns the seconds the usage DELETE + COPY took."""
+    step = timedelta(seconds=settings.TANDEM_STEP_SECONDS)
+    stretches: list[list[IngestWindow]] = []
+    for window, _ in replaced:
+        if stretches and window.start == stretches[-1][-1].start + step:
+            stretches[-1].append(window)
+        else:
+            stretches.append([window])
+    with connection.cursor() as cursor:
+        began = time.perf_counter()
+        for stretch in stretches:
+            _run_rows_delete(cursor, stretch, "usage")
+        _usage_copy(cursor, [row for _, rows in replaced for row in rows.usage])
+        usage_seconds = time.perf_counter() - began
+        for table, model, attribute in (
+            ("capacity", CapacityInterval, "capacity"),
+            ("latency", LatencyInterval, "latency"),
+            ("preemptions", Preemption, "preemptions"),
+        ):
+            for stretch in stretches:
+                _run_rows_delete(cursor, stretch, table)
+            model.objects.bulk_create([r for _, rows in replaced for r in getattr(rows, attribute)])
+    _waits_insert([row for _, rows in replaced for row in rows.waits])
+    return usage_seconds
+
+
+def _losses_audit(losses: list[tuple], accept_loss: LossAcceptance) -> None:
+    """One entry per run whose stored rows an operator let fewer samples replace."""
+    first = losses[0][0]
+    audit_record(
+        action="change",
+        obj=first,
+        changes={
+            "accepted_loss": True,
+            "accepted_by": accept_loss.operator,
+            "reason": accept_loss.reason,
+            "windows": [
+                {
+                    "start": window.start,
+                    "completeness": [before["completeness"], completeness],
+                    "rows_written": [before["rows_written"], rows],
+                }
+                for window, before, completeness, rows in losses
+            ],
+        },
+    )
 
 
 def _windows_result_update(

@@ -21,6 +21,7 @@ import pytest
 
 from metering.models import DEFAULT_LABEL_MAPPING, DEFAULT_PRIORITY_CLASS_KINDS, Source
 from simulator.prometheus import PrometheusProcess, backfill, lookback_for, start_prometheus
+from tests.billing.helpers import command_output
 from tests.metering import exposition
 
 SCRAPE = 60
@@ -145,3 +146,10 @@ def jobs_source(url: str) -> Source:
 
 def iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ingest_command(start: datetime, end: datetime, *extra: str) -> str:
+    """`manage.py ingest --now` of the `kube` source over [start, end); its output."""
+    return command_output(
+        "ingest", "--source", "kube", "--start", iso(start), "--end", iso(end), "--now", *extra
+    )

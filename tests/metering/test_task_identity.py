@@ -21,17 +21,12 @@ from tests.metering.jobs import (  # noqa: F401 (fixtures)
     RELABEL_AT,
     RELABEL_END,
     RELABEL_START,
+    ingest_command,
     iso,
     jobs_prometheus,
     jobs_source,
     jobs_tsdb,
 )
-
-
-def ingest(start, end, *extra: str) -> str:
-    return command_output(
-        "ingest", "--source", "kube", "--start", iso(start), "--end", iso(end), "--now", *extra
-    )
 
 
 def usage_by(group_by: str, start, end) -> dict[str, str]:
@@ -51,7 +46,7 @@ def statements(period: str) -> dict[str, Decimal]:
 def test_it_keeps_same_named_jobs_of_two_namespaces_with_their_own_teams(jobs_prometheus) -> None:  # noqa: F811
     price_book_ensure_default()
     jobs_source(jobs_prometheus.url)
-    ingest(ALPHA_START, BETA_START)  # Oct 31 (pool zone): alpha's trainer
+    ingest_command(ALPHA_START, BETA_START)  # Oct 31 (pool zone): alpha's trainer
     assert "closed 2026-10" in command_output("close_period", "--period", "2026-10")
     october = statements("2026-10")
     october_tasks = sorted(
@@ -60,7 +55,7 @@ def test_it_keeps_same_named_jobs_of_two_namespaces_with_their_own_teams(jobs_pr
         )
     )
 
-    ingest(BETA_START, NAMESPACES_END)  # Nov 1: beta's Job of the same name
+    ingest_command(BETA_START, NAMESPACES_END)  # Nov 1: beta's Job of the same name
 
     tasks = Task.objects.filter(external_id="trainer").order_by("namespace")
     assert [(t.namespace, t.team.name) for t in tasks] == [("alpha", "alpha"), ("beta", "beta")]
@@ -93,9 +88,9 @@ def test_it_keeps_same_named_jobs_of_two_namespaces_with_their_own_teams(jobs_pr
 @pytest.mark.django_db
 def test_it_moves_only_the_intervals_after_a_relabel_and_audits_it(jobs_prometheus) -> None:  # noqa: F811
     jobs_source(jobs_prometheus.url)
-    ingest(RELABEL_START, RELABEL_AT)  # labelled team red
+    ingest_command(RELABEL_START, RELABEL_AT)  # labelled team red
     red = Task.objects.get(namespace="gamma", external_id="etl")
-    ingest(RELABEL_AT, RELABEL_END)  # relabelled team blue
+    ingest_command(RELABEL_AT, RELABEL_END)  # relabelled team blue
 
     rows = Task.objects.filter(namespace="gamma", external_id="etl").order_by("first_seen")
     assert [(t.team.name, t.first_seen) for t in rows] == [
@@ -113,7 +108,7 @@ def test_it_moves_only_the_intervals_after_a_relabel_and_audits_it(jobs_promethe
     assert entry.changes["from_interval"] == iso(RELABEL_AT)
     assert entry.changes["namespace"] == "gamma"
 
-    ingest(RELABEL_START, RELABEL_END, "--batch", "12")  # the whole span again, one run
+    ingest_command(RELABEL_START, RELABEL_END, "--batch", "12")  # the whole span again, one run
     assert usage_by("team", RELABEL_START, RELABEL_END) == {"red": "0.200000", "blue": "0.200000"}
     assert Task.objects.filter(namespace="gamma", external_id="etl").count() == 2
     assert AuditEntry.objects.filter(object_type="metering.task", action="change").count() == 1
