@@ -74,7 +74,7 @@ class Task(models.Model):
     source = models.ForeignKey(Source, on_delete=models.PROTECT, related_name="tasks")
     # Empty on rows metered before tasks were keyed by namespace; ingest fills it in when it
     # next meets the same name under the same team (metering.services._legacy_tasks_adopt).
-    namespace = models.CharField(max_length=253, blank=True, default="")
+    namespace = models.CharField(max_length=253, blank=True, default="", db_default="")
     external_id = models.CharField(max_length=300)
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="tasks")
     kind = models.CharField(max_length=32, choices=TASK_KINDS)

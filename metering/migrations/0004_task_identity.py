@@ -1,8 +1,8 @@
 """Tasks keyed by source, namespace, name and team (see metering.models.Task).
 
-Existing rows stay valid: their namespace is empty (it was never stored) until ingest meets
-the same name under the same team again and fills it in; `last_seen` starts at their last
-metered interval.
+Existing rows stay valid: their namespace is empty (it was never stored; the column defaults to
+empty for raw SQL loads too) until ingest meets the same name under the same team again and
+fills it in; `last_seen` starts at their last metered interval.
 """
 
 from django.db import migrations, models
@@ -32,7 +32,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="task",
             name="namespace",
-            field=models.CharField(blank=True, default="", max_length=253),
+            field=models.CharField(blank=True, default="", db_default="", max_length=253),
         ),
         migrations.AddConstraint(
             model_name="task",

@@ -8,11 +8,13 @@ import json
 from decimal import Decimal
 
 import pytest
+from django.contrib.auth.models import User
 
+from access.services import role_assign
 from audit.models import AuditEntry
 from billing.models import Statement, StatementLineTask
 from billing.services import price_book_ensure_default
-from metering.models import Task, UsageInterval
+from metering.models import Task, Team, UsageInterval
 from tests.billing.helpers import command_output
 from tests.metering.jobs import (  # noqa: F401 (fixtures)
     ALPHA_START,
@@ -36,6 +38,13 @@ def usage_by(group_by: str, start, end) -> dict[str, str]:
         )
     )
     return {group["group"]: group["alloc_gpu_hours"] for group in report["groups"]}
+
+
+def lead_of(client, team: str):
+    user = User.objects.create_user(f"lead-{team}", password="pw")
+    role_assign(user=user, name="team_lead", teams=[Team.objects.get(name=team)])
+    client.force_login(user)
+    return client
 
 
 def statements(period: str) -> dict[str, Decimal]:
@@ -86,7 +95,10 @@ def test_it_keeps_same_named_jobs_of_two_namespaces_with_their_own_teams(jobs_pr
 
 
 @pytest.mark.django_db
-def test_it_moves_only_the_intervals_after_a_relabel_and_audits_it(jobs_prometheus) -> None:  # noqa: F811
+def test_it_moves_only_the_intervals_after_a_relabel_and_audits_it(
+    client,
+    jobs_prometheus,  # noqa: F811
+) -> None:
     jobs_source(jobs_prometheus.url)
     ingest_command(RELABEL_START, RELABEL_AT)  # labelled team red
     red = Task.objects.get(namespace="gamma", external_id="etl")
@@ -108,7 +120,33 @@ def test_it_moves_only_the_intervals_after_a_relabel_and_audits_it(jobs_promethe
     assert entry.changes["from_interval"] == iso(RELABEL_AT)
     assert entry.changes["namespace"] == "gamma"
 
+    # Blue's lead sees the task from the relabel on, never red's intervals of it.
+    blue = lead_of(client, "blue")
+    assert [t["team"] for t in blue.get("/api/v1/tasks/").json()["results"]] == ["blue"]
+    assert blue.get(f"/tasks/{rows[1].pk}/").status_code == 200
+    assert blue.get(f"/tasks/{red.pk}/").status_code == 404
+
     ingest_command(RELABEL_START, RELABEL_END, "--batch", "12")  # the whole span again, one run
     assert usage_by("team", RELABEL_START, RELABEL_END) == {"red": "0.200000", "blue": "0.200000"}
     assert Task.objects.filter(namespace="gamma", external_id="etl").count() == 2
     assert AuditEntry.objects.filter(object_type="metering.task", action="change").count() == 1
+
+
+@pytest.mark.django_db
+def test_it_gives_a_task_metered_before_namespaces_its_namespace(jobs_prometheus) -> None:  # noqa: F811
+    source = jobs_source(jobs_prometheus.url)
+    legacy = Task.objects.create(
+        source=source,
+        external_id="trainer",
+        team=Team.objects.create(name="alpha"),
+        kind="training_batch",
+        first_seen=ALPHA_START,
+    )
+    ingest_command(ALPHA_START, NAMESPACES_END)
+    legacy.refresh_from_db()
+    assert legacy.namespace == "alpha"
+    assert UsageInterval.objects.filter(task=legacy).count() == 2
+    assert sorted(Task.objects.values_list("namespace", "team__name")) == [
+        ("alpha", "alpha"),
+        ("beta", "beta"),
+    ]
