@@ -2,7 +2,8 @@
 
 Usage, capacity and latency are stored per metering interval (`step_seconds`, aligned to the
 Unix epoch, named by its start in UTC). A window re-ingested replaces its rows, so every
-table that a window writes has a unique key on (thing, interval start).
+table that a window writes has a unique key on (thing, interval start); never with fewer
+samples than they came from, unless an operator accepts the loss (metering.services).
 """
 
 from __future__ import annotations
@@ -311,8 +312,9 @@ class TeamHour(models.Model):
     """Usage of one team's tasks of one kind that start within one UTC hour: the pool-wide
     and per-team curves, shares and quotas, ten times fewer rows than per task.
 
-    Kept from `UsageHour` and from tasks whose team or kind changes (kube-state-metrics
-    relabelled a pod), so it always follows the task's current team and kind, as a join would.
+    Kept from `UsageHour` and from tasks whose team or kind changes, so it always follows the
+    task row's team and kind, as a join would. Ingest never changes a row's team (a relabel
+    gets a row of its own, see `Task`); kube-state-metrics may change its kind.
     """
 
     team = models.ForeignKey(Team, on_delete=models.DO_NOTHING, related_name="usage_hours")
