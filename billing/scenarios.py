@@ -8,7 +8,10 @@ directly. The small parts (price book, tasks, services, capacity, preemptions) g
 engine's own reader, `scenario_from_dict`, so they are validated as a scenario file would be.
 
 Scenario ids: a task or service is named by its `external_id`; when two sources use the same
-external id, both are named `<source>/<external_id>` so ids stay unique.
+external id, both are named `<source>/<external_id>` so ids stay unique. Tasks that share a
+source and a name within the period (two namespaces' Jobs `trainer`, or one key's rows under
+two teams after a relabel) are named `<source>/<namespace>/<name>`, then with ` (<team>)`.
+Only the tasks of the period count, so a month's ids never change with later months' tasks.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import datetime as dt
 import functools
 import hashlib
 import json
+from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
 from itertools import repeat
@@ -86,9 +90,11 @@ def scenario_build(*, start: dt.datetime, end: dt.datetime, price_book: PriceBoo
     cannot price (e.g. allocations above an interval's capacity).
     """
     all_tasks = list(
-        Task.objects.values_list("pk", "external_id", "source__name", "team__name", "kind")
+        Task.objects.filter(pk__in=_period_task_pks(start, end)).values_list(
+            "pk", "external_id", "source__name", "team__name", "kind", "namespace"
+        )
     )
-    task_ids = _unique_ids([(pk, external_id, source) for pk, external_id, source, *_ in all_tasks])
+    task_ids = _task_names(all_tasks)
     usage = _usage_rows(start, end, task_ids)
     preemptions = _preemption_rows(start, end, task_ids)
     used = {row["task"] for row in preemptions}
@@ -104,7 +110,7 @@ def scenario_build(*, start: dt.datetime, end: dt.datetime, price_book: PriceBoo
         "price_book": price_book.to_scenario_dict(),
         "tasks": [
             {"id": task_ids[pk], "team": team, "kind": kind}
-            for pk, _, _, team, kind in all_tasks
+            for pk, _, _, team, kind, _ in all_tasks
             if task_ids[pk] in used
         ],
         "services": [
@@ -260,6 +266,37 @@ def _instant_name(moment: dt.datetime) -> str:
     if moment.microsecond:
         return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return moment.strftime(ISO_FORMAT)
+
+
+def _period_task_pks(start: dt.datetime, end: dt.datetime) -> list[int]:
+    """Tasks with usage or a preemption in [start, end): the ones the scenario names."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT task_id FROM metering_usageinterval"
+            " WHERE interval_start >= %s AND interval_start < %s"
+            " UNION SELECT task_id FROM metering_preemption WHERE at >= %s AND at < %s",
+            [start, end, start, end],
+        )
+        return [pk for (pk,) in cursor.fetchall()]
+
+
+def _task_names(rows: list[tuple[int, str, str, str, str, str]]) -> dict[int, str]:
+    """pk -> scenario id of the period's tasks (pk, external_id, source, team, kind,
+    namespace): each named as plainly as keeps it unique (see the module's docstring)."""
+    levels = [
+        {pk: name for pk, name, *_ in rows},
+        {pk: f"{source}/{name}" for pk, name, source, *_ in rows},
+        {pk: f"{source}/{ns}/{name}" for pk, name, source, _, _, ns in rows},
+        {pk: f"{source}/{ns}/{name} ({team})" for pk, name, source, team, _, ns in rows},
+    ]
+    counts = [Counter(level.values()) for level in levels]
+    names = {}
+    for pk, *_ in rows:
+        unique = (
+            level[pk] for level, count in zip(levels, counts, strict=True) if count[level[pk]] == 1
+        )
+        names[pk] = next(unique, levels[-1][pk])
+    return names
 
 
 def _unique_ids(rows: list[tuple[int, str, str]]) -> dict[int, str]:

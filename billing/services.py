@@ -47,6 +47,7 @@ from billing.selectors import (
     PriceBookNotFound,
     engine_price_book,
     ingested_until,
+    min_completeness,
     period_bounds,
     period_containing,
     period_label,
@@ -215,6 +216,9 @@ class PeriodCloseOutcome:
     # Metering no longer matches the stored scenario: a later close will add corrections.
     data_changed: bool = False
     corrected_periods: tuple[str, ...] = ()
+    # Closed months whose metering changed but holds windows below TANDEM_MIN_COMPLETENESS:
+    # no correction is booked from them until their windows are complete again.
+    corrections_withheld: tuple[str, ...] = ()
 
 
 def period_close(
@@ -250,7 +254,7 @@ def period_close(
         if not priced.built.has_metering_data:
             reason = f"metering holds no capacity or usage for {period}"
             raise PeriodCloseRefused(period, [reason])
-        due = _corrections_due(period, set(recheck)) if corrections else []
+        due, withheld = _corrections_due(period, set(recheck)) if corrections else ([], [])
     for item in due:
         if item.book.currency != book.currency:
             raise PeriodCloseRefused(
@@ -274,7 +278,10 @@ def period_close(
         close = _store_close(bounds, book, priced, due, now)
         audit_record(action="close", obj=close, changes={"pool_cost": close.pool_cost})
     return PeriodCloseOutcome(
-        period_close=close, created=True, corrected_periods=tuple(item.period for item in due)
+        period_close=close,
+        created=True,
+        corrected_periods=tuple(item.period for item in due),
+        corrections_withheld=tuple(withheld),
     )
 
 
@@ -365,16 +372,24 @@ class _Correction:
     pool_cost_delta: Decimal
 
 
-def _corrections_due(period: str, recheck: set[str]) -> list[_Correction]:
-    """Earlier closed months whose metering changed since they were last priced."""
-    due = []
+def _corrections_due(period: str, recheck: set[str]) -> tuple[list[_Correction], list[str]]:
+    """Earlier closed months whose metering changed since they were last priced, and those
+    withheld: a correction only comes from windows at or above TANDEM_MIN_COMPLETENESS, so a
+    month with a window below it (an operator accepted a loss of samples) waits until its
+    windows are complete again rather than refund what Prometheus forgot."""
+    due, withheld = [], []
     for close in PeriodClose.objects.filter(period__lt=period).order_by("period"):
         latest = PeriodScenario.objects.filter(period=close.period).order_by("-revision").first()
         bounds = period_bounds(close.period)
-        late = IngestWindow.objects.filter(start__lt=bounds.end, end__gt=bounds.start).filter(
+        windows = IngestWindow.objects.filter(start__lt=bounds.end, end__gt=bounds.start)
+        late = windows.filter(
             Q(changed_after_first_write__gt=latest.created) | Q(first_written__gt=latest.created)
         )
         if close.period not in recheck and not late.exists():
+            continue
+        if windows.filter(completeness__lt=min_completeness()).exists():
+            logger.warning("corrections of %s withheld: windows below completeness", close.period)
+            withheld.append(close.period)
             continue
         try:
             built = scenario_build(start=bounds.start, end=bounds.end, price_book=close.price_book)
@@ -383,7 +398,7 @@ def _corrections_due(period: str, recheck: set[str]) -> list[_Correction]:
                 due.append(_correction(close, latest, scenario_price(built, digest)))
         except ScenarioError as error:
             raise ScenarioError(f"re-pricing {close.period} for corrections: {error}") from None
-    return due
+    return due, withheld
 
 
 def _correction(close: PeriodClose, latest: PeriodScenario, priced: PricedScenario) -> _Correction:

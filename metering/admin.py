@@ -1,8 +1,14 @@
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
 
-from metering import models, sources, tasks
+from metering import models, services, sources, tasks
+
+# Windows one confirmation replaces, in this request: a day of 5-minute windows.
+MAX_WINDOWS_REPLACED_AT_ONCE = 288
 
 
 class SourceForm(forms.ModelForm):
@@ -61,10 +67,22 @@ class TeamAdmin(admin.ModelAdmin):
 
 @admin.register(models.Task)
 class TaskAdmin(admin.ModelAdmin):
-    list_display = ["external_id", "team", "kind", "fault_domain", "first_seen", "ended"]
+    list_display = [
+        "external_id",
+        "namespace",
+        "team",
+        "kind",
+        "fault_domain",
+        "first_seen",
+        "last_seen",
+        "ended",
+    ]
     list_filter = ["kind", "team", "source"]
-    search_fields = ["external_id"]
+    search_fields = ["external_id", "namespace"]
     list_select_related = ["team"]
+    # A task row's team is the team its intervals were metered under: changing it here would
+    # move closed months' usage to another team. A relabel gets a row of its own at ingest.
+    readonly_fields = ["source", "namespace", "external_id", "team", "first_seen", "last_seen"]
 
 
 @admin.register(models.Service)
@@ -79,6 +97,46 @@ def ingest_again(modeladmin, request, queryset) -> None:
     for window_id in queryset.values_list("pk", flat=True):
         tasks.ingest_window.delay_on_commit(window_id)
     modeladmin.message_user(request, f"queued {queryset.count()} windows", messages.SUCCESS)
+
+
+class LossAcceptanceForm(forms.Form):
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
+        help_text="Why these windows' samples are gone for good (kept in the audit log).",
+    )
+
+
+@admin.action(description="Replace with less data (accept the loss)")
+def replace_accepting_loss(
+    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet
+) -> TemplateResponse | None:
+    """Ingest again, replacing stored rows even with fewer samples, after a confirmation
+    page that asks why; the audit log names the user and the reason."""
+    windows = list(queryset.select_related("source").order_by("source_id", "start"))
+    if len(windows) > MAX_WINDOWS_REPLACED_AT_ONCE:
+        modeladmin.message_user(
+            request,
+            f"select at most {MAX_WINDOWS_REPLACED_AT_ONCE} windows, or use"
+            " `manage.py ingest --accept-loss --reason ...` for longer spans",
+            messages.ERROR,
+        )
+        return None
+    confirmed = request.POST.get("confirm") == "yes"
+    form = LossAcceptanceForm(request.POST if confirmed else None)
+    if not (confirmed and form.is_valid()):
+        context = {**modeladmin.admin_site.each_context(request), "windows": windows, "form": form}
+        context["title"] = "Replace with less data"
+        return TemplateResponse(request, "admin/metering/ingestwindow/accept_loss.html", context)
+    acceptance = services.LossAcceptance(
+        operator=request.user.get_username(), reason=form.cleaned_data["reason"].strip()
+    )
+    try:
+        services.windows_ingest(window_ids=[w.pk for w in windows], accept_loss=acceptance)
+    except sources.PrometheusUnavailable as error:
+        modeladmin.message_user(request, f"Prometheus unavailable: {error}", messages.ERROR)
+        return None
+    modeladmin.message_user(request, f"replaced {len(windows)} windows", messages.SUCCESS)
+    return None
 
 
 @admin.register(models.IngestWindow)
@@ -97,4 +155,4 @@ class IngestWindowAdmin(admin.ModelAdmin):
     list_filter = ["status", "source"]
     date_hierarchy = "start"
     readonly_fields = [f.name for f in models.IngestWindow._meta.fields]
-    actions = [ingest_again]
+    actions = [ingest_again, replace_accepting_loss]

@@ -278,6 +278,7 @@ class TaskOutput(serializers.ModelSerializer):
         model = Task
         fields = [
             "id",
+            "namespace",
             "external_id",
             "team",
             "kind",

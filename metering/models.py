@@ -2,7 +2,8 @@
 
 Usage, capacity and latency are stored per metering interval (`step_seconds`, aligned to the
 Unix epoch, named by its start in UTC). A window re-ingested replaces its rows, so every
-table that a window writes has a unique key on (thing, interval start).
+table that a window writes has a unique key on (thing, interval start); never with fewer
+samples than they came from, unless an operator accepts the loss (metering.services).
 """
 
 from __future__ import annotations
@@ -62,9 +63,19 @@ class Team(models.Model):
 
 
 class Task(models.Model):
-    """A unit of work that is billed: a Job, a Deployment's service, a notebook."""
+    """A unit of work that is billed: a Job, a Deployment's service, a notebook.
+
+    Keyed by source, namespace and name (the pod's `task` label, else its owner, else the pod):
+    Job `trainer` in `alpha` and Job `trainer` in `beta` are two tasks. One row holds the
+    intervals a key ran under one team: when a relabel moves the key to another team, later
+    intervals go to a row of that team (audited) and the earlier ones stay where they were
+    metered, so no statement, task page or report of the past changes team.
+    """
 
     source = models.ForeignKey(Source, on_delete=models.PROTECT, related_name="tasks")
+    # Empty on rows metered before tasks were keyed by namespace; ingest fills it in when it
+    # next meets the same name under the same team (metering.services._legacy_tasks_adopt).
+    namespace = models.CharField(max_length=253, blank=True, default="", db_default="")
     external_id = models.CharField(max_length=300)
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="tasks")
     kind = models.CharField(max_length=32, choices=TASK_KINDS)
@@ -73,12 +84,16 @@ class Task(models.Model):
     created = models.DateTimeField(null=True, blank=True)
     first_started = models.DateTimeField(null=True, blank=True)
     ended = models.DateTimeField(null=True, blank=True)
+    # Start of the last interval this row was metered in: where a pod without
+    # kube-state-metrics identity goes when its key has rows under several teams.
+    last_seen = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["external_id"]
         constraints = [
             models.UniqueConstraint(
-                fields=["source", "external_id"], name="task_unique_per_source"
+                fields=["source", "namespace", "external_id", "team"],
+                name="task_unique_per_source_namespace_team",
             ),
             models.CheckConstraint(
                 condition=models.Q(kind__in=[k for k, _ in TASK_KINDS]), name="task_kind_known"
@@ -297,8 +312,9 @@ class TeamHour(models.Model):
     """Usage of one team's tasks of one kind that start within one UTC hour: the pool-wide
     and per-team curves, shares and quotas, ten times fewer rows than per task.
 
-    Kept from `UsageHour` and from tasks whose team or kind changes (kube-state-metrics
-    relabelled a pod), so it always follows the task's current team and kind, as a join would.
+    Kept from `UsageHour` and from tasks whose team or kind changes, so it always follows the
+    task row's team and kind, as a join would. Ingest never changes a row's team (a relabel
+    gets a row of its own, see `Task`); kube-state-metrics may change its kind.
     """
 
     team = models.ForeignKey(Team, on_delete=models.DO_NOTHING, related_name="usage_hours")

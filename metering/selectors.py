@@ -25,7 +25,9 @@ from metering.models import (
 
 GROUP_BY = {
     "team": "tm.name",
-    "task": "t.external_id",
+    # Within its namespace: Job `trainer` of `alpha` and of `beta` are two tasks (rows metered
+    # before tasks were keyed by namespace have none).
+    "task": "concat_ws('/', NULLIF(t.namespace, ''), t.external_id)",
     "kind": "t.kind",
 }
 SIX_PLACES = Decimal("0.000001")

@@ -2,7 +2,9 @@
 
 A window is one metering step of one source. Ingesting it is safe to repeat: its rows are
 deleted and written again in ONE transaction, so a redelivered or repeated task never double
-counts, and a worker killed half-way leaves the previous content (or nothing) in place.
+counts, and a worker killed half-way leaves the previous content (or nothing) in place. It
+never replaces a window's rows with fewer samples than they came from (a Prometheus that lost
+the data) unless an operator accepts the loss, which the audit log records.
 
 Back-fill batches consecutive windows of a source into one range query per meter (step = the
 metering step) and writes all of them in one transaction: per-statement and per-commit costs,
@@ -42,6 +44,7 @@ from metering.models import (
     Preemption,
     Service,
     Source,
+    Task,
     Team,
 )
 
@@ -186,9 +189,13 @@ def window_ingest(*, window_id: int) -> IngestWindow:
     return windows[0]
 
 
-def windows_ingest(*, window_ids: Sequence[int]) -> list[IngestWindow]:
+def windows_ingest(
+    *, window_ids: Sequence[int], accept_loss: LossAcceptance | None = None
+) -> list[IngestWindow]:
     """Query Prometheus for these windows and replace their rows.
 
+    A window whose stored rows came from more samples than Prometheus now returns keeps them,
+    with a warning, unless `accept_loss` (an operator's audited decision) says to replace them.
     Consecutive windows of a source share one range query per meter. Raises
     `sources.PrometheusUnavailable` (windows stay pending, with the error) so that the caller
     retries; a refused query or an unusable source marks the windows failed instead.
@@ -201,7 +208,7 @@ def windows_ingest(*, window_ids: Sequence[int]) -> list[IngestWindow]:
     unavailable: sources.PrometheusUnavailable | None = None
     for run in _consecutive_runs(windows):
         try:
-            _run_ingest(run)
+            _run_ingest(run, accept_loss)
         except sources.PrometheusUnavailable as error:
             unavailable = error
     if unavailable is not None:
@@ -225,7 +232,7 @@ def _consecutive_runs(windows: list[IngestWindow]) -> Iterator[list[IngestWindow
         yield run
 
 
-def _run_ingest(run: list[IngestWindow]) -> None:
+def _run_ingest(run: list[IngestWindow], accept_loss: LossAcceptance | None) -> None:
     source = run[0].source
     step = settings.TANDEM_STEP_SECONDS
     ids = [w.pk for w in run]
@@ -251,7 +258,7 @@ def _run_ingest(run: list[IngestWindow]) -> None:
     began = time.perf_counter()
     task_ids = _tasks_upsert(source, plan, measured)
     service_ids = _services_upsert(source, measured)
-    usage_rows, usage_seconds = _run_write(run, measured, task_ids, service_ids)
+    usage_rows, usage_seconds = _run_write(run, measured, task_ids, service_ids, accept_loss)
     timings = {
         "windows": len(run),
         "usage_rows": usage_rows,
@@ -326,11 +333,16 @@ def _query_slots(source: Source, *, wanted: int) -> Iterator[int]:
 
 @dataclass(frozen=True)
 class TaskIdentity:
+    namespace: str
     external_id: str
     team: str
     kind: str
     fault_domain: str
     from_kube: bool
+
+
+# A task row: (namespace, name, team). A key moved to another team gets a row of that team.
+TaskRowKey = tuple[str, str, str]
 
 
 def _pod_identity(measured: Measured, start: int, pod: PodKey) -> PodIdentity:
@@ -347,10 +359,10 @@ def _pod_identity(measured: Measured, start: int, pod: PodKey) -> PodIdentity:
 
 def _task_identity(plan: sources.QueryPlan, pod: PodKey, identity: PodIdentity) -> TaskIdentity:
     namespace, pod_name = pod
-    external_id = identity.task_label or identity.owner_name or pod_name
     kind = plan.priority_class_kinds.get(identity.priority_class, DEFAULT_KIND)
     return TaskIdentity(
-        external_id=external_id,
+        namespace=namespace,
+        external_id=identity.task_label or identity.owner_name or pod_name,
         team=identity.team_label or namespace,
         kind=kind,
         fault_domain=identity.node,
@@ -372,34 +384,80 @@ def _active_pods(facts: IntervalFacts) -> set[PodKey]:
 def _tasks_upsert(
     source: Source, plan: sources.QueryPlan, measured: Measured
 ) -> dict[tuple[int, PodKey], int]:
-    """Create or update every task active in the run; returns (interval, pod) -> task pk."""
+    """Create or update every task active in the run; returns (interval, pod) -> task pk.
+
+    Each interval goes to the row of the team its pod had in that interval, so a relabel
+    moves only the intervals from the relabel on (see `Task`).
+    """
     step = plan.step_seconds
-    merged: dict[str, dict[str, Any]] = {}
-    pod_tasks: dict[tuple[int, PodKey], str] = {}
+    seen: dict[tuple[int, PodKey], tuple[TaskIdentity, PodIdentity]] = {}
     for start, facts in measured.intervals.items():
         for pod in _active_pods(facts):
             identity = _pod_identity(measured, start, pod)
-            task = _task_identity(plan, pod, identity)
-            pod_tasks[(start, pod)] = task.external_id
-            row = merged.get(task.external_id)
-            if row is None or (task.from_kube and not row["from_kube"]):
-                row = merged[task.external_id] = {
-                    **task.__dict__,
-                    "first_seen": start,
-                    "created": None,
-                    "first_started": None,
-                    "ended": None,
-                }
-            row["first_seen"] = min(row["first_seen"], start)
-            row["created"] = _least(row["created"], identity.created)
-            row["first_started"] = _least(row["first_started"], identity.scheduled)
-            if identity.ended:
-                row["ended"] = max(row["ended"] or 0, start + step)
-    if not merged:
+            seen[(start, pod)] = (_task_identity(plan, pod, identity), identity)
+    if not seen:
         return {}
+    teams = _teams_without_kube(source, seen)
+    merged: dict[TaskRowKey, dict[str, Any]] = {}
+    pod_tasks: dict[tuple[int, PodKey], TaskRowKey] = {}
+    for (start, pod), (task, identity) in sorted(seen.items()):
+        key = (task.namespace, task.external_id, teams.get((start, pod), task.team))
+        pod_tasks[(start, pod)] = key
+        row = merged.get(key)
+        if row is None or (task.from_kube and not row["from_kube"]):
+            row = merged[key] = {
+                **task.__dict__,
+                "team": key[2],
+                "first_seen": start,
+                "last_seen": start,
+                "created": None,
+                "first_started": None,
+                "ended": None,
+            }
+        row["first_seen"] = min(row["first_seen"], start)
+        row["last_seen"] = max(row["last_seen"], start)
+        row["created"] = _least(row["created"], identity.created)
+        row["first_started"] = _least(row["first_started"], identity.scheduled)
+        if identity.ended:
+            row["ended"] = max(row["ended"] or 0, start + step)
     team_ids = _teams_upsert({row["team"] for row in merged.values()}, source=source)
-    pks = _task_rows_upsert(source, merged, team_ids)
-    return {key: pks[external_id] for key, external_id in pod_tasks.items()}
+    _legacy_tasks_adopt(source, merged, team_ids)
+    pks, inserted = _task_rows_upsert(source, merged, team_ids)
+    _relabels_audit(source, inserted)
+    return {key: pks[row_key] for key, row_key in pod_tasks.items()}
+
+
+def _teams_without_kube(
+    source: Source, seen: dict[tuple[int, PodKey], tuple[TaskIdentity, PodIdentity]]
+) -> dict[tuple[int, PodKey], str]:
+    """The team of pods that kube-state-metrics never described in the run (their team would
+    only be a guess from the namespace): the team the same task had in this run's nearest
+    interval, else its most recently metered row's, else none (the namespace applies)."""
+    guessed = [(start, pod, task) for (start, pod), (task, _) in seen.items() if not task.from_kube]
+    if not guessed:
+        return {}
+    known: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
+    for (start, _), (task, _) in seen.items():
+        if task.from_kube:
+            known[(task.namespace, task.external_id)].append((start, task.team))
+    stored: dict[tuple[str, str], str] = {}
+    names = {(task.namespace, task.external_id) for _, _, task in guessed} - set(known)
+    if names:
+        rows = (
+            Task.objects.filter(source=source, external_id__in={name for _, name in names})
+            .order_by("namespace", "external_id", "-last_seen", "-first_seen")
+            .values_list("namespace", "external_id", "team__name")
+        )
+        for namespace, name, team in rows:
+            stored.setdefault((namespace, name), team)
+    teams = {}
+    for start, pod, task in guessed:
+        name = (task.namespace, task.external_id)
+        if known.get(name):
+            teams[(start, pod)] = min(known[name], key=lambda seen: abs(seen[0] - start))[1]
+        elif name in stored:
+            teams[(start, pod)] = stored[name]
+    return teams
 
 
 def _least(current: int | None, new: int | None) -> int | None:
@@ -437,23 +495,51 @@ def _moment(epoch: int | None) -> datetime | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, UTC)
 
 
+def _legacy_tasks_adopt(
+    source: Source, merged: dict[TaskRowKey, dict[str, Any]], team_ids: dict[str, int]
+) -> None:
+    """Rows metered before tasks were keyed by namespace (namespace empty) become the row of
+    the first namespace that runs the same name under the same team, so a running task keeps
+    its history on one row. A name under another team is another task and stays apart."""
+    keys = sorted((ns, name, team_ids[team]) for ns, name, team in merged if ns)
+    if not keys:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE metering_task t SET namespace = k.ns"
+            " FROM (SELECT DISTINCT ON (name, team) ns, name, team"
+            "       FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS u(ns, name, team)"
+            "       ORDER BY name, team, ns) AS k"
+            " WHERE t.source_id = %s AND t.namespace = '' AND t.external_id = k.name"
+            " AND t.team_id = k.team AND NOT EXISTS (SELECT 1 FROM metering_task o"
+            "   WHERE o.source_id = t.source_id AND o.namespace = k.ns"
+            "   AND o.external_id = k.name AND o.team_id = k.team)",
+            [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], source.pk],
+        )
+
+
 def _task_rows_upsert(
-    source: Source, merged: dict[str, dict[str, Any]], team_ids: dict[str, int]
-) -> dict[str, int]:
-    """INSERT ... ON CONFLICT: times only widen; team and kind follow kube-state-metrics.
+    source: Source, merged: dict[TaskRowKey, dict[str, Any]], team_ids: dict[str, int]
+) -> tuple[dict[TaskRowKey, int], list[int]]:
+    """INSERT ... ON CONFLICT: times only widen; kind follows kube-state-metrics. Returns the
+    rows' pks by key, and the pks this statement inserted.
 
     Rows go in sorted order so that concurrent workers cannot deadlock on them.
     """
-    pks: dict[str, int] = {}
+    pks: dict[TaskRowKey, int] = {}
+    inserted: list[int] = []
+    names = {team_id: name for name, team_id in team_ids.items()}
     for from_kube in (True, False):
         rows = [
             (
                 source.pk,
+                row["namespace"],
                 row["external_id"],
                 team_ids[row["team"]],
                 row["kind"],
                 row["fault_domain"],
                 _moment(row["first_seen"]),
+                _moment(row["last_seen"]),
                 _moment(row["created"]),
                 _moment(row["first_started"]),
                 _moment(row["ended"]),
@@ -462,29 +548,67 @@ def _task_rows_upsert(
             if row["from_kube"] == from_kube
         ]
         identity_update = (
-            "team_id = EXCLUDED.team_id, kind = EXCLUDED.kind,"
+            "kind = EXCLUDED.kind,"
             " fault_domain = COALESCE(NULLIF(EXCLUDED.fault_domain, ''), t.fault_domain),"
             if from_kube
             else ""
         )
-        for chunk in _chunked(rows):
-            placeholders = ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(chunk))
+        for chunk in _chunked(rows, size=5000):
+            placeholders = ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(chunk))
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(
-                    "INSERT INTO metering_task AS t (source_id, external_id, team_id, kind,"
-                    " fault_domain, first_seen, created, first_started, ended)"
+                    "INSERT INTO metering_task AS t (source_id, namespace, external_id, team_id,"
+                    " kind, fault_domain, first_seen, last_seen, created, first_started, ended)"
                     f" VALUES {placeholders}"
-                    " ON CONFLICT (source_id, external_id) DO UPDATE SET"
+                    " ON CONFLICT (source_id, namespace, external_id, team_id) DO UPDATE SET"
                     f" {identity_update}"
                     " first_seen = LEAST(t.first_seen, EXCLUDED.first_seen),"
+                    " last_seen = GREATEST(t.last_seen, EXCLUDED.last_seen),"
                     " created = LEAST(t.created, EXCLUDED.created),"
                     " first_started = LEAST(t.first_started, EXCLUDED.first_started),"
                     " ended = GREATEST(t.ended, EXCLUDED.ended)"
-                    " RETURNING external_id, id",
+                    " RETURNING namespace, external_id, team_id, id, xmax = 0",
                     [value for row in chunk for value in row],
                 )
-                pks.update(dict(cursor.fetchall()))
-    return pks
+                for namespace, name, team_id, pk, is_new in cursor.fetchall():
+                    pks[(namespace, name, names[team_id])] = pk
+                    if is_new:
+                        inserted.append(pk)
+    return pks, inserted
+
+
+def _relabels_audit(source: Source, inserted: list[int]) -> None:
+    """A new row for a key that has rows under another team is a relabel: record which team
+    the key leaves (its row metered last before this one), which it joins, and from which
+    interval on."""
+    if not inserted:
+        return
+    new = Task.objects.filter(pk__in=inserted).select_related("team").order_by("pk")
+    rows: dict[tuple[str, str], list[Task]] = defaultdict(list)
+    for task in (
+        Task.objects.filter(source=source, external_id__in={t.external_id for t in new})
+        .exclude(namespace="")
+        .select_related("team")
+        .order_by("first_seen", "pk")
+    ):
+        rows[(task.namespace, task.external_id)].append(task)
+    for task in new:
+        others = [t for t in rows[(task.namespace, task.external_id)] if t.pk != task.pk]
+        if not others:
+            continue
+        before = [t for t in others if t.first_seen < task.first_seen] or others
+        audit_record(
+            action="change",
+            obj=task,
+            changes={
+                "team": [before[-1].team.name, task.team.name],
+                "namespace": task.namespace,
+                "task": task.external_id,
+                "from_interval": task.first_seen,
+                "other_task_rows": [t.pk for t in others],
+                "changed_by": f"ingest of source {source.name} (a relabel in kube-state-metrics)",
+            },
+        )
 
 
 def _chunked(rows: list[tuple], size: int = 5000) -> Iterator[list[tuple]]:
@@ -737,12 +861,17 @@ def _run_write(
     measured: Measured,
     task_ids: dict[tuple[int, PodKey], int],
     service_ids: dict[tuple[str, str], int],
+    accept_loss: LossAcceptance | None = None,
 ) -> tuple[int, float]:
     """Replace the rows of every window of the run, all in ONE transaction; returns the
     number of usage rows written and the seconds their DELETE + COPY took.
 
-    Set-based (one DELETE per table for the run's intervals, one COPY for usage) because the
-    per-statement and per-commit costs, not the rows, dominate a back-fill.
+    A window that holds rows and would be replaced by fewer samples keeps its rows (see
+    `_loses_samples`) unless `accept_loss`, which the audit log then records.
+
+    Set-based (one DELETE per table for each stretch of consecutive windows replaced, one
+    COPY for usage) because the per-statement and per-commit costs, not the rows, dominate a
+    back-fill.
     """
     built = [(window, _window_rows(window, measured, task_ids, service_ids)) for window in run]
     prometheus_seconds = Decimal(str(round(measured.evaluation_seconds / len(run), 6)))
@@ -755,32 +884,34 @@ def _run_write(
                 " FROM unnest(%s::bigint[]) AS id ORDER BY id",
                 [WINDOW_LOCK_CLASS, sorted(window.pk for window in run)],
             )
-            # Table by table: delete the run's rows, write them again.
-            began = time.perf_counter()
-            _run_rows_delete(cursor, run, "usage")
-            _usage_copy(cursor, [row for _, rows in built for row in rows.usage])
-            usage_seconds = time.perf_counter() - began
-            _run_rows_delete(cursor, run, "capacity")
-            CapacityInterval.objects.bulk_create([r for _, rows in built for r in rows.capacity])
-            _run_rows_delete(cursor, run, "latency")
-            LatencyInterval.objects.bulk_create([r for _, rows in built for r in rows.latency])
-            _run_rows_delete(cursor, run, "preemptions")
-            Preemption.objects.bulk_create([r for _, rows in built for r in rows.preemptions])
-        _waits_insert([row for _, rows in built for row in rows.waits])
         previous = {
             row["pk"]: row
             for row in IngestWindow.objects.filter(pk__in=[w.pk for w in run]).values(
-                "pk", "content_hash", "first_written", "changed_after_first_write"
+                "pk",
+                "content_hash",
+                "first_written",
+                "changed_after_first_write",
+                "completeness",
+                "samples_seen",
+                "samples_expected",
+                "rows_written",
+                "warnings",
             )
         }
         now = timezone.now()
-        results = []
+        results, replaced, losses = [], [], []
         for window, rows in built:
             before = previous[window.pk]
             content_hash = _content_hash(rows)
             facts = measured.intervals[int(window.start.timestamp())]
             seen, expected = facts.samples_seen, facts.samples_expected
             completeness = _quantize(facts.completeness)
+            if _loses_samples(before, completeness, content_hash):
+                if accept_loss is None:
+                    results.append(_kept_result(before, completeness, now))
+                    continue
+                losses.append((window, before, completeness, rows.count()))
+            replaced.append((window, rows))
             if not seen:
                 rows.warnings.append("no GPU exporter samples in this window")
             changed = bool(before["first_written"]) and before["content_hash"] != content_hash
@@ -797,8 +928,114 @@ def _run_write(
                     now if changed else before["changed_after_first_write"],
                 )
             )
+        usage_seconds = _rows_replace(replaced)
         _windows_result_update(results, measured.queries, prometheus_seconds, now)
-    return sum(len(rows.usage) for _, rows in built), usage_seconds
+        if losses:
+            _losses_audit(losses, accept_loss)
+    return sum(len(rows.usage) for _, rows in replaced), usage_seconds
+
+
+@dataclass(frozen=True)
+class LossAcceptance:
+    """An operator's explicit consent to replace windows' rows with fewer samples (the
+    Prometheus lost them for good), and who gave it and why, for the audit log."""
+
+    operator: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        if not self.reason.strip():
+            raise WindowError("accepting a loss of metered samples needs a reason")
+        if not self.operator.strip():
+            raise WindowError("accepting a loss of metered samples needs the operator's name")
+
+
+LOSS_REFUSED = "kept the stored rows"
+
+
+def _loses_samples(before: dict[str, Any], completeness: Decimal, content_hash: str) -> bool:
+    """Writing would replace the window's stored rows with fewer samples than they came from:
+    a Prometheus that lost the data (retention, a new empty TSDB, another URL) answers
+    with less or nothing. That covers a window falling below TANDEM_MIN_COMPLETENESS from
+    above it. Rows identical to the stored ones are never a loss."""
+    return (
+        before["first_written"] is not None
+        and completeness < before["completeness"]
+        and content_hash != before["content_hash"]
+    )
+
+
+def _kept_result(before: dict[str, Any], completeness: Decimal, now: datetime) -> tuple:
+    """The window as it was, done, with a warning saying what was refused and how to force it."""
+    minimum = getattr(settings, "TANDEM_MIN_COMPLETENESS", Decimal("0.99"))
+    warning = (
+        f"{LOSS_REFUSED}: re-ingested at {now:%Y-%m-%dT%H:%M:%SZ}, Prometheus gave completeness"
+        f" {completeness} (stored {before['completeness']}, minimum {minimum}); replace them"
+        " only with `manage.py ingest --accept-loss --reason ...` or the admin action"
+        " 'Replace with less data'"
+    )
+    warnings = [w for w in before["warnings"] if not str(w).startswith(LOSS_REFUSED)]
+    return (
+        before["pk"],
+        before["rows_written"],
+        before["samples_seen"],
+        before["samples_expected"],
+        before["completeness"],
+        json.dumps(_capped([warning, *warnings])),
+        before["content_hash"],
+        before["first_written"],
+        before["changed_after_first_write"],
+    )
+
+
+def _rows_replace(replaced: list[tuple[IngestWindow, WindowRows]]) -> float:
+    """Delete and write again the rows of these windows, table by table, one DELETE per
+    stretch of consecutive windows; returns the seconds the usage DELETE + COPY took."""
+    step = timedelta(seconds=settings.TANDEM_STEP_SECONDS)
+    stretches: list[list[IngestWindow]] = []
+    for window, _ in replaced:
+        if stretches and window.start == stretches[-1][-1].start + step:
+            stretches[-1].append(window)
+        else:
+            stretches.append([window])
+    with connection.cursor() as cursor:
+        began = time.perf_counter()
+        for stretch in stretches:
+            _run_rows_delete(cursor, stretch, "usage")
+        _usage_copy(cursor, [row for _, rows in replaced for row in rows.usage])
+        usage_seconds = time.perf_counter() - began
+        for table, model, attribute in (
+            ("capacity", CapacityInterval, "capacity"),
+            ("latency", LatencyInterval, "latency"),
+            ("preemptions", Preemption, "preemptions"),
+        ):
+            for stretch in stretches:
+                _run_rows_delete(cursor, stretch, table)
+            model.objects.bulk_create([r for _, rows in replaced for r in getattr(rows, attribute)])
+    _waits_insert([row for _, rows in replaced for row in rows.waits])
+    return usage_seconds
+
+
+def _losses_audit(losses: list[tuple], accept_loss: LossAcceptance) -> None:
+    """One entry per run whose stored rows an operator let fewer samples replace."""
+    first = losses[0][0]
+    audit_record(
+        action="change",
+        obj=first,
+        changes={
+            "accepted_loss": True,
+            "accepted_by": accept_loss.operator,
+            "reason": accept_loss.reason,
+            "windows": [
+                {
+                    "start": window.start,
+                    "completeness": [before["completeness"], completeness],
+                    "rows_written": [before["rows_written"], rows],
+                }
+                for window, before, completeness, rows in losses
+            ],
+        },
+    )
 
 
 def _windows_result_update(

@@ -41,9 +41,12 @@ def ingest_window(window_id: int) -> str:
 
 
 @shared_task(**RETRY_POLICY)
-def ingest_windows(window_ids: list[int]) -> list[str]:
-    """Consecutive windows of one source, one range query per meter (back-fill)."""
-    return [window.status for window in services.windows_ingest(window_ids=window_ids)]
+def ingest_windows(window_ids: list[int], accept_loss: dict[str, str] | None = None) -> list[str]:
+    """Consecutive windows of one source, one range query per meter (back-fill).
+    `accept_loss` ({"operator", "reason"}): replace stored rows even with fewer samples."""
+    acceptance = services.LossAcceptance(**accept_loss) if accept_loss else None
+    windows = services.windows_ingest(window_ids=window_ids, accept_loss=acceptance)
+    return [window.status for window in windows]
 
 
 @shared_task(acks_late=True)

@@ -52,3 +52,8 @@ class Command(BaseCommand):
             self.stdout.write(f"  {statement.team.name}: {statement.total}")
         if outcome.corrected_periods:
             self.stdout.write("corrections of: " + ", ".join(outcome.corrected_periods))
+        if outcome.corrections_withheld:
+            self.stdout.write(
+                "corrections withheld (windows below the completeness required): "
+                + ", ".join(outcome.corrections_withheld)
+            )

@@ -1,10 +1,17 @@
-"""`manage.py ingest --source NAME --start ISO --end ISO [--now]`: back-fill a source.
+"""`manage.py ingest --source NAME --start ISO --end ISO [--now] [--accept-loss --reason TEXT]`:
+back-fill a source.
 
 Queues the windows covering [start, end) as Celery tasks, several consecutive windows per
-task (one range query per meter); with `--now` ingests them in this process instead.
+task (one range query per meter); with `--now` ingests them in this process instead. A window
+whose stored rows came from more samples than Prometheus now has keeps them (with a warning);
+`--accept-loss` replaces them anyway, and the audit log records who (the login running the
+command) and why (`--reason`).
 """
 
 from __future__ import annotations
+
+import getpass
+from dataclasses import asdict
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -27,11 +34,25 @@ class Command(BaseCommand):
             default=getattr(settings, "TANDEM_INGEST_BATCH_WINDOWS", 12),
             help="consecutive windows per range query (default 12)",
         )
+        parser.add_argument(
+            "--accept-loss",
+            action="store_true",
+            help="replace stored rows even where Prometheus now has fewer samples (audited)",
+        )
+        parser.add_argument("--reason", default="", help="why the loss is accepted (required)")
 
     def handle(self, *args, **options) -> None:
         start, end = period(options["start"], options["end"])
         if options["batch"] < 1:
             raise CommandError("--batch must be at least 1")
+        accept_loss = None
+        if options["accept_loss"] or options["reason"]:
+            if not options["accept_loss"] or not options["reason"].strip():
+                raise CommandError("--accept-loss and --reason go together: say why")
+            accept_loss = services.LossAcceptance(
+                operator=f"{getpass.getuser()} (manage.py ingest --accept-loss)",
+                reason=options["reason"].strip(),
+            )
         services.source_default_ensure()
         try:
             source = selectors.source_get(name=options["source"])
@@ -42,18 +63,21 @@ class Command(BaseCommand):
         batches = [ids[i : i + options["batch"]] for i in range(0, len(ids), options["batch"])]
         if not options["now"]:
             for batch in batches:
-                tasks.ingest_windows.delay_on_commit(batch)
+                tasks.ingest_windows.delay_on_commit(
+                    batch, asdict(accept_loss) if accept_loss else None
+                )
             self.stdout.write(f"queued {len(ids)} windows of {source.name} in {len(batches)} tasks")
             return
-        written = 0
+        written, kept = 0, 0
         for number, batch in enumerate(batches, start=1):
             try:
-                done = services.windows_ingest(window_ids=batch)
+                done = services.windows_ingest(window_ids=batch, accept_loss=accept_loss)
             except sources.PrometheusUnavailable as error:
                 raise CommandError(
                     f"Prometheus unavailable, windows left pending: {error}"
                 ) from None
             written += sum(window.rows_written for window in done)
+            kept += sum(1 for window in done if _kept_stored_rows(window))
             if options["verbosity"] >= 2:
                 for window in done:
                     self.stdout.write(
@@ -67,6 +91,12 @@ class Command(BaseCommand):
                     f"ingested {min(number * options['batch'], len(ids))}/{len(ids)} windows"
                     f" up to {done[-1].end:%Y-%m-%d %H:%M} UTC, {written} rows"
                 )
+        if kept:
+            self.stdout.write(
+                f"warning: {kept} windows kept their stored rows: Prometheus now has fewer of"
+                " their samples (see each window's warning); --accept-loss --reason TEXT"
+                " replaces them"
+            )
         failed = [w for w in windows if w.pk in ids and _status(w) == "failed"]
         if failed:
             raise CommandError(f"{len(failed)} windows failed; see their error in the admin")
@@ -75,3 +105,7 @@ class Command(BaseCommand):
 def _status(window) -> str:
     window.refresh_from_db(fields=["status"])
     return window.status
+
+
+def _kept_stored_rows(window) -> bool:
+    return bool(window.warnings) and str(window.warnings[0]).startswith(services.LOSS_REFUSED)

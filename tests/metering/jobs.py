@@ -1,0 +1,155 @@
+"""A two-GPU node running a few named Jobs, as dcgm-exporter and kube-state-metrics report them,
+back-filled into a real Prometheus (promtool), and an empty Prometheus: the fixtures of the
+task-identity and window-replacement tests.
+
+- Oct 31 (pool zone Asia/Shanghai, UTC+8): namespace `alpha` runs Job `trainer` 23:00-23:10;
+  Nov 1 00:00-00:10 namespace `beta` runs a Job also called `trainer` (UTC 15:00 and 16:00).
+- Oct 20 10:00-10:30 UTC: Job `etl` of namespace `gamma` runs throughout; its pod is labelled
+  team `red` in the windows before 10:15 and team `blue` from then on (a relabel).
+
+GPU-a holds the running pod; GPU-b is idle throughout (capacity is two GPUs). The GPUs report
+from ten minutes before each scenario.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from metering.models import DEFAULT_LABEL_MAPPING, DEFAULT_PRIORITY_CLASS_KINDS, Source
+from simulator.prometheus import PrometheusProcess, backfill, lookback_for, start_prometheus
+from tests.billing.helpers import command_output
+from tests.metering import exposition
+
+SCRAPE = 60
+STEP = timedelta(seconds=300)
+ALPHA_START = datetime(2026, 10, 31, 15, tzinfo=UTC)  # 23:00 on the 31st in Asia/Shanghai
+BETA_START = datetime(2026, 10, 31, 16, tzinfo=UTC)  # 00:00 on Nov 1st in Asia/Shanghai
+NAMESPACES_END = BETA_START + 2 * STEP
+RELABEL_START = datetime(2026, 10, 20, 10, tzinfo=UTC)
+RELABEL_AT = RELABEL_START + 3 * STEP
+RELABEL_END = RELABEL_START + 6 * STEP
+JOB_SECONDS = 600
+# The GPUs report for a while before the first window ingested, as on a running node.
+LEAD_IN = timedelta(minutes=10)  # each Job holds one GPU for two windows
+
+DCGM = (
+    'modelName="NVIDIA A100-SXM4-80GB",Hostname="node-1",job="dcgm-exporter",'
+    'instance="10.0.0.7:9400"'
+)
+KSM = 'job="kube-state-metrics",instance="10.42.0.5:8080"'
+
+
+def _device(uuid: str, gpu: int, pod: tuple[str, str] | None) -> list[str]:
+    labels = f'gpu="{gpu}",UUID="{uuid}",device="nvidia{gpu}",{DCGM}'
+    if pod is None:
+        return [f"DCGM_FI_DEV_FB_USED{{{labels}}} 0"]
+    labels += f',namespace="{pod[0]}",pod="{pod[1]}",container="main"'
+    return [
+        f"DCGM_FI_DEV_FB_USED{{{labels}}} 1024",
+        f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{labels}}} 0.5",
+    ]
+
+
+def _pod(namespace: str, pod: str, job: str, created: int, team: str = "") -> list[str]:
+    base = f'{KSM},namespace="{namespace}",pod="{pod}",uid="uid-{namespace}-{pod}"'
+    labels = f',label_team="{team}"' if team else ""
+    return [
+        f"kube_pod_created{{{base}}} {created}",
+        f"kube_pod_status_scheduled_time{{{base}}} {created + 30}",
+        f'kube_pod_info{{{base},node="node-1",priority_class="training-batch"}} 1',
+        f'kube_pod_owner{{{base},owner_kind="Job",owner_name="{job}",'
+        'owner_is_controller="true"} 1',
+        f"kube_pod_labels{{{base}{labels}}} 1",
+        f'kube_pod_status_phase{{{base},phase="Running"}} 1',
+    ]
+
+
+def _ticks(start: datetime, end: datetime) -> range:
+    return range(int(start.timestamp()), int(end.timestamp()), SCRAPE)
+
+
+# (namespace, pod, Job, team label before the relabel tick, after it, first tick, end)
+JOBS = (
+    ("alpha", "trainer-7fz2k", "trainer", "", "", ALPHA_START, ALPHA_START + 2 * STEP),
+    ("beta", "trainer-9xq4m", "trainer", "", "", BETA_START, NAMESPACES_END),
+    ("gamma", "etl-b8d4c", "etl", "red", "blue", RELABEL_START, RELABEL_END),
+)
+
+
+def series_at() -> dict[int, list[str]]:
+    """Every tick's samples, both scenarios, from LEAD_IN before to one step after each.
+
+    A Job's pod reports only between window boundaries (not at hh:00, hh:05, ...): whether a
+    sample on a boundary counts in the window it starts or ends differs between Prometheus
+    versions, which is not what these tests are about. The relabel shows from 10:16."""
+    relabel_tick = RELABEL_AT.timestamp() + SCRAPE
+    lines: dict[int, list[str]] = {}
+    for begin, end in ((ALPHA_START, NAMESPACES_END), (RELABEL_START, RELABEL_END)):
+        for tick in _ticks(begin - LEAD_IN, end + STEP):
+            running = [
+                job
+                for job in JOBS
+                if job[5].timestamp() <= tick < job[6].timestamp() and tick % STEP.seconds
+            ]
+            holder = (running[0][0], running[0][1]) if running else None
+            lines[tick] = [*_device("GPU-a", 0, holder), *_device("GPU-b", 1, None)]
+            for namespace, pod, job, before, after, start, _ in running:
+                team = before if tick < relabel_tick else after
+                created = int(start.timestamp()) - 60
+                lines[tick] += _pod(namespace, pod, job, created, team=team)
+    return lines
+
+
+@pytest.fixture(scope="session")
+def jobs_tsdb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("jobs")
+    lines = series_at()
+    exposition.write_openmetrics(out / "jobs.om", sorted(lines), lines)
+    backfill(out / "jobs.om", out / "tsdb")
+    return out / "tsdb"
+
+
+@pytest.fixture(scope="session")
+def jobs_prometheus(jobs_tsdb: Path) -> Iterator[PrometheusProcess]:
+    running = start_prometheus(
+        jobs_tsdb, lookback_delta=lookback_for(SCRAPE), scrape_interval=f"{SCRAPE}s"
+    )
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="session")
+def empty_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProcess]:
+    """A Prometheus that lost everything: retention expired, or a new empty TSDB."""
+    running = start_prometheus(
+        tmp_path_factory.mktemp("empty") / "tsdb",
+        lookback_delta=lookback_for(SCRAPE),
+        scrape_interval=f"{SCRAPE}s",
+    )
+    yield running
+    running.stop()
+
+
+def jobs_source(url: str) -> Source:
+    return Source.objects.create(
+        name="kube",
+        url=url,
+        scrape_interval_seconds=SCRAPE,
+        label_mapping=dict(DEFAULT_LABEL_MAPPING),
+        priority_class_kinds=dict(DEFAULT_PRIORITY_CLASS_KINDS),
+    )
+
+
+def iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ingest_command(start: datetime, end: datetime, *extra: str) -> str:
+    """`manage.py ingest --now` of the `kube` source over [start, end); its output."""
+    return command_output(
+        "ingest", "--source", "kube", "--start", iso(start), "--end", iso(end), "--now", *extra
+    )
