@@ -135,10 +135,10 @@ def windows_due_create(*, source: Source, now: datetime | None = None) -> list[l
     """The windows beat should queue now, one list per task, oldest first: the newest closed
     window alone, then a bounded batch of the source's backlog.
 
-    The backlog is every window since the source's first one that is missing (an outage of
-    beat, the broker or the database, however long) or lost (pending or running, untouched
-    for longer than a retry waits: a worker killed with its message unacknowledged, a broker
-    restarted without persistence). Ingesting is idempotent, so queueing a window that was
+    The backlog is every window since the source's `ingest_from` (else its first window)
+    that is missing (an outage of beat, the broker or the database, however long) or lost
+    (pending or running, untouched for longer than a retry waits: a worker killed with its
+    message unacknowledged, a broker restarted without persistence). Ingesting is idempotent, so queueing a window that was
     merely slow costs a query, never a double count.
 
     Bounded so that an outage of weeks never becomes thousands of tasks in one tick: at most
@@ -193,11 +193,12 @@ def _backlog_budget(source: Source, newest: IngestWindow, now: datetime) -> int:
 
 def _missing_starts(source: Source, *, before: datetime, limit: int) -> list[datetime]:
     """The first `limit` step starts, oldest first, that no window of the source covers
-    between its first window and `before`; the gaps come from one query (see
-    selectors.windows_missing), only the steps handed out are enumerated."""
+    between its `ingest_from` (else its first window) and `before`; the gaps come from one
+    query (see selectors.windows_missing), only the steps handed out are enumerated."""
     step = settings.TANDEM_STEP_SECONDS
     starts: list[datetime] = []
-    for gap in selectors.windows_missing(source_ids=[source.pk], start=None, end=before):
+    start = source.ingest_from if source.ingest_from and source.ingest_from < before else None
+    for gap in selectors.windows_missing(source_ids=[source.pk], start=start, end=before):
         first = int(gap.start.timestamp()) // step * step
         for moment in range(first, int(gap.end.timestamp()), step):
             if len(starts) == limit:

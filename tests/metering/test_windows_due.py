@@ -93,3 +93,18 @@ def test_it_keeps_the_backlog_in_flight_within_the_sources_cap() -> None:
     _, *refill = services.windows_due_create(source=source, now=later)
     assert refill[0][0].start == first + STEP * 101
     assert sum(len(batch) for batch in refill) == 100 - 1  # the previous newest is in flight
+
+
+@pytest.mark.django_db
+@override_settings(
+    TANDEM_STEP_SECONDS=300, TANDEM_INGEST_LAG_SECONDS=60, TANDEM_INGEST_CATCHUP_WINDOWS=288
+)
+def test_it_back_fills_a_new_source_from_its_configured_start() -> None:
+    since = datetime(2026, 10, 4, 12, tzinfo=UTC)  # a day before NOW's newest window
+    source = Source.objects.create(name="s", url="http://127.0.0.1:9", ingest_from=since)
+
+    newest, *backlog = services.windows_due_create(source=source, now=NOW)
+
+    assert newest[0].start == datetime(2026, 10, 5, 11, 55, tzinfo=UTC)
+    starts = [w.start for batch in backlog for w in batch]
+    assert starts == [since + STEP * index for index in range(287)]  # up to 11:50, oldest first
