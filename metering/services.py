@@ -132,14 +132,15 @@ def window_newest_closed_create(*, source: Source, now: datetime | None = None) 
 
 
 def windows_due_create(*, source: Source, now: datetime | None = None) -> list[list[IngestWindow]]:
-    """The windows beat should queue now, one list per task, oldest first: the newest closed
-    window alone, then a bounded batch of the source's backlog.
+    """The windows beat should queue now, one list per task: the newest closed window alone,
+    then a bounded batch of the source's backlog, in time order (lost windows first, they are
+    few, then the oldest missing ones).
 
     The backlog is every window since the source's `ingest_from` (else its first window)
     that is missing (an outage of beat, the broker or the database, however long) or lost
     (pending or running, untouched for longer than a retry waits: a worker killed with its
-    message unacknowledged, a broker restarted without persistence). Ingesting is idempotent, so queueing a window that was
-    merely slow costs a query, never a double count.
+    message unacknowledged, a broker restarted without persistence). Ingesting is idempotent,
+    so queueing a window that was merely slow costs a query, never a double count.
 
     Bounded so that an outage of weeks never becomes thousands of tasks in one tick: at most
     TANDEM_INGEST_CATCHUP_WINDOWS backlog windows are in flight per source (those queued by
@@ -152,16 +153,16 @@ def windows_due_create(*, source: Source, now: datetime | None = None) -> list[l
     budget = _backlog_budget(source, newest, now)
     if not budget:
         return [[newest]]
-    lost = (
+    lost = list(
         IngestWindow.objects.filter(
             source=source, status__in=_IN_FLIGHT, updated__lt=_stale_before(now)
         )
         .exclude(pk=newest.pk)
-        .order_by("start")
+        .order_by("start")[:budget]
     )
-    missing = _missing_starts(source, before=newest.start, limit=budget)
-    backlog = sorted([*lost[:budget], *_windows_add(source, missing)], key=lambda w: w.start)
-    backlog = backlog[:budget]
+    # Only windows queued now are created: one left pending unqueued would count as in flight.
+    missing = _missing_starts(source, before=newest.start, limit=budget - len(lost))
+    backlog = sorted([*lost, *_windows_add(source, missing)], key=lambda w: w.start)
     # Touched now: until the retry horizon passes they count as in flight, not lost again.
     IngestWindow.objects.filter(pk__in=[w.pk for w in backlog]).update(updated=now)
     tasks = max(1, source.max_concurrent_queries)
@@ -198,6 +199,8 @@ def _missing_starts(source: Source, *, before: datetime, limit: int) -> list[dat
     step = settings.TANDEM_STEP_SECONDS
     starts: list[datetime] = []
     start = source.ingest_from if source.ingest_from and source.ingest_from < before else None
+    if limit <= 0:
+        return starts
     for gap in selectors.windows_missing(source_ids=[source.pk], start=start, end=before):
         first = int(gap.start.timestamp()) // step * step
         for moment in range(first, int(gap.end.timestamp()), step):

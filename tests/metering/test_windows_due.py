@@ -108,3 +108,25 @@ def test_it_back_fills_a_new_source_from_its_configured_start() -> None:
     assert newest[0].start == datetime(2026, 10, 5, 11, 55, tzinfo=UTC)
     starts = [w.start for batch in backlog for w in batch]
     assert starts == [since + STEP * index for index in range(287)]  # up to 11:50, oldest first
+
+
+@pytest.mark.django_db
+@override_settings(
+    TANDEM_STEP_SECONDS=300, TANDEM_INGEST_LAG_SECONDS=60, TANDEM_INGEST_CATCHUP_WINDOWS=5
+)
+def test_it_creates_no_window_it_does_not_queue() -> None:
+    source = Source.objects.create(name="s", url="http://127.0.0.1:9")
+    first = datetime(2026, 10, 5, 10, 0, tzinfo=UTC)
+    for index in (0, 1, 2):  # lost: running, untouched for an hour
+        start = first + STEP * index
+        made = IngestWindow.objects.create(source=source, start=start, end=start + STEP)
+        IngestWindow.objects.filter(pk=made.pk).update(
+            status="running", updated=NOW - timedelta(hours=1)
+        )
+
+    _, *backlog = services.windows_due_create(source=source, now=NOW)
+
+    queued = [w.start for batch in backlog for w in batch]
+    assert queued == [first + STEP * index for index in range(5)]  # 3 lost, 2 missing
+    # 10:00 ... 10:20 and the newest, 11:55: the other missing windows wait for later ticks.
+    assert IngestWindow.objects.filter(source=source).count() == 6
