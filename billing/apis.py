@@ -83,6 +83,8 @@ class StatementOutput(serializers.ModelSerializer):
     price_book_version = serializers.IntegerField(source="period_close.price_book_version")
     engine_version = serializers.CharField(source="period_close.engine_version")
     closed_at = serializers.DateTimeField(source="period_close.closed_at")
+    # Empty unless finance closed the month although its metering was incomplete: then why.
+    incomplete_reason = serializers.CharField(source="period_close.incomplete_reason")
 
     class Meta:
         model = Statement
@@ -97,6 +99,7 @@ class StatementOutput(serializers.ModelSerializer):
             "price_book_version",
             "engine_version",
             "closed_at",
+            "incomplete_reason",
         ]
 
 

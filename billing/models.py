@@ -214,6 +214,10 @@ class PeriodClose(ImmutableModel):
     teams_total = models.DecimalField(**MONEY)
     platform_total = models.DecimalField(**MONEY)
     closed_at = models.DateTimeField()
+    # Finance closed the month although its metering is not complete (close_period
+    # --accept-incomplete): why, and the ranges that were missing or short at the close.
+    incomplete_reason = models.TextField(blank=True)
+    incomplete_ranges = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["-period"]
@@ -230,10 +234,22 @@ class PeriodClose(ImmutableModel):
                 ),
                 name="period_close_conserves_pool_cost",
             ),
+            models.CheckConstraint(
+                # An incomplete close always says why, and what it lacked.
+                condition=(
+                    models.Q(incomplete_reason="", incomplete_ranges=[])
+                    | (~models.Q(incomplete_reason="") & ~models.Q(incomplete_ranges=[]))
+                ),
+                name="period_close_incomplete_has_reason_and_ranges",
+            ),
         ]
 
     def __str__(self) -> str:
         return self.period
+
+    @property
+    def is_incomplete(self) -> bool:
+        return bool(self.incomplete_reason)
 
 
 class PeriodScenario(ImmutableModel):

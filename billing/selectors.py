@@ -25,8 +25,8 @@ from billing.models import (
     StatementLine,
 )
 from billing.scenarios import scenario_build, scenario_digest
-from metering.models import TRAINING_KINDS, IngestWindow, Team
-from metering.selectors import hour_start, hourly_rollup_serves
+from metering.models import TRAINING_KINDS, CapacityInterval, IngestWindow, Source, Team
+from metering.selectors import hour_start, hourly_rollup_serves, windows_missing
 
 ZERO = Decimal(0)
 CENT = Decimal("0.01")
@@ -108,32 +108,118 @@ def min_completeness() -> Decimal:
     return Decimal(str(getattr(settings, "TANDEM_MIN_COMPLETENESS", DEFAULT_MIN_COMPLETENESS)))
 
 
-def period_window_problems(bounds: PeriodBounds) -> list[str]:
-    """Why the month's metering is not ready to bill, one message per ingest window.
+@dataclass(frozen=True)
+class WindowProblem:
+    """A contiguous range of one source's metering that keeps a month from closing: no
+    window covers it (`missing`), its windows are `pending`, `running` or `failed`, or they
+    are done but below TANDEM_MIN_COMPLETENESS (`short`)."""
 
-    A window overlapping the month must be done and at least `TANDEM_MIN_COMPLETENESS`
-    complete (default 0.99).
-    """
-    threshold = min_completeness()
-    windows = (
-        IngestWindow.objects.filter(start__lt=bounds.end, end__gt=bounds.start)
-        .filter(~Q(status=IngestWindow.Status.DONE) | Q(completeness__lt=threshold))
-        .select_related("source")
-        .order_by("start", "source__name")
+    source: str
+    problem: str
+    start: dt.datetime
+    end: dt.datetime
+    windows: int  # 0 for a missing range
+    lowest_completeness: Decimal | None = None
+    threshold: Decimal = DEFAULT_MIN_COMPLETENESS
+
+    @property
+    def message(self) -> str:
+        span = f"{self.start:%Y-%m-%dT%H:%MZ} to {self.end:%Y-%m-%dT%H:%MZ}"
+        if self.problem == "missing":
+            return f"{self.source} has no ingest window from {span} ({_duration(self)})"
+        required = f"below the {self.threshold:.2%} required"
+        if self.windows == 1:
+            state = self.problem
+            if self.problem == "short":
+                state = f"{self.lowest_completeness:.2%} complete, {required}"
+            return f"window {self.source} {span} is {state}"
+        state = self.problem
+        if self.problem == "short":
+            state = f"{required} (lowest {self.lowest_completeness:.2%})"
+        return f"windows {self.source} {span} ({self.windows} windows) are {state}"
+
+    def as_record(self) -> dict[str, object]:
+        """What a close accepted incomplete keeps of it (JSON)."""
+        return {
+            "source": self.source,
+            "problem": self.problem,
+            "start": self.start.isoformat(),
+            "end": self.end.isoformat(),
+            "windows": self.windows,
+            "message": self.message,
+        }
+
+
+def _duration(problem: WindowProblem) -> str:
+    minutes = int((problem.end - problem.start).total_seconds()) // 60
+    days, minutes = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(minutes, 60)
+    parts = [f"{days} day{'s' if days != 1 else ''}"] if days else []
+    parts += [f"{hours} h"] if hours else []
+    parts += [f"{minutes} min"] if minutes or not parts else []
+    return " ".join(parts)
+
+
+# Windows overlapping the month that are not done, or done below the threshold, grouped into
+# runs of one source and one problem whose windows follow each other without a gap.
+PROBLEM_RUNS_SQL = """
+WITH flagged AS (
+    SELECT source_id, start, "end", completeness,
+           CASE WHEN status <> 'done' THEN status ELSE 'short' END AS problem
+    FROM metering_ingestwindow
+    WHERE start < %(end)s AND "end" > %(start)s
+      AND (status <> 'done' OR completeness < %(threshold)s)
+), opened AS (
+    SELECT *, CASE WHEN start = LAG("end") OVER (
+        PARTITION BY source_id, problem ORDER BY start, "end") THEN 0 ELSE 1 END AS opens
+    FROM flagged
+), numbered AS (
+    SELECT *, SUM(opens) OVER (PARTITION BY source_id, problem ORDER BY start, "end") AS run
+    FROM opened
+)
+SELECT source_id, problem, MIN(start), MAX("end"), COUNT(*), MIN(completeness)
+FROM numbered GROUP BY source_id, problem, run
+"""
+
+
+def period_sources(bounds: PeriodBounds) -> list[Source]:
+    """The sources whose metering a month needs: those with a window or capacity in it, and
+    every enabled source that existed before it ended (a source added later has none)."""
+    overlapping = IngestWindow.objects.filter(start__lt=bounds.end, end__gt=bounds.start)
+    capacity = CapacityInterval.objects.filter(
+        interval_start__gte=bounds.start, interval_start__lt=bounds.end
     )
-    problems = []
-    for window in windows:
-        name = (
-            f"window {window.source.name} "
-            f"{window.start:%Y-%m-%dT%H:%MZ} to {window.end:%Y-%m-%dT%H:%MZ}"
+    return list(
+        Source.objects.filter(
+            Q(pk__in=overlapping.values("source_id"))
+            | Q(pk__in=capacity.values("source_id"))
+            | Q(enabled=True, created__lt=bounds.end)
+        ).order_by("name")
+    )
+
+
+def period_window_problems(bounds: PeriodBounds) -> list[WindowProblem]:
+    """Why the month's metering is not ready to bill, one entry per contiguous range, in
+    time order: every step of the month must be covered by a window of each of its sources
+    (period_sources) that is done and at least `TANDEM_MIN_COMPLETENESS` complete (default
+    0.99). Two queries, however many windows the month has."""
+    threshold = min_completeness()
+    sources = {source.pk: source.name for source in period_sources(bounds)}
+    problems = [
+        WindowProblem(sources[gap.source_id], "missing", gap.start, gap.end, 0)
+        for gap in windows_missing(source_ids=list(sources), start=bounds.start, end=bounds.end)
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            PROBLEM_RUNS_SQL, {"start": bounds.start, "end": bounds.end, "threshold": threshold}
         )
-        if window.status != IngestWindow.Status.DONE:
-            problems.append(f"{name} is {window.status}")
-        else:
-            problems.append(
-                f"{name} is {window.completeness:.2%} complete, below the {threshold:.2%} required"
-            )
-    return problems
+        runs = cursor.fetchall()
+    names = dict(Source.objects.filter(pk__in={run[0] for run in runs}).values_list("pk", "name"))
+    problems += [
+        WindowProblem(names[source_id], problem, start, end, count, lowest, threshold)
+        for source_id, problem, start, end, count, lowest in runs
+    ]
+    return sorted(problems, key=lambda p: (p.start, p.source, p.problem))
 
 
 # --- Quotas ---------------------------------------------------------------------------

@@ -45,6 +45,7 @@ from billing.scenarios import PricedScenario, scenario_build, scenario_digest, s
 from billing.selectors import (
     PeriodBounds,
     PriceBookNotFound,
+    WindowProblem,
     engine_price_book,
     ingested_until,
     min_completeness,
@@ -71,11 +72,17 @@ class PriceBookInvalid(BillingError):
 
 
 class PeriodCloseRefused(BillingError):
-    """The month cannot be closed (yet); `reasons` lists every problem found."""
+    """The month cannot be closed (yet); `reasons` lists every problem found.
 
-    def __init__(self, period: str, reasons: list[str]) -> None:
+    `incomplete` holds the metering ranges among them (missing, not done, short), which
+    finance may accept (period_close's `accept_incomplete`) when the data will never come."""
+
+    def __init__(
+        self, period: str, reasons: list[str], incomplete: list[WindowProblem] | None = None
+    ) -> None:
         self.period = period
         self.reasons = reasons
+        self.incomplete = incomplete or []
         super().__init__(f"period {period} cannot be closed: " + "; ".join(reasons))
 
 
@@ -227,6 +234,7 @@ def period_close(
     corrections: bool = True,
     recheck: Iterable[str] = (),
     now: dt.datetime | None = None,
+    accept_incomplete: str = "",
 ) -> PeriodCloseOutcome:
     """Close `period` ("YYYY-MM" in the pool's time zone): price it and store its statements.
 
@@ -235,6 +243,11 @@ def period_close(
     published price book is in force, or when metering holds nothing for it. A scenario the
     engine cannot price raises its ScenarioError naming the record. Nothing is stored unless
     everything is.
+
+    `accept_incomplete` is finance's reason to close a month whose metering will never be
+    complete (Prometheus lost the data): the missing and short ranges no longer refuse the
+    close, and are stored on it with the reason, shown wherever the month is, and audited.
+    Every other refusal stands. Beat never passes it.
 
     Idempotent: an already closed month is returned as it is (never re-priced or edited);
     `data_changed` says whether its metering changed since.
@@ -245,11 +258,12 @@ def period_close(
     """
     now = now or timezone.now()
     bounds = period_bounds(period)
+    accepted = _accepted_reason(accept_incomplete)
     existing = PeriodClose.objects.filter(period=period).first()
     if existing is not None:
         return _already_closed(existing, bounds)
     with _metering_snapshot():
-        book = _ready_to_close(bounds, now)
+        book, incomplete = _ready_to_close(bounds, now, accepted)
         priced = _price_metering(bounds, book)
         if not priced.built.has_metering_data:
             reason = f"metering holds no capacity or usage for {period}"
@@ -275,8 +289,12 @@ def period_close(
                 raise PeriodCloseRefused(
                     period, [f"another close corrected {item.period} meanwhile; run it again"]
                 )
-        close = _store_close(bounds, book, priced, due, now)
-        audit_record(action="close", obj=close, changes={"pool_cost": close.pool_cost})
+        close = _store_close(bounds, book, priced, due, now, accepted, incomplete)
+        changes: dict[str, object] = {"pool_cost": close.pool_cost}
+        if close.is_incomplete:
+            changes["incomplete_reason"] = close.incomplete_reason
+            changes["incomplete_ranges"] = [item["message"] for item in close.incomplete_ranges]
+        audit_record(action="close", obj=close, changes=changes)
     return PeriodCloseOutcome(
         period_close=close,
         created=True,
@@ -302,19 +320,33 @@ def _metering_snapshot() -> Iterator[None]:
         yield
 
 
-def _ready_to_close(bounds: PeriodBounds, now: dt.datetime) -> PriceBook:
+def _accepted_reason(accept_incomplete: str) -> str:
+    if not isinstance(accept_incomplete, str):
+        raise BillingError("accept_incomplete: give the reason as text")
+    if accept_incomplete and not accept_incomplete.strip():
+        raise BillingError("accept_incomplete: give the reason the month closes incomplete")
+    if len(accept_incomplete) > 2000:
+        raise BillingError("accept_incomplete: keep the reason under 2,000 characters")
+    return accept_incomplete.strip()
+
+
+def _ready_to_close(
+    bounds: PeriodBounds, now: dt.datetime, accepted: str
+) -> tuple[PriceBook, list[WindowProblem]]:
+    """The book to price with, and the metering problems finance accepted (if it did)."""
     reasons = []
     if bounds.end > now:
         reasons.append(f"the month is not over until {bounds.end:%Y-%m-%dT%H:%M:%SZ}")
-    reasons += period_window_problems(bounds)
+    incomplete = period_window_problems(bounds)
     book = None
     try:
         book = price_book_in_force(bounds.first_day)
     except PriceBookNotFound as error:
         reasons.append(str(error))
-    if reasons:
-        raise PeriodCloseRefused(bounds.period, reasons)
-    return book
+    if reasons or (incomplete and not accepted):
+        messages = [problem.message for problem in incomplete]
+        raise PeriodCloseRefused(bounds.period, reasons + messages, incomplete)
+    return book, incomplete
 
 
 def _price_metering(bounds: PeriodBounds, book: PriceBook) -> PricedScenario:
@@ -544,6 +576,8 @@ def _store_close(
     priced: PricedScenario,
     corrections: list[_Correction],
     now: dt.datetime,
+    accepted: str,
+    incomplete: list[WindowProblem],
 ) -> PeriodClose:
     result = priced.result
     team_lines: dict[str, list[StatementLine]] = defaultdict(list)
@@ -584,6 +618,9 @@ def _store_close(
         teams_total=sum(totals.values(), ZERO),
         platform_total=sum((row.amount for row in platform_lines), ZERO),
         closed_at=now,
+        # A complete month records no reason, even when finance gave one.
+        incomplete_reason=accepted if incomplete else "",
+        incomplete_ranges=[problem.as_record() for problem in incomplete],
     )
     _store_scenarios(close, book, priced, corrections, now)
     _store_statements(close, bounds, book, team_lines, totals, line_contributions)
@@ -849,6 +886,8 @@ def period_close_due(*, now: dt.datetime | None = None) -> str | None:
     try:
         period_close(period=period, now=now)
     except PeriodCloseRefused as error:
-        logger.warning("not closing %s yet: %s", period, error)
+        # Never accepted here: a short month waits for ingestion, or for finance's reason.
+        reasons = "\n".join(f"  - {reason}" for reason in error.reasons)
+        logger.warning("not closing %s yet:\n%s", period, reasons)
         return None
     return period

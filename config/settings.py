@@ -162,7 +162,8 @@ TANDEM_READ_HOURLY_ROLLUP = env_bool("TANDEM_READ_HOURLY_ROLLUP", True)
 TANDEM_INGEST_LAG_SECONDS = env_int("TANDEM_INGEST_LAG_SECONDS", 60)
 TANDEM_SCRAPE_INTERVAL_SECONDS = env_int("TANDEM_SCRAPE_INTERVAL_SECONDS", 15)  # `default` source
 TANDEM_INGEST_BATCH_WINDOWS = env_int("TANDEM_INGEST_BATCH_WINDOWS", 12)
-# Beat re-queues windows lost to faults (killed workers, a broker restart) this many steps back.
+# Beat catches up a source's missing or lost windows (an outage, a killed worker, a broker
+# restart), however far back: at most this many in flight per source, oldest first.
 TANDEM_INGEST_CATCHUP_WINDOWS = env_int("TANDEM_INGEST_CATCHUP_WINDOWS", 288)
 TANDEM_INGEST_RETRY_BACKOFF_SECONDS = env_int("TANDEM_INGEST_RETRY_BACKOFF_SECONDS", 5)
 TANDEM_INGEST_RETRY_BACKOFF_MAX_SECONDS = env_int("TANDEM_INGEST_RETRY_BACKOFF_MAX_SECONDS", 600)

@@ -33,6 +33,7 @@ class SourceForm(forms.ModelForm):
             "label_mapping",
             "priority_class_kinds",
             "max_concurrent_queries",
+            "ingest_from",
             "enabled",
         ]
 

@@ -44,6 +44,13 @@ class Source(models.Model):
     label_mapping = models.JSONField(default=dict, blank=True)
     priority_class_kinds = models.JSONField(default=dict, blank=True)
     max_concurrent_queries = models.PositiveSmallIntegerField(default=4)
+    # Beat back-fills every window from here on; empty: from the source's first window.
+    ingest_from = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Beat ingests every window from this instant on (back-filling what is"
+        " missing); empty: from the source's first window.",
+    )
     enabled = models.BooleanField(default=True)
     created = models.DateTimeField(auto_now_add=True)
 

@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from audit.services import audit_record, object_snapshot
 from billing.pricing.quantile import P99, histogram_quantile
-from metering import measure, sources
+from metering import measure, selectors, sources
 from metering.measure import IntervalFacts, Measured, PodIdentity, PodKey
 from metering.models import (
     DEFAULT_LABEL_MAPPING,
@@ -134,48 +134,94 @@ def window_newest_closed_create(*, source: Source, now: datetime | None = None) 
     return window
 
 
-def windows_due_create(*, source: Source, now: datetime | None = None) -> list[IngestWindow]:
-    """The windows beat should queue now: the newest closed one, plus every window of the last
-    TANDEM_INGEST_CATCHUP_WINDOWS steps (from the source's first window on) that is missing, or
-    pending/running but untouched for longer than a retry waits. Those were lost: a worker
-    killed with its message unacknowledged, a broker restarted without persistence, a beat run
-    or a task that failed on the database. Ingesting is idempotent, so queueing a window that
-    was merely slow costs a query, never a double count."""
-    step = timedelta(seconds=settings.TANDEM_STEP_SECONDS)
+def windows_due_create(*, source: Source, now: datetime | None = None) -> list[list[IngestWindow]]:
+    """The windows beat should queue now, one list per task: the newest closed window alone,
+    then a bounded batch of the source's backlog, in time order (lost windows first, they are
+    few, then the oldest missing ones).
+
+    The backlog is every window since the source's `ingest_from` (else its first window)
+    that is missing (an outage of beat, the broker or the database, however long) or lost
+    (pending or running, untouched for longer than a retry waits: a worker killed with its
+    message unacknowledged, a broker restarted without persistence). Ingesting is idempotent,
+    so queueing a window that was merely slow costs a query, never a double count.
+
+    Bounded so that an outage of weeks never becomes thousands of tasks in one tick: at most
+    TANDEM_INGEST_CATCHUP_WINDOWS backlog windows are in flight per source (those queued by
+    earlier ticks and not done yet count), split into at most `max_concurrent_queries` tasks,
+    the source's cap on queries in flight. Repeated ticks converge: each one tops the backlog
+    in flight up again as the workers finish.
+    """
     now = now or timezone.now()
     newest = window_newest_closed_create(source=source, now=now)
-    horizon = newest.start - step * getattr(settings, "TANDEM_INGEST_CATCHUP_WINDOWS", 288)
-    windows = {
-        window.start: window
-        for window in IngestWindow.objects.filter(
-            source=source, start__gte=horizon, start__lte=newest.start, end=F("start") + step
+    budget = _backlog_budget(source, newest, now)
+    if not budget:
+        return [[newest]]
+    lost = list(
+        IngestWindow.objects.filter(
+            source=source, status__in=_IN_FLIGHT, updated__lt=_stale_before(now)
         )
-    }
-    earliest = min(windows)
-    gaps = [
-        earliest + step * index
-        for index in range(int((newest.start - earliest) / step))
-        if earliest + step * index not in windows
-    ]
-    if gaps:  # only the gaps: ON CONFLICT DO NOTHING would still burn an id per row
-        IngestWindow.objects.bulk_create(
-            [IngestWindow(source=source, start=start, end=start + step) for start in gaps],
-            ignore_conflicts=True,
-        )
-    stale = (
-        now
-        - timedelta(seconds=getattr(settings, "TANDEM_INGEST_RETRY_BACKOFF_MAX_SECONDS", 600))
-        - 2 * step
+        .exclude(pk=newest.pk)
+        .order_by("start")[:budget]
     )
-    lost = (IngestWindow.Status.PENDING, IngestWindow.Status.RUNNING)
-    due = [
-        window
-        for window in windows.values()
-        if window.pk == newest.pk or (window.status in lost and window.updated < stale)
-    ]
-    if gaps:
-        due += IngestWindow.objects.filter(source=source, start__in=gaps, end=F("start") + step)
-    return sorted(due, key=lambda window: window.start)
+    # Only windows queued now are created: one left pending unqueued would count as in flight.
+    missing = _missing_starts(source, before=newest.start, limit=budget - len(lost))
+    backlog = sorted([*lost, *_windows_add(source, missing)], key=lambda w: w.start)
+    # Touched now: until the retry horizon passes they count as in flight, not lost again.
+    IngestWindow.objects.filter(pk__in=[w.pk for w in backlog]).update(updated=now)
+    tasks = max(1, source.max_concurrent_queries)
+    per_task = max(1, -(-settings.TANDEM_INGEST_CATCHUP_WINDOWS // tasks))
+    return [[newest]] + [backlog[i : i + per_task] for i in range(0, len(backlog), per_task)]
+
+
+_IN_FLIGHT = (IngestWindow.Status.PENDING, IngestWindow.Status.RUNNING)
+
+
+def _stale_before(now: datetime) -> datetime:
+    """A pending or running window untouched since then was lost: a live one is retried (and
+    touched) at least every TANDEM_INGEST_RETRY_BACKOFF_MAX_SECONDS."""
+    step = timedelta(seconds=settings.TANDEM_STEP_SECONDS)
+    backoff = timedelta(seconds=getattr(settings, "TANDEM_INGEST_RETRY_BACKOFF_MAX_SECONDS", 600))
+    return now - backoff - 2 * step
+
+
+def _backlog_budget(source: Source, newest: IngestWindow, now: datetime) -> int:
+    in_flight = (
+        IngestWindow.objects.filter(
+            source=source, status__in=_IN_FLIGHT, updated__gte=_stale_before(now)
+        )
+        .exclude(pk=newest.pk)
+        .count()
+    )
+    return max(0, settings.TANDEM_INGEST_CATCHUP_WINDOWS - in_flight)
+
+
+def _missing_starts(source: Source, *, before: datetime, limit: int) -> list[datetime]:
+    """The first `limit` step starts, oldest first, that no window of the source covers
+    between its `ingest_from` (else its first window) and `before`; the gaps come from one
+    query (see selectors.windows_missing), only the steps handed out are enumerated."""
+    step = settings.TANDEM_STEP_SECONDS
+    starts: list[datetime] = []
+    start = source.ingest_from if source.ingest_from and source.ingest_from < before else None
+    if limit <= 0:
+        return starts
+    for gap in selectors.windows_missing(source_ids=[source.pk], start=start, end=before):
+        first = int(gap.start.timestamp()) // step * step
+        for moment in range(first, int(gap.end.timestamp()), step):
+            if len(starts) == limit:
+                return starts
+            starts.append(datetime.fromtimestamp(moment, UTC))
+    return starts
+
+
+def _windows_add(source: Source, starts: list[datetime]) -> list[IngestWindow]:
+    if not starts:  # only the gaps: ON CONFLICT DO NOTHING would still burn an id per row
+        return []
+    step = timedelta(seconds=settings.TANDEM_STEP_SECONDS)
+    IngestWindow.objects.bulk_create(
+        [IngestWindow(source=source, start=start, end=start + step) for start in starts],
+        ignore_conflicts=True,
+    )
+    return list(IngestWindow.objects.filter(source=source, start__in=starts, end=F("start") + step))
 
 
 # --- Ingestion -------------------------------------------------------------------------

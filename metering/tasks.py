@@ -6,10 +6,13 @@ Prometheus is unreachable or answering 5xx the task retries with exponential bac
 windows stay `pending` with the error, never silently empty.
 
 Beat (add to config/settings.py, see BEAT_SCHEDULE below): every step, ingest the newest
-window that has closed, for every enabled source.
+window that has closed for every enabled source, and catch up its missing or lost windows a
+bounded batch per tick (services.windows_due_create).
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from celery import shared_task
 from django.conf import settings
@@ -50,11 +53,16 @@ def ingest_windows(window_ids: list[int], accept_loss: dict[str, str] | None = N
 
 
 @shared_task(acks_late=True)
-def ingest_newest_windows() -> list[int]:
+def ingest_newest_windows(now: str | None = None) -> list[int]:
+    """Queue every enabled source's newest closed window and a bounded batch of its backlog
+    (missing or lost windows, oldest first); `now` (ISO) is for replaying a moment."""
+    moment = datetime.fromisoformat(now) if now else None
     services.source_default_ensure()
     window_ids = []
     for source in Source.objects.filter(enabled=True):
-        for window in services.windows_due_create(source=source):
-            ingest_window.delay_on_commit(window.pk)
-            window_ids.append(window.pk)
+        newest, *backlog = services.windows_due_create(source=source, now=moment)
+        ingest_window.delay_on_commit(newest[0].pk)
+        for batch in backlog:
+            ingest_windows.delay_on_commit([window.pk for window in batch])
+        window_ids += [window.pk for batch in [newest, *backlog] for window in batch]
     return window_ids

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from metering.models import IngestWindow, UsageInterval
 from tests.api import expected
+from tests.api import factories as f
 from tests.api.conftest import ZONE
 
 # The default price book (pricing.md's example): R = D + F + E*W, R_off = D + E*W.
@@ -34,6 +35,21 @@ def test_it_lists_statements_with_lines_and_the_scenario_hash(pool, callers):
     assert alpha["lines"][0]["rate_per_gpu_hour"] == "14.374"
     assert alpha["scenario_sha256"] == "ab" * 32
     assert (alpha["price_book_version"], alpha["currency"]) == (1, "CNY")
+    assert alpha["incomplete_reason"] == ""
+
+
+def test_it_says_why_a_month_was_closed_incomplete(pool, callers):
+    reason = "Prometheus lost 10-12 August"
+    close = f.PeriodCloseFactory(
+        period="2026-08",
+        incomplete_reason=reason,
+        incomplete_ranges=[{"message": "default has no ingest window from ..."}],
+    )
+    f.StatementFactory(period_close=close, team=pool.teams["alpha"], total="0.00")
+
+    body = callers["finance"].client.get(reverse("api-statements"), {"period": "2026-08"}).json()
+
+    assert [s["incomplete_reason"] for s in body["results"]] == [reason]
 
 
 @pytest.mark.parametrize(

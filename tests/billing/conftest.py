@@ -22,6 +22,7 @@ from tests.billing.factories import (
     TeamFactory,
     small_pool,
 )
+from tests.factories import windows_complete
 
 
 @pytest.fixture(autouse=True)
@@ -41,8 +42,11 @@ def default_book(db) -> PriceBook:
 
 @pytest.fixture
 def pool(default_book) -> SmallPool:
-    """36 hours of an 8-GPU pool from 2026-09-30 00:00 Asia/Shanghai (see factories)."""
-    return small_pool()
+    """36 hours of an 8-GPU pool from 2026-09-30 00:00 Asia/Shanghai (see factories), the
+    rest of September and October ingested and empty."""
+    pool = small_pool()
+    windows_complete(periods=("2026-09", "2026-10"))
+    return pool
 
 
 @pytest.fixture
@@ -111,6 +115,7 @@ def worked_example(default_book, fixtures_dir: Path) -> dict:
     first = _instant(scenario["capacity"][0]["interval"])
     for hour in range(24):
         IngestWindowFactory(source=source, start=first + dt.timedelta(hours=hour))
+    windows_complete(periods=["2026-10"])
     return scenario
 
 

@@ -17,6 +17,7 @@ from billing.services import period_close
 from metering.models import CapacityInterval, IngestWindow, UsageInterval
 from tests.billing.factories import IngestWindowFactory
 from tests.billing.helpers import billing_rows
+from tests.factories import windows_complete
 
 pytestmark = pytest.mark.django_db
 SEPTEMBER, OCTOBER, NOVEMBER = "2026-09", "2026-10", "2026-11"
@@ -127,6 +128,7 @@ def test_it_corrects_a_month_twice_from_what_was_billed_so_far(pool):
         capacity_gpu_seconds=2400,
     )
     IngestWindowFactory(source=pool.source, start=november_interval)
+    windows_complete(periods=[NOVEMBER])
 
     november = period_close(period=NOVEMBER, now=dt.datetime(2026, 12, 1, tzinfo=dt.UTC))
 

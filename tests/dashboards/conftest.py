@@ -16,6 +16,7 @@ from billing import services as billing_services
 from billing.models import PriceBook
 from metering.models import Team
 from tests.dashboards.pool import Pool, build_pool
+from tests.factories import windows_complete
 
 MONTH = "2026-10"
 PREVIOUS_MONTH = "2026-09"
@@ -71,6 +72,7 @@ def make_closed_pool() -> Pool:
     billing_services.price_book_ensure_default()
     build_pool(first_day=dt.date(2026, 9, 1), days=3, seed=2)
     pool = build_pool(first_day=dt.date(2026, 10, 1), days=2, seed=1)
+    windows_complete(periods=(PREVIOUS_MONTH, MONTH))
     for period in (PREVIOUS_MONTH, MONTH):
         billing_services.period_close(period=period, now=AFTER_BOTH_MONTHS)
     billing_services.price_book_create_draft(

@@ -9,6 +9,7 @@ from django.test import Client
 
 from access.models import Role
 from billing.services import period_close
+from tests.factories import windows_complete
 from tests.reports import factories as f
 
 
@@ -25,6 +26,7 @@ def reports_dir(settings, tmp_path: Path) -> Path:
 def pool(db) -> f.Pool:
     """The metering rows, and October closed by billing's own period close."""
     pool = f.build_pool()
+    windows_complete(periods=[f.PERIOD])
     period_close(period=f.PERIOD)
     return pool
 

@@ -19,6 +19,7 @@ from billing.services import period_close, price_book_ensure_default
 from reports import services
 from reports.models import ReportRun
 from tests.conftest import REPO
+from tests.factories import windows_complete
 from tests.reports import factories as f
 
 WAIT_SECONDS = 180
@@ -71,6 +72,7 @@ def worker(transactional_db, settings, tmp_path: Path) -> Iterator[subprocess.Po
 def test_it_runs_a_queued_report_in_a_celery_worker(worker, tmp_path: Path) -> None:
     price_book_ensure_default()  # the flush of a transactional test removed the default book
     f.build_pool()
+    windows_complete(periods=[f.PERIOD])
     period_close(period=f.PERIOD)
 
     run = services.report_run_create(period=f.PERIOD, kind="monthly")  # sent on commit

@@ -43,7 +43,7 @@ def test_it_lists_the_tasks_intervals_and_promql_behind_an_offpeak_line(people, 
     assert query["promql"] == "sum by (namespace, pod) (recorded_allocation)"
     assert (query["start"], query["end"]) == ("2026-09-30T16:05:00Z", "2026-10-31T16:00:00Z")
     assert query["step_seconds"] == 300
-    assert data["ingest_windows"] == 12
+    assert data["ingest_windows"] == 31 * 24  # the pool's 12 hours and the rest of October
 
 
 def test_it_shows_one_task_interval_by_interval(people, pool) -> None:

@@ -15,6 +15,7 @@ from metering.models import CapacityInterval, UsageInterval
 from reports import services
 from reports.models import ReportFile
 from reports.rows import report_page
+from tests.factories import windows_complete
 from tests.reports import factories as f
 
 DECIMAL = re.compile(r"^-?[0-9]+(\.[0-9]+)?$")  # FOCUS NumericFormat: no '+', exponent, comma
@@ -125,6 +126,7 @@ def test_it_marks_corrections_of_an_earlier_month(pool) -> None:
     )
     november = [f.NOVEMBER_START + i * f.STEP for i in range(12)]
     f.add_intervals(pool, november)
+    windows_complete(periods=["2026-11"])
     period_close(period="2026-11", recheck={"2026-10"}, now=dt.datetime(2026, 12, 2, tzinfo=dt.UTC))
 
     run = services.report_run_create(period="2026-11", parameters={"pdf": False}, enqueue=False)

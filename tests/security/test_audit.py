@@ -29,6 +29,7 @@ from metering.models import Service, Source, Team
 from metering.services import source_default_ensure
 from tests.api import factories as f
 from tests.billing.factories import small_pool
+from tests.factories import windows_complete
 
 
 @pytest.fixture
@@ -226,6 +227,7 @@ def test_it_records_a_period_close(settings, db):
     settings.TANDEM_STEP_SECONDS = 300
     price_book_ensure_default()
     small_pool()
+    windows_complete(periods=["2026-09"])
     close = period_close(period="2026-09").period_close
     (entry,) = entries("billing.periodclose", "close")
     assert entry.object_id == str(close.pk)

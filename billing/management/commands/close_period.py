@@ -1,4 +1,6 @@
-"""`close_period --period YYYY-MM`: price a month and store its statements (idempotent)."""
+"""`close_period --period YYYY-MM [--accept-incomplete REASON]`: price a month and store its
+statements (idempotent). A month whose metering is missing or short is refused, naming the
+ranges, unless finance accepts it incomplete with a reason."""
 
 from __future__ import annotations
 
@@ -26,13 +28,39 @@ class Command(BaseCommand):
             metavar="YYYY-MM",
             help="re-build this earlier closed month even if no ingest window flags late data",
         )
+        parser.add_argument(
+            "--accept-incomplete",
+            default="",
+            metavar="REASON",
+            help="close although metering is missing or short (the data will never come);"
+            " the reason and the ranges are recorded on the close, shown and audited",
+        )
 
-    def handle(self, *args, period: str, no_corrections: bool, recheck: list[str], **options):
+    def handle(
+        self,
+        *args,
+        period: str,
+        no_corrections: bool,
+        recheck: list[str],
+        accept_incomplete: str,
+        **options,
+    ):
         try:
-            outcome = period_close(period=period, corrections=not no_corrections, recheck=recheck)
+            outcome = period_close(
+                period=period,
+                corrections=not no_corrections,
+                recheck=recheck,
+                accept_incomplete=accept_incomplete,
+            )
         except PeriodCloseRefused as error:
             reasons = "\n".join(f"  - {reason}" for reason in error.reasons)
-            raise CommandError(f"period {period} cannot be closed:\n{reasons}") from None
+            hint = ""
+            if error.incomplete and len(error.incomplete) == len(error.reasons):
+                hint = (
+                    "\ningest those ranges again once their data is back; if it never will,"
+                    ' close with --accept-incomplete "reason"'
+                )
+            raise CommandError(f"period {period} cannot be closed:\n{reasons}{hint}") from None
         except (BillingError, ScenarioError, PriceBookNotFound, ValueError) as error:
             raise CommandError(str(error)) from None
         close = outcome.period_close
@@ -48,6 +76,11 @@ class Command(BaseCommand):
             f"v{close.price_book_version}, engine {close.engine_version}, scenario "
             f"sha256 {close.scenario_sha256})"
         )
+        if close.is_incomplete:
+            self.stdout.write(
+                f"closed INCOMPLETE ({len(close.incomplete_ranges)} ranges missing or short),"
+                f" accepted: {close.incomplete_reason}"
+            )
         for statement in close.statements.select_related("team"):
             self.stdout.write(f"  {statement.team.name}: {statement.total}")
         if outcome.corrected_periods:

@@ -1,0 +1,152 @@
+"""A short month is refused, naming its missing and short ranges, unless finance accepts it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from decimal import Decimal
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from audit.models import AuditEntry
+from billing import services
+from billing.models import PeriodClose
+from billing.services import BillingError, PeriodCloseRefused, period_close
+from metering.models import IngestWindow
+from tests.billing.factories import small_pool
+from tests.billing.helpers import command_output
+
+pytestmark = pytest.mark.django_db
+SEPTEMBER = "2026-09"
+UTC = dt.UTC
+REASON = "Prometheus lost its TSDB on 10-12 September; finance bills the rest (ticket FIN-88)"
+
+
+def make_september_short(pool) -> None:
+    """Three days and an hour never ingested, two hours ingested below the threshold."""
+    IngestWindow.objects.filter(
+        source=pool.source,
+        start__gte=dt.datetime(2026, 9, 10, tzinfo=UTC),
+        start__lt=dt.datetime(2026, 9, 13, tzinfo=UTC),
+    ).delete()
+    IngestWindow.objects.filter(start=dt.datetime(2026, 9, 20, 5, tzinfo=UTC)).delete()
+    IngestWindow.objects.filter(
+        start__in=[dt.datetime(2026, 9, 25, 2, tzinfo=UTC), dt.datetime(2026, 9, 25, 3, tzinfo=UTC)]
+    ).update(completeness=Decimal("0.9"))
+
+
+SHORT_SEPTEMBER = [
+    "default has no ingest window from 2026-09-10T00:00Z to 2026-09-13T00:00Z (3 days)",
+    "default has no ingest window from 2026-09-20T05:00Z to 2026-09-20T06:00Z (1 h)",
+    "windows default 2026-09-25T02:00Z to 2026-09-25T04:00Z (2 windows) are below the"
+    " 99.00% required (lowest 90.00%)",
+]
+
+
+def test_it_refuses_a_month_with_missing_windows_naming_the_ranges(pool):
+    make_september_short(pool)
+
+    with pytest.raises(PeriodCloseRefused) as refused:
+        period_close(period=SEPTEMBER)
+
+    assert refused.value.reasons == SHORT_SEPTEMBER
+    assert not PeriodClose.objects.exists()
+
+
+def test_it_refuses_a_month_of_which_one_day_was_ingested(default_book):
+    small_pool()  # 30 September and 1 October metered, nothing before
+
+    with pytest.raises(PeriodCloseRefused) as refused:
+        period_close(period=SEPTEMBER)
+
+    assert refused.value.reasons == [
+        "default has no ingest window from 2026-08-31T16:00Z to 2026-09-29T16:00Z (29 days)"
+    ]
+
+
+def test_it_refuses_metering_rows_without_any_window(pool):
+    IngestWindow.objects.all().delete()
+
+    with pytest.raises(PeriodCloseRefused) as refused:
+        period_close(period=SEPTEMBER)
+
+    assert refused.value.reasons == [
+        "default has no ingest window from 2026-08-31T16:00Z to 2026-09-30T16:00Z (30 days)"
+    ]
+
+
+def test_it_names_the_ranges_in_the_commands_error_and_how_to_go_on(pool):
+    make_september_short(pool)
+
+    with pytest.raises(CommandError) as refused:
+        call_command("close_period", "--period", SEPTEMBER)
+
+    message = str(refused.value)
+    assert message.startswith("period 2026-09 cannot be closed:\n")
+    assert all(f"  - {reason}" in message for reason in SHORT_SEPTEMBER)
+    assert 'close with --accept-incomplete "reason"' in message
+    assert len(message.splitlines()) == 1 + len(SHORT_SEPTEMBER) + 1
+
+
+def test_it_closes_with_accept_incomplete_recording_the_reason_and_the_ranges(pool):
+    make_september_short(pool)
+
+    output = command_output("close_period", "--period", SEPTEMBER, "--accept-incomplete", REASON)
+
+    close = PeriodClose.objects.get(period=SEPTEMBER)
+    assert close.is_incomplete and close.incomplete_reason == REASON
+    assert [item["message"] for item in close.incomplete_ranges] == SHORT_SEPTEMBER
+    assert close.incomplete_ranges[0] == {
+        "source": "default",
+        "problem": "missing",
+        "start": "2026-09-10T00:00:00+00:00",
+        "end": "2026-09-13T00:00:00+00:00",
+        "windows": 0,
+        "message": SHORT_SEPTEMBER[0],
+    }
+    assert f"closed INCOMPLETE (3 ranges missing or short), accepted: {REASON}" in output
+    (entry,) = AuditEntry.objects.filter(object_type="billing.periodclose", action="close")
+    assert entry.changes == {
+        "pool_cost": str(close.pool_cost),
+        "incomplete_reason": REASON,
+        "incomplete_ranges": SHORT_SEPTEMBER,
+    }
+
+
+def test_it_records_no_flag_when_the_accepted_month_was_complete(pool):
+    close = period_close(period=SEPTEMBER, accept_incomplete=REASON).period_close
+
+    assert not close.is_incomplete and close.incomplete_ranges == []
+    (entry,) = AuditEntry.objects.filter(object_type="billing.periodclose", action="close")
+    assert entry.changes == {"pool_cost": str(close.pool_cost)}
+
+
+def test_it_accepts_only_metering_gaps_never_a_month_that_is_not_over(pool):
+    make_september_short(pool)
+
+    with pytest.raises(PeriodCloseRefused) as refused:
+        period_close(
+            period=SEPTEMBER,
+            accept_incomplete=REASON,
+            now=dt.datetime(2026, 9, 30, 12, tzinfo=UTC),
+        )
+
+    not_over = "the month is not over until 2026-09-30T16:00:00Z"
+    assert refused.value.reasons == [not_over, *SHORT_SEPTEMBER]
+    with pytest.raises(BillingError, match="accept_incomplete: give the reason"):
+        period_close(period=SEPTEMBER, accept_incomplete="   ")
+    assert not PeriodClose.objects.exists()
+
+
+def test_it_never_accepts_incomplete_in_the_beat_close_and_logs_the_ranges(pool, caplog):
+    make_september_short(pool)
+
+    with caplog.at_level(logging.WARNING, logger="billing.services"):
+        closed = services.period_close_due(now=dt.datetime(2026, 9, 30, 18, tzinfo=UTC))
+
+    assert closed is None and not PeriodClose.objects.exists()
+    (record,) = [r for r in caplog.records if r.name == "billing.services"]
+    assert record.getMessage() == "not closing 2026-09 yet:\n" + "\n".join(
+        f"  - {reason}" for reason in SHORT_SEPTEMBER
+    )
