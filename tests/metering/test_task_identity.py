@@ -16,6 +16,7 @@ from billing.models import Statement, StatementLineTask
 from billing.services import price_book_ensure_default
 from metering.models import Task, Team, UsageInterval
 from tests.billing.helpers import command_output
+from tests.factories import windows_complete
 from tests.metering.jobs import (  # noqa: F401 (fixtures)
     ALPHA_START,
     BETA_START,
@@ -56,6 +57,7 @@ def test_it_keeps_same_named_jobs_of_two_namespaces_with_their_own_teams(jobs_pr
     price_book_ensure_default()
     jobs_source(jobs_prometheus.url)
     ingest_command(ALPHA_START, BETA_START)  # Oct 31 (pool zone): alpha's trainer
+    windows_complete(periods=["2026-10"])  # the rest of the month, ingested before
     assert "closed 2026-10" in command_output("close_period", "--period", "2026-10")
     october = statements("2026-10")
     october_tasks = sorted(
@@ -77,6 +79,7 @@ def test_it_keeps_same_named_jobs_of_two_namespaces_with_their_own_teams(jobs_pr
         "beta/trainer": "0.133333",
     }
     assert "no difference" in command_output("verify_period", "--period", "2026-10")
+    windows_complete(periods=["2026-11"])
     closed = command_output("close_period", "--period", "2026-11")
     assert "corrections of" not in closed
     assert set(october) == {"alpha"}

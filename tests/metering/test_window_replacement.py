@@ -17,6 +17,7 @@ from billing.models import StatementLine
 from billing.services import price_book_ensure_default
 from metering.models import IngestWindow, Source, UsageInterval
 from tests.billing.helpers import command_output
+from tests.factories import windows_complete
 from tests.metering.jobs import (  # noqa: F401 (fixtures)
     ALPHA_START,
     BETA_START,
@@ -41,7 +42,7 @@ def october_usage() -> list[tuple]:
 
 def october_windows() -> list[tuple]:
     return list(
-        IngestWindow.objects.filter(start__lt=BETA_START)
+        IngestWindow.objects.filter(start__gte=ALPHA_START, start__lt=BETA_START)
         .order_by("start")
         .values_list("start", "status", "completeness", "rows_written", "content_hash")
     )
@@ -53,6 +54,7 @@ def closed_october_then_prometheus_lost(jobs_url: str, empty_url: str) -> Source
     price_book_ensure_default()
     source = jobs_source(jobs_url)
     ingest_command(ALPHA_START, NAMESPACES_END)
+    windows_complete(periods=["2026-10", "2026-11"])  # the rest of both months, ingested before
     assert "closed 2026-10" in command_output("close_period", "--period", "2026-10")
     Source.objects.filter(pk=source.pk).update(url=empty_url)
     return source
@@ -72,9 +74,9 @@ def test_it_keeps_a_closed_months_rows_when_prometheus_lost_them(
     assert "warning: 12 windows kept their stored rows" in output
     assert october_usage() == usage
     assert october_windows() == windows
-    for warnings in IngestWindow.objects.filter(start__lt=BETA_START).values_list(
-        "warnings", flat=True
-    ):
+    for warnings in IngestWindow.objects.filter(
+        start__gte=ALPHA_START, start__lt=BETA_START
+    ).values_list("warnings", flat=True):
         assert warnings[0].startswith("kept the stored rows: ")
         assert "completeness 0.000000 (stored 1.000000" in warnings[0]
     assert "2026-10: no difference" in command_output("verify_period", "--period", "2026-10")
@@ -98,7 +100,9 @@ def test_it_replaces_rows_with_less_only_when_an_operator_accepts_the_loss(
 
     assert october_usage() == []
     assert set(
-        IngestWindow.objects.filter(start__lt=BETA_START).values_list("status", "completeness")
+        IngestWindow.objects.filter(start__gte=ALPHA_START, start__lt=BETA_START).values_list(
+            "status", "completeness"
+        )
     ) == {("done", 0)}
     entry = AuditEntry.objects.get(object_type="metering.ingestwindow", action="change")
     assert entry.changes["accepted_by"] == f"{getpass.getuser()} (manage.py ingest --accept-loss)"
@@ -119,7 +123,11 @@ def test_it_replaces_rows_with_less_from_the_admin_after_a_confirmation(
 ) -> None:
     closed_october_then_prometheus_lost(jobs_prometheus.url, empty_prometheus.url)
     client.force_login(User.objects.create_superuser("ops-anna", "anna@example.com", "pw"))
-    ids = list(IngestWindow.objects.filter(start__lt=BETA_START).values_list("pk", flat=True))
+    ids = list(
+        IngestWindow.objects.filter(start__gte=ALPHA_START, start__lt=BETA_START).values_list(
+            "pk", flat=True
+        )
+    )
     action = {"action": "replace_accepting_loss", "_selected_action": ids}
 
     page = client.post("/admin/metering/ingestwindow/", action)
