@@ -15,13 +15,13 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from metering import services
 from metering.models import IngestWindow, Source
 from simulator.config import PoolConfig
 from simulator.pool import simulate
 from simulator.prometheus import PrometheusProcess, backfill, lookback_for, start_prometheus
+from tests import processes
 from tests.conftest import REPO
 from tests.metering import exposition
 
@@ -197,10 +197,7 @@ class Worker:
 
 @pytest.fixture
 def test_database_url() -> str:
-    settings = connection.settings_dict
-    password = f":{settings['PASSWORD']}" if settings.get("PASSWORD") else ""
-    port = f":{settings['PORT']}" if settings.get("PORT") else ""
-    return f"postgres://{settings['USER']}{password}@{settings['HOST']}{port}/{settings['NAME']}"
+    return processes.database_url()
 
 
 @pytest.fixture
