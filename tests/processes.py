@@ -9,14 +9,16 @@ server (or at none).
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
 from urllib.parse import quote, urlencode
+
+from simulator.prometheus import die_with_parent, free_port
+
+__all__ = ["PrivateRedis", "child_environment", "database_url", "die_with_parent", "free_port"]
 
 # PostgreSQL options that settings.py sets itself in every process; not part of the address.
 SETTINGS_OWN_OPTIONS = {"options"}
@@ -50,19 +52,6 @@ def database_url_of(settings_dict: dict) -> str:
     return f"postgres://{credentials}{host}{port}/{quote(settings_dict['NAME'], safe='')}{query}"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _die_with_parent() -> None:
-    """Run in the child before exec: Linux sends it SIGTERM when the test process dies, so a
-    killed pytest leaves no Redis behind."""
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 class PrivateRedis:
     """A redis-server of the test session's own on a free loopback port, keeping nothing on
     disk. The tests never read, write or flush a Redis they did not start."""
@@ -83,7 +72,7 @@ class PrivateRedis:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         except FileNotFoundError:
             raise RuntimeError(

@@ -139,14 +139,11 @@ def windows_status(ids: list[int]) -> dict[str, int]:
 class Worker:
     """A real `celery -A config worker` process group on the test database."""
 
-    def __init__(self, log_path: Path, database_url: str, name: str) -> None:
+    def __init__(self, log_path: Path, name: str) -> None:
         self.log_path = log_path
-        env = {
-            **os.environ,
-            "DATABASE_URL": database_url,
-            "DJANGO_SETTINGS_MODULE": "tests.metering.worker_settings",
-            "PYTHONPATH": str(REPO),
-        }
+        env = processes.child_environment(
+            DJANGO_SETTINGS_MODULE="tests.metering.worker_settings", PYTHONPATH=str(REPO)
+        )
         command = [
             sys.executable,
             "-m",
@@ -172,6 +169,7 @@ class Worker:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                preexec_fn=processes.die_with_parent,
             )
         wait_for(self.ready, timeout=60, what=f"worker {name} to start ({log_path})")
 
@@ -201,9 +199,7 @@ def test_database_url() -> str:
 
 
 @pytest.fixture
-def start_worker(
-    transactional_db: None, test_database_url: str, tmp_path: Path
-) -> Iterator[Callable[[], Worker]]:
+def start_worker(transactional_db: None, tmp_path: Path) -> Iterator[Callable[[], Worker]]:
     """Start workers on demand; all are stopped before the database is flushed."""
     from config.celery import app
 
@@ -217,7 +213,6 @@ def start_worker(
     def start() -> Worker:
         worker = Worker(
             tmp_path / f"worker-{len(workers)}.log",
-            test_database_url,
             f"metering-{os.getpid()}-{len(workers)}",
         )
         workers.append(worker)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import signal
 import subprocess
 import sys
@@ -33,19 +32,17 @@ def worker(transactional_db, settings, tmp_path: Path) -> Iterator[subprocess.Po
     var_dir = tmp_path / "var"
     var_dir.mkdir()
     settings.TANDEM_REPORTS_DIR = str(var_dir / "reports")
-    env = {
-        **os.environ,
-        "DATABASE_URL": processes.database_url(),
-        "CELERY_BROKER_URL": broker,
-        "TANDEM_VAR_DIR": str(var_dir),
-        "TANDEM_REPORTS_DIR": str(var_dir / "reports"),
-        "TANDEM_TIMEZONE": settings.TANDEM_TIMEZONE,
-    }
+    env = processes.child_environment(
+        TANDEM_VAR_DIR=str(var_dir),
+        TANDEM_REPORTS_DIR=str(var_dir / "reports"),
+        TANDEM_TIMEZONE=settings.TANDEM_TIMEZONE,
+    )
     log = (tmp_path / "worker.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool", "solo",
          "-l", "info", "--without-heartbeat", "--without-mingle", "--without-gossip"],
         cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+        preexec_fn=processes.die_with_parent,
     )  # fmt: skip
     try:
         yield process
