@@ -30,9 +30,11 @@ debian-packages:
 demo: debian-packages $(STAMP)
 	$(PY) -m config.demo
 
+# The whole suite, one xdist worker per core; each test area stays on one worker so its
+# simulated pools are built once (tests/conftest.py). The 15 slowest tests are listed at the end.
 test: debian-packages $(STAMP)
 	$(PY) -m ruff check --no-cache .
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n auto --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check --no-cache .

@@ -8,6 +8,7 @@ live scraping (telemetry.md, "Series end").
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -95,6 +96,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def die_with_parent() -> None:
+    """Run in a child before exec (Linux): the kernel sends it SIGTERM when the process that
+    started it dies, so a killed test run leaves no server behind."""
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def lookback_for(scrape_interval_seconds: int) -> str:
     """Just under one scrape interval: a back-filled series ends where its samples end."""
     return f"{max(1, scrape_interval_seconds - 1)}s"
@@ -173,6 +181,8 @@ def start_prometheus(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=detached,
+            # Attached, it dies with its caller (a test run); detached, the demo stops it by pid.
+            preexec_fn=None if detached else die_with_parent,
         )
     running = PrometheusProcess(url=f"http://127.0.0.1:{port}", process=process, log_path=log)
     try:

@@ -14,3 +14,12 @@ FIXTURES = REPO / "tests" / "fixtures"
 def fixtures_dir() -> Path:
     """tests/fixtures: the real exporters' samples and the pricing worked examples."""
     return FIXTURES
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist (`--dist loadgroup`), each test area runs on one worker, so the pools its
+    session-scoped fixtures simulate, back-fill and serve are built once, not once a worker."""
+    tests = REPO / "tests"
+    for item in items:
+        area = item.path.relative_to(tests).parts[0]
+        item.add_marker(pytest.mark.xdist_group(area.removesuffix(".py")))

@@ -15,13 +15,13 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from metering import services
 from metering.models import IngestWindow, Source
 from simulator.config import PoolConfig
 from simulator.pool import simulate
 from simulator.prometheus import PrometheusProcess, backfill, lookback_for, start_prometheus
+from tests import processes
 from tests.conftest import REPO
 from tests.metering import exposition
 
@@ -139,14 +139,11 @@ def windows_status(ids: list[int]) -> dict[str, int]:
 class Worker:
     """A real `celery -A config worker` process group on the test database."""
 
-    def __init__(self, log_path: Path, database_url: str, name: str) -> None:
+    def __init__(self, log_path: Path, name: str) -> None:
         self.log_path = log_path
-        env = {
-            **os.environ,
-            "DATABASE_URL": database_url,
-            "DJANGO_SETTINGS_MODULE": "tests.metering.worker_settings",
-            "PYTHONPATH": str(REPO),
-        }
+        env = processes.child_environment(
+            DJANGO_SETTINGS_MODULE="tests.metering.worker_settings", PYTHONPATH=str(REPO)
+        )
         command = [
             sys.executable,
             "-m",
@@ -172,6 +169,7 @@ class Worker:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                preexec_fn=processes.die_with_parent,
             )
         wait_for(self.ready, timeout=60, what=f"worker {name} to start ({log_path})")
 
@@ -197,16 +195,11 @@ class Worker:
 
 @pytest.fixture
 def test_database_url() -> str:
-    settings = connection.settings_dict
-    password = f":{settings['PASSWORD']}" if settings.get("PASSWORD") else ""
-    port = f":{settings['PORT']}" if settings.get("PORT") else ""
-    return f"postgres://{settings['USER']}{password}@{settings['HOST']}{port}/{settings['NAME']}"
+    return processes.database_url()
 
 
 @pytest.fixture
-def start_worker(
-    transactional_db: None, test_database_url: str, tmp_path: Path
-) -> Iterator[Callable[[], Worker]]:
+def start_worker(transactional_db: None, tmp_path: Path) -> Iterator[Callable[[], Worker]]:
     """Start workers on demand; all are stopped before the database is flushed."""
     from config.celery import app
 
@@ -220,7 +213,6 @@ def start_worker(
     def start() -> Worker:
         worker = Worker(
             tmp_path / f"worker-{len(workers)}.log",
-            test_database_url,
             f"metering-{os.getpid()}-{len(workers)}",
         )
         workers.append(worker)

@@ -1,9 +1,8 @@
-"""A real Celery worker (Redis db 5) executes a queued report run, PDF included."""
+"""A real Celery worker, on the session's private Redis, runs a queued report, PDF included."""
 
 from __future__ import annotations
 
 import hashlib
-import os
 import signal
 import subprocess
 import sys
@@ -13,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import redis
-from django.db import connection
 
 from billing.services import period_close, price_book_ensure_default
 from reports import services
 from reports.models import ReportRun
+from tests import processes
 from tests.conftest import REPO
 from tests.factories import windows_complete
 from tests.reports import factories as f
@@ -25,37 +24,26 @@ from tests.reports import factories as f
 WAIT_SECONDS = 180
 
 
-def database_url() -> str:
-    """The URL of the test database pytest-django created, for the worker process."""
-    db = connection.settings_dict
-    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    return (
-        f"postgres://{db['USER']}{password}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
-        f"/{db['NAME']}"
-    )
-
-
 @pytest.fixture
 def worker(transactional_db, settings, tmp_path: Path) -> Iterator[subprocess.Popen]:
     broker = settings.CELERY_BROKER_URL
-    redis.Redis.from_url(broker).flushdb()  # our own Redis db: no task left from a crash
+    # The session's private Redis (tests/private_services.py): no task left by an earlier test.
+    redis.Redis.from_url(broker).flushdb()
     # The worker's var/ (and so its report files) is this test's, like the test process's.
     var_dir = tmp_path / "var"
     var_dir.mkdir()
     settings.TANDEM_REPORTS_DIR = str(var_dir / "reports")
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(),
-        "CELERY_BROKER_URL": broker,
-        "TANDEM_VAR_DIR": str(var_dir),
-        "TANDEM_REPORTS_DIR": str(var_dir / "reports"),
-        "TANDEM_TIMEZONE": settings.TANDEM_TIMEZONE,
-    }
+    env = processes.child_environment(
+        TANDEM_VAR_DIR=str(var_dir),
+        TANDEM_REPORTS_DIR=str(var_dir / "reports"),
+        TANDEM_TIMEZONE=settings.TANDEM_TIMEZONE,
+    )
     log = (tmp_path / "worker.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool", "solo",
          "-l", "info", "--without-heartbeat", "--without-mingle", "--without-gossip"],
         cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+        preexec_fn=processes.die_with_parent,
     )  # fmt: skip
     try:
         yield process

@@ -1,0 +1,29 @@
+"""A pytest plugin (`-p tests.private_services` in pyproject.toml) that gives the test session
+services of its own before Django's settings are read.
+
+Settings read CELERY_BROKER_URL once, at import, which pytest-django does before any conftest
+is loaded; hence a plugin, whose hook runs first. Every pytest process (each xdist worker too)
+starts its own redis-server, so two test runs on one machine, or a test run beside the demo or
+another application, never read or flush each other's queues. A CELERY_BROKER_URL set in the
+environment is ignored on purpose: the tests flush their broker between tests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.processes import PrivateRedis
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="tandem-test-redis-"))
+    redis = PrivateRedis(folder)
+    os.environ["CELERY_BROKER_URL"] = redis.url
+    early_config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    early_config.add_cleanup(redis.stop)
