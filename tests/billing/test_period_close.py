@@ -73,7 +73,7 @@ def test_it_closes_the_worked_example_to_the_cent(worked_example, fixtures_dir, 
     breaches = SlaBreach.objects.filter(period_close=close)
     assert breaches.count() == len(expected["sla_breaches"])
     assert close.standard_rate == Decimal("14.374")
-    assert close.price_book_version == 1 and close.engine_version == "1.0.0"
+    assert close.price_book_version == 1 and close.engine_version == "2.0.0"
     repriced = exported_and_repriced("2026-10", tmp_path)
     assert {key: value for key, value in repriced.items() if key != "rates"} == {
         key: value for key, value in expected.items() if key != "rates"
