@@ -119,8 +119,8 @@ def _check_classes(classes: object) -> None:
         for model in item.models:
             if model in owners:
                 raise ScenarioError(
-                    f"gpu_classes[{number}]: model {model!r} is already in class "
-                    f"{owners[model]!r}; a model belongs to one class"
+                    f"gpu_classes[{number}]: model {model!r} of class {item.name!r} is already "
+                    f"in class {owners[model]!r}; a model belongs to one class"
                 )
             owners[model] = item.name
 

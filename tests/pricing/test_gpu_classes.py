@@ -249,8 +249,8 @@ def classes(*items: dict) -> Callable[[dict], object]:
 REFUSALS = [
     (
         classes(H100, L40S | {"models": ["NVIDIA L40S", "NVIDIA H100 80GB HBM3"]}),
-        "price_book: gpu_classes[1]: model 'NVIDIA H100 80GB HBM3' is already in class 'H100'; "
-        "a model belongs to one class",
+        "price_book: gpu_classes[1]: model 'NVIDIA H100 80GB HBM3' of class 'L40S' is already "
+        "in class 'H100'; a model belongs to one class",
     ),
     (
         classes(H100 | {"name": "default"}),
