@@ -9,6 +9,10 @@ engine's own reader, `scenario_from_dict`, so they are validated as a scenario f
 
 Scenario ids: a task or service is named by its `external_id`; when two sources use the same
 external id, both are named `<source>/<external_id>` so ids stay unique.
+
+GPU classes (pricing.md v2): the book's classes travel in `price_book.gpu_classes`, but the
+metering tables do not record GPU models yet, so every capacity, usage and preemption row is
+written without a class (the class `default`, priced with the book's own figures).
 """
 
 from __future__ import annotations

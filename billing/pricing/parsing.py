@@ -69,11 +69,13 @@ class _FieldError(Exception):
 def scenario_from_dict(data: dict) -> Scenario:
     """Parse and validate a scenario (the JSON object of pricing.md "Scenario files").
 
-    `step_seconds` defaults to 300; `services`, `latency` and `preemptions` may be absent.
-    Raises ScenarioError naming the offending record: unknown task or service, negative
-    allocation, allocations above the interval's capacity, unparsable or misaligned time,
-    missing or invalid price-book field, float where money is required, unknown kind,
-    duplicate record.
+    `step_seconds` defaults to 300; `services`, `latency` and `preemptions` may be absent;
+    so may the version-2 fields: the book's `gpu_classes`, a task's `preemptions_before` (0)
+    and a record's `gpu_class` (`default`). Raises ScenarioError naming the offending record:
+    unknown task, service or GPU class, negative allocation, allocations above the
+    interval's capacity, unparsable or misaligned time, missing or invalid price-book field,
+    float where money is required (in the book and its classes), unknown kind, duplicate
+    record, a GPU model in two classes, a class named `default`, two classes of one name.
     """
     if not isinstance(data, dict):
         raise ScenarioError(f"scenario: expected a JSON object, got {type(data).__name__}")

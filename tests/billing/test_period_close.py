@@ -41,13 +41,16 @@ def stored_as_engine_json(close: PeriodClose) -> dict:
     teams = {}
     for statement in close.statements.select_related("team"):
         lines = statement.lines.filter(is_correction=False)
+        quantities = {
+            line.kind: str(line.quantity_gpu_hours)
+            for line in lines.order_by("kind")
+            if line.kind in ("baseline", "standard", "offpeak")
+        }
         teams[statement.team.name] = {
             "lines": {line.kind: str(line.amount) for line in lines.order_by("kind")},
-            "quantities_gpu_hours": {
-                line.kind: str(line.quantity_gpu_hours)
-                for line in lines.order_by("kind")
-                if line.kind in ("baseline", "standard", "offpeak")
-            },
+            "quantities_gpu_hours": quantities,
+            # Metering records no GPU model yet: every metered row is the class `default`.
+            "quantities_gpu_hours_by_class": {"default": quantities} if quantities else {},
             "total": str(statement.total),
         }
     platform = close.platform_lines.filter(is_correction=False)
