@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
 
+from audit.services import audit_record
 from billing import models, services
 
 
@@ -69,6 +70,22 @@ class PriceBookAdmin(admin.ModelAdmin):
     list_filter = ["status"]
     readonly_fields = ["version", "status", "published_at", "created"]
     actions = ["publish", "new_draft_from"]
+
+    def save_related(self, request: HttpRequest, form, formsets: list, change: bool) -> None:
+        """Saves the inline GPU classes, and records their change in the audit log (the
+        book's own entry lists its fields only)."""
+        book = form.instance
+        before = [item.to_scenario_dict() for item in book.gpu_classes.all()] if change else []
+        super().save_related(request, form, formsets, change)
+        after = [item.to_scenario_dict() for item in book.gpu_classes.all()]
+        if after != before:
+            audit_record(
+                action="change",
+                obj=book,
+                changes={"gpu_classes": [before, after]},
+                actor=request.user,
+                force=True,
+            )
 
     def get_inlines(self, request: HttpRequest, obj: models.PriceBook | None):
         # A new draft is created first (from the book's fields); its GPU classes are then

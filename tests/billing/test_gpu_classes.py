@@ -12,6 +12,7 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.urls import reverse
 
+from audit.models import AuditEntry
 from billing.models import ImmutableRecordError, PriceBook, PriceBookGpuClass
 from billing.pricing import price, result_to_dict, scenario_from_dict
 from billing.selectors import engine_price_book, period_verification, rates_per_gpu_class
@@ -193,6 +194,9 @@ def test_it_edits_a_drafts_classes_inline_in_the_admin(admin_client, default_boo
 
     assert response.status_code == 302
     assert book.to_scenario_dict()["gpu_classes"] == [H100, L40S]
+    entry = AuditEntry.objects.filter(object_type="billing.pricebook", action="change").get()
+    assert entry.actor == "admin"
+    assert entry.changes == {"gpu_classes": [[H100], [H100, L40S]]}
 
 
 def test_it_shows_the_classes_error_in_the_admin_and_stores_nothing(admin_client, default_book):
