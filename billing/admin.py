@@ -5,10 +5,63 @@ from __future__ import annotations
 import datetime as dt
 
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
+from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
 
+from audit.services import audit_record
 from billing import models, services
+
+
+class GpuClassFormSet(BaseInlineFormSet):
+    """Checks the book's classes together, as the engine will: names unique and not
+    `default`, no GPU model in two classes (one message naming the class and field)."""
+
+    def clean(self) -> None:
+        super().clean()
+        if any(self.errors):
+            return
+        classes = [
+            form.instance
+            for form in self.forms
+            if form.cleaned_data and not form.cleaned_data.get("DELETE")
+        ]
+        try:
+            services.price_book_validate_gpu_classes(price_book=self.instance, gpu_classes=classes)
+        except services.PriceBookInvalid as error:
+            raise ValidationError(str(error)) from None
+
+
+class GpuClassInline(admin.TabularInline):
+    """A draft's GPU classes, edited with it; a published book's are shown read-only."""
+
+    model = models.PriceBookGpuClass
+    formset = GpuClassFormSet
+    extra = 0
+    fields = [
+        "name",
+        "models",
+        "depreciation_per_gpu_hour",
+        "facility_per_gpu_hour",
+        "gpu_average_power_kw",
+        "reserved_inference_share",
+    ]
+
+    def has_add_permission(self, request: HttpRequest, obj: models.PriceBook | None = None):
+        return not (obj is not None and obj.is_published) and super().has_add_permission(
+            request, obj
+        )
+
+    def has_change_permission(self, request: HttpRequest, obj: models.PriceBook | None = None):
+        return not (obj is not None and obj.is_published) and super().has_change_permission(
+            request, obj
+        )
+
+    def has_delete_permission(self, request: HttpRequest, obj: models.PriceBook | None = None):
+        return not (obj is not None and obj.is_published) and super().has_delete_permission(
+            request, obj
+        )
 
 
 @admin.register(models.PriceBook)
@@ -17,6 +70,27 @@ class PriceBookAdmin(admin.ModelAdmin):
     list_filter = ["status"]
     readonly_fields = ["version", "status", "published_at", "created"]
     actions = ["publish", "new_draft_from"]
+
+    def save_related(self, request: HttpRequest, form, formsets: list, change: bool) -> None:
+        """Saves the inline GPU classes, and records their change in the audit log (the
+        book's own entry lists its fields only)."""
+        book = form.instance
+        before = [item.to_scenario_dict() for item in book.gpu_classes.all()] if change else []
+        super().save_related(request, form, formsets, change)
+        after = [item.to_scenario_dict() for item in book.gpu_classes.all()]
+        if after != before:
+            audit_record(
+                action="change",
+                obj=book,
+                changes={"gpu_classes": [before, after]},
+                actor=request.user,
+                force=True,
+            )
+
+    def get_inlines(self, request: HttpRequest, obj: models.PriceBook | None):
+        # A new draft is created first (from the book's fields); its GPU classes are then
+        # added on its page, while it is a draft.
+        return [GpuClassInline] if obj is not None else []
 
     def has_change_permission(self, request: HttpRequest, obj: models.PriceBook | None = None):
         if obj is not None and obj.is_published:
@@ -33,8 +107,9 @@ class PriceBookAdmin(admin.ModelAdmin):
             super().save_model(request, obj, form, change)  # a draft: freely editable
             return
         fields = {name: getattr(obj, name) for name in services.PRICE_FIELDS}
+        # No classes yet: they are added on the draft's own page (see get_inlines).
         created = services.price_book_create_draft(
-            effective_from=obj.effective_from, notes=obj.notes, **fields
+            effective_from=obj.effective_from, notes=obj.notes, gpu_classes=[], **fields
         )
         obj.pk, obj.version = created.pk, created.version
 

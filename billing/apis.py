@@ -27,8 +27,15 @@ from rest_framework.views import APIView
 from access.models import SCOPE_QUOTA_READ
 from access.schema import ApiSchema
 from access.selectors import visible_teams
-from billing.models import PERIOD_REGEX, PriceBook, Quota, Statement, StatementLine
-from billing.selectors import QuotaStatus, quota_statuses
+from billing.models import (
+    PERIOD_REGEX,
+    PriceBook,
+    PriceBookGpuClass,
+    Quota,
+    Statement,
+    StatementLine,
+)
+from billing.selectors import QuotaStatus, price_books_with_classes, quota_statuses
 from billing.services import PRICE_FIELDS
 from metering.apis import MonthFilter, VisibleTeamFilter
 
@@ -133,8 +140,29 @@ class StatementDetailApi(generics.RetrieveAPIView):
 # --- Price books ------------------------------------------------------------------------
 
 
+@extend_schema_serializer(component_name="PriceBookGpuClass")
+class PriceBookGpuClassOutput(serializers.ModelSerializer):
+    """A GPU class of the book (pricing.md v2); a null share means the book's."""
+
+    models = serializers.ListField(child=serializers.CharField())
+
+    class Meta:
+        model = PriceBookGpuClass
+        fields = [
+            "name",
+            "models",
+            "depreciation_per_gpu_hour",
+            "facility_per_gpu_hour",
+            "gpu_average_power_kw",
+            "reserved_inference_share",
+        ]
+
+
 @extend_schema_serializer(component_name="PriceBook")
 class PriceBookOutput(serializers.ModelSerializer):
+    # By name; the book's own figures above are the class `default`, not listed here.
+    gpu_classes = PriceBookGpuClassOutput(many=True, read_only=True)
+
     class Meta:
         model = PriceBook
         fields = [
@@ -144,6 +172,7 @@ class PriceBookOutput(serializers.ModelSerializer):
             "effective_from",
             "published_at",
             *PRICE_FIELDS,
+            "gpu_classes",
             "notes",
         ]
 
@@ -151,13 +180,17 @@ class PriceBookOutput(serializers.ModelSerializer):
 class PriceBookListApi(generics.ListAPIView):
     schema = ApiSchema()
     serializer_class = PriceBookOutput
-    queryset = PriceBook.objects.order_by("-version")
+
+    def get_queryset(self) -> QuerySet[PriceBook]:
+        return price_books_with_classes().order_by("-version")
 
 
 class PriceBookDetailApi(generics.RetrieveAPIView):
     schema = ApiSchema()
     serializer_class = PriceBookOutput
-    queryset = PriceBook.objects.all()
+
+    def get_queryset(self) -> QuerySet[PriceBook]:
+        return price_books_with_classes()
 
 
 # --- Quota export -----------------------------------------------------------------------

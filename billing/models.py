@@ -1,9 +1,9 @@
 """What billing stores: price books, closed periods with their statements, and quotas.
 
 Two kinds of rows never change once written, and the database enforces it with triggers
-(migration 0002) besides the model guards below:
+(migrations 0002 and 0003) besides the model guards below:
 
-- a *published* price book (a change is a new version);
+- a *published* price book and its GPU classes (a change is a new version);
 - everything a period close writes: the close itself, its scenario snapshots, statements,
   their lines and per-task contributions, platform lines and SLA breaches. Late data never
   edits them: the next close adds correction lines instead.
@@ -128,9 +128,16 @@ class PriceBook(models.Model):
     def is_published(self) -> bool:
         return self.status == self.Status.PUBLISHED
 
-    def to_scenario_dict(self) -> dict:
-        """The `price_book` object of a scenario file (pricing.md), amounts as strings."""
-        return {
+    def to_scenario_dict(self, gpu_classes: list[PriceBookGpuClass] | None = None) -> dict:
+        """The `price_book` object of a scenario file (pricing.md), amounts as strings.
+
+        `gpu_classes` defaults to the book's stored classes (pass unsaved ones to validate a
+        draft before it is stored). A book without classes writes no `gpu_classes` at all:
+        its scenarios keep the text, and the hash, they had before classes existed.
+        """
+        if gpu_classes is None:
+            gpu_classes = list(self.gpu_classes.all()) if self.pk is not None else []
+        book = {
             "currency": self.currency,
             "timezone": self.timezone,
             "depreciation_per_gpu_hour": decimal_text(self.depreciation_per_gpu_hour),
@@ -144,6 +151,104 @@ class PriceBook(models.Model):
             "starvation_preemption_threshold": self.starvation_preemption_threshold,
             "starvation_lost_work_cap_seconds": self.starvation_lost_work_cap_seconds,
         }
+        if gpu_classes:
+            ordered = sorted(gpu_classes, key=lambda item: item.name)
+            book["gpu_classes"] = [item.to_scenario_dict() for item in ordered]
+        return book
+
+
+class PriceBookGpuClass(models.Model):
+    """A GPU class of a price book version (pricing.md "GPU classes"): the GPU models it
+    takes and their own depreciation, facility share, power and, optionally, reserve share.
+
+    Part of its book: editable while the book is a draft, never changed once it is published
+    (the model guard below and a database trigger, migration 0003). The book's own D, F, W
+    and s are the class `default`, which takes every GPU no class names.
+    """
+
+    price_book = models.ForeignKey(PriceBook, on_delete=models.CASCADE, related_name="gpu_classes")
+    name = models.CharField(max_length=64, help_text="What statements call it, e.g. H100")
+    depreciation_per_gpu_hour = models.DecimalField(max_digits=14, decimal_places=6)
+    facility_per_gpu_hour = models.DecimalField(max_digits=14, decimal_places=6)
+    gpu_average_power_kw = models.DecimalField(max_digits=14, decimal_places=6)
+    reserved_inference_share = models.DecimalField(
+        max_digits=7,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="Share of this class reserved for inference; empty: the book's share",
+    )
+    # Last: from here on, `models` in this class body is the field, not django.db.models.
+    models = models.JSONField(
+        help_text='dcgm-exporter modelName values it takes, exact strings: ["NVIDIA L40S"]'
+    )
+
+    class Meta:
+        ordering = ["price_book", "name"]
+        verbose_name = "GPU class"
+        verbose_name_plural = "GPU classes"
+        constraints = [
+            # Deferred: a save may swap two classes' names, unique again at commit.
+            models.UniqueConstraint(
+                fields=["price_book", "name"],
+                name="gpu_class_name_unique",
+                deferrable=models.Deferrable.DEFERRED,
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(name="default") & ~models.Q(name=""),
+                name="gpu_class_name_not_default",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(depreciation_per_gpu_hour__gte=0)
+                & models.Q(facility_per_gpu_hour__gte=0)
+                & models.Q(gpu_average_power_kw__gte=0),
+                name="gpu_class_prices_not_negative",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(reserved_inference_share__isnull=True)
+                | (
+                    models.Q(reserved_inference_share__gte=0)
+                    & models.Q(reserved_inference_share__lte=1)
+                ),
+                name="gpu_class_share_between_0_and_1",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} in price book v{self.price_book.version}"
+
+    def save(self, *args, **kwargs) -> None:
+        self._refuse_if_published()
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        self._refuse_if_published()
+        return super().delete(*args, **kwargs)
+
+    def _refuse_if_published(self) -> None:
+        books = {self.price_book_id}
+        if self.pk is not None:
+            books |= set(type(self).objects.filter(pk=self.pk).values_list("price_book", flat=True))
+        published = PriceBook.objects.filter(pk__in=books, status=PriceBook.Status.PUBLISHED)
+        version = published.values_list("version", flat=True).first()
+        if version is not None:
+            raise ImmutableRecordError(
+                f"price book v{version} is published: its GPU classes cannot change; "
+                "create a new version instead"
+            )
+
+    def to_scenario_dict(self) -> dict:
+        """One entry of the book's `gpu_classes` in a scenario file, amounts as strings."""
+        record = {
+            "name": self.name,
+            "models": list(self.models) if isinstance(self.models, list) else self.models,
+            "depreciation_per_gpu_hour": decimal_text(self.depreciation_per_gpu_hour),
+            "facility_per_gpu_hour": decimal_text(self.facility_per_gpu_hour),
+            "gpu_average_power_kw": decimal_text(self.gpu_average_power_kw),
+        }
+        if self.reserved_inference_share is not None:
+            record["reserved_inference_share"] = decimal_text(self.reserved_inference_share)
+        return record
 
 
 def decimal_text(value: Decimal) -> str:

@@ -12,6 +12,10 @@ external id, both are named `<source>/<external_id>` so ids stay unique. Tasks t
 source and a name within the period (two namespaces' Jobs `trainer`, or one key's rows under
 two teams after a relabel) are named `<source>/<namespace>/<name>`, then with ` (<team>)`.
 Only the tasks of the period count, so a month's ids never change with later months' tasks.
+
+GPU classes (pricing.md v2): the book's classes travel in `price_book.gpu_classes`, but the
+metering tables do not record GPU models yet, so every capacity, usage and preemption row is
+written without a class (the class `default`, priced with the book's own figures).
 """
 
 from __future__ import annotations

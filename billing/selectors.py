@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Max, Min, Q
+from django.db.models import Max, Min, Prefetch, Q, QuerySet
 from django.utils import timezone
 
 from billing import pricing
@@ -21,6 +21,7 @@ from billing.models import (
     PeriodScenario,
     PlatformLine,
     PriceBook,
+    PriceBookGpuClass,
     Quota,
     StatementLine,
 )
@@ -294,19 +295,38 @@ def ingested_until(at: dt.datetime) -> dt.datetime | None:
     return newest["as_of"]
 
 
-def engine_price_book(book: PriceBook) -> pricing.PriceBook:
-    """The engine's view of a stored book, read (and validated) as a scenario file's would be.
+def engine_price_book(book: PriceBook, gpu_classes: list | None = None) -> pricing.PriceBook:
+    """The engine's view of a stored book (with `gpu_classes` instead of its stored classes
+    when given), read and validated as a scenario file's would be.
 
     Raises the engine's ScenarioError naming the field when the book cannot price anything.
     """
-    empty = {"price_book": book.to_scenario_dict(), "tasks": [], "capacity": [], "usage": []}
+    book_dict = book.to_scenario_dict(gpu_classes)
+    empty = {"price_book": book_dict, "tasks": [], "capacity": [], "usage": []}
     return pricing.scenario_from_dict(empty).price_book
 
 
+def price_books_with_classes() -> QuerySet[PriceBook]:
+    """Price books with their GPU classes (by name) fetched in one more query."""
+    return PriceBook.objects.prefetch_related(
+        Prefetch("gpu_classes", PriceBookGpuClass.objects.order_by("name"))
+    )
+
+
 def rates_per_gpu_hour(book: PriceBook) -> tuple[Decimal, Decimal]:
-    """(standard R, off-peak training R_off) per GPU-hour, derived by the engine, unrounded."""
+    """(standard R, off-peak training R_off) per GPU-hour of the book's own figures (the
+    `default` class), derived by the engine, unrounded."""
     rates = pricing.derive_rates(engine_price_book(book))
     return rates.standard_per_gpu_hour, rates.offpeak_training_per_gpu_hour
+
+
+def rates_per_gpu_class(book: PriceBook) -> dict[str, tuple[Decimal, Decimal]]:
+    """Per GPU class of the book (`default` included, by name): (R_c, R_off,c) per GPU-hour,
+    derived by the engine, unrounded."""
+    return {
+        name: (rates.standard_per_gpu_hour, rates.offpeak_training_per_gpu_hour)
+        for name, rates in pricing.derive_class_rates(engine_price_book(book)).items()
+    }
 
 
 @dataclass

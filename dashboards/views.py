@@ -914,14 +914,15 @@ def statement_line(request: HttpRequest, line_id: int) -> HttpResponse:
 
 @role_required
 def price_books(request: HttpRequest) -> HttpResponse:
-    books = list(PriceBook.objects.order_by("effective_from", "version"))
+    books = list(billing_selectors.price_books_with_classes().order_by("effective_from", "version"))
     try:
         in_force = billing_selectors.price_book_in_force(dt.datetime.now(dt.UTC))
     except billing_selectors.PriceBookNotFound:
         in_force = None
     rows = []
     for book in books:
-        standard, offpeak = billing_selectors.rates_per_gpu_hour(book)
+        class_rates = billing_selectors.rates_per_gpu_class(book)
+        standard, offpeak = class_rates["default"]
         rows.append(
             {
                 "book": book,
@@ -929,6 +930,16 @@ def price_books(request: HttpRequest) -> HttpResponse:
                 "offpeak": offpeak,
                 "peak": hours_label(book.peak_hours),
                 "in_force": book == in_force,
+                # pricing.md v2: each listed class with its own rates (the book's own
+                # figures above are the class `default`).
+                "classes": [
+                    {
+                        "item": item,
+                        "standard": class_rates[item.name][0],
+                        "offpeak": class_rates[item.name][1],
+                    }
+                    for item in book.gpu_classes.all()
+                ],
             }
         )
     currency = books[-1].currency if books else "currency"

@@ -1,4 +1,4 @@
-"""The pricing engine: pricing.md version 1, to the cent, in plain Python.
+"""The pricing engine: pricing.md version 2, to the cent, in plain Python.
 
 Design
 ------
@@ -13,6 +13,13 @@ Design
   decimal places (`money.scaled`), so every sum is exact and the result does not depend on
   the order of the records. One rounding rule, `ROUNDING = ROUND_HALF_UP`, for those
   divisions and for the final rounding of each team line to the currency's minor unit.
+- **GPU classes** (version 2): a book may list classes, each with its own D, F, W and
+  optional s; the book's own figures are the class `default`. Capacity, usage and preemption
+  records name their class (absent: `default`). Each class is priced as a sub-pool (rules 1,
+  2, 3, 5, 6), SLA penalties over all classes (rule 4), and a team line is the exact sum of
+  its per-class amounts, rounded once. A task's `preemptions_before` numbers its preemptions
+  from its first ever. A book without classes prices exactly as version 1, and its scenario
+  keeps its canonical text and hash (version-2 fields are written only when not default).
 - **Output** is a `PricingResult`: per team its lines (baseline, standard, off-peak, SLA
   penalty, SLA credit, compensation) each with quantity, rate, unrounded and rounded amount,
   a plain-English description and the per-task contributions; the platform balance and its
@@ -24,12 +31,15 @@ Modules: `model` (input), `engine` (rules), `quantile` (Prometheus' histogram_qu
 (context and rounding), `times`, `wording` (descriptions).
 """
 
-from billing.pricing.engine import ENGINE_VERSION, derive_rates, price
+from billing.pricing.engine import ENGINE_VERSION, derive_class_rates, derive_rates, price
 from billing.pricing.model import (
+    CLASS_DECIMAL_FIELDS,
     DECIMAL_BOOK_FIELDS,
+    DEFAULT_CLASS,
     TASK_KINDS,
     TRAINING_KINDS,
     Capacity,
+    GpuClass,
     Latency,
     Preemption,
     PriceBook,
@@ -52,6 +62,7 @@ from billing.pricing.result import (
     PLATFORM_LINE_NAMES,
     TEAM_LINE_KINDS,
     Breach,
+    ClassPart,
     CompensatedPreemption,
     Contribution,
     Line,
@@ -63,8 +74,10 @@ from billing.pricing.result import (
 from billing.pricing.times import format_interval, parse_instant
 
 __all__ = [
+    "CLASS_DECIMAL_FIELDS",
     "CONTEXT",
     "DECIMAL_BOOK_FIELDS",
+    "DEFAULT_CLASS",
     "ENGINE_VERSION",
     "PLATFORM_LINE_NAMES",
     "ROUNDING",
@@ -73,8 +86,10 @@ __all__ = [
     "TRAINING_KINDS",
     "Breach",
     "Capacity",
+    "ClassPart",
     "CompensatedPreemption",
     "Contribution",
+    "GpuClass",
     "Latency",
     "Line",
     "PlatformResult",
@@ -89,6 +104,7 @@ __all__ = [
     "TeamResult",
     "Usage",
     "canonical_json",
+    "derive_class_rates",
     "derive_rates",
     "format_interval",
     "histogram_quantile",

@@ -1,4 +1,6 @@
-"""The pricing rules of pricing.md, version 1, applied to one validated scenario."""
+"""The pricing rules of pricing.md, version 2 (GPU classes, preemptions across periods),
+applied to one validated scenario. A scenario with one class and no earlier preemptions
+prices exactly as version 1."""
 
 from __future__ import annotations
 
@@ -8,7 +10,10 @@ from decimal import Decimal, Inexact, localcontext
 
 from billing.pricing import wording
 from billing.pricing.model import (
+    DEFAULT_CLASS,
     ONE,
+    ClassFigures,
+    ClassIndex,
     Preemption,
     PriceBook,
     Scenario,
@@ -27,6 +32,7 @@ from billing.pricing.quantile import P99, exceeds_objective, histogram_quantile
 from billing.pricing.result import (
     TEAM_LINE_KINDS,
     Breach,
+    ClassPart,
     CompensatedPreemption,
     Contribution,
     Line,
@@ -37,22 +43,27 @@ from billing.pricing.result import (
 )
 from billing.pricing.times import epoch_seconds, local_hour, zone
 
-ENGINE_VERSION = "1.0.0"
+ENGINE_VERSION = "2.0.0"
 
-# Per line kind: task (or service) id -> (unrounded amount, GPU-seconds).
+# Per line kind: task (or service) id -> [unrounded amount, GPU-seconds].
 Ledger = dict[str, list[Decimal]]
+# Per line kind: task id -> class -> [unrounded amount, GPU-seconds] (the ledger's parts).
+ClassLedger = dict[str, dict[str, list[Decimal]]]
 SLA_LINE_KINDS = ("sla_penalty", "sla_credit")
+CLASSED_LINE_KINDS = ("baseline", "standard", "offpeak", "compensation")
 
 
 def price(scenario: Scenario) -> PricingResult:
-    """Price a scenario by pricing.md version 1 and return every figure a statement needs.
+    """Price a scenario by pricing.md version 2 and return every figure a statement needs.
 
     Included: pool cost, the reserved inference baseline, usage at the standard and off-peak
     rates, SLA penalties and credits, starvation compensation, and the platform balance with
-    its named lines. Each team line is rounded once (ROUND_HALF_UP, currency minor unit); a
-    team total is the sum of its rounded lines; the platform's `rounding` line absorbs the
-    cents so that `round(pool cost) = Σ team totals + platform balance` exactly. Nothing
-    else is rounded. Busy time, memory and I/O are not priced (version 1).
+    its named lines; rules 1, 2, 3, 5 and 6 per GPU class (each its own sub-pool with its
+    own rates and reserve), rule 4 over all classes. A team line is the exact sum over classes
+    of its unrounded amounts, rounded once (ROUND_HALF_UP, currency minor unit); a team total
+    is the sum of its rounded lines; the platform's `rounding` line absorbs the cents so that
+    `round(pool cost) = Σ team totals + platform balance` exactly. Nothing else is rounded.
+    Busy time, memory and I/O are not priced.
     """
     if not isinstance(scenario, Scenario):
         raise TypeError(f"price() takes a Scenario, not {type(scenario).__name__}")
@@ -67,38 +78,78 @@ def price(scenario: Scenario) -> PricingResult:
 
 
 def derive_rates(book: PriceBook) -> Rates:
-    """R = D + F + E*W and R_off = D + E*W, per GPU-hour, exact (never rounded)."""
+    """The `default` class's rates (the book's own D, F, W): R = D + F + E*W and
+    R_off = D + E*W, per GPU-hour, exact (never rounded)."""
+    return derive_class_rates(book)[DEFAULT_CLASS]
+
+
+def derive_class_rates(book: PriceBook) -> dict[str, Rates]:
+    """Per class of the book (`default` included, by name): R_c = D_c + F_c + E*W_c and
+    R_off,c = D_c + E*W_c, per GPU-hour, exact (never rounded)."""
+    return {name: _class_rates(book, figures) for name, figures in book.class_figures().items()}
+
+
+def _class_rates(book: PriceBook, figures: ClassFigures) -> Rates:
     with localcontext(CONTEXT):
-        electricity = book.electricity_per_kwh * book.gpu_average_power_kw
-        standard = book.depreciation_per_gpu_hour + book.facility_per_gpu_hour + electricity
-        offpeak = book.depreciation_per_gpu_hour + electricity
+        electricity = book.electricity_per_kwh * figures.gpu_average_power_kw
+        standard = figures.depreciation_per_gpu_hour + figures.facility_per_gpu_hour + electricity
+        offpeak = figures.depreciation_per_gpu_hour + electricity
     return Rates(
         currency=book.currency,
-        depreciation_per_gpu_hour=book.depreciation_per_gpu_hour,
-        facility_per_gpu_hour=book.facility_per_gpu_hour,
+        depreciation_per_gpu_hour=figures.depreciation_per_gpu_hour,
+        facility_per_gpu_hour=figures.facility_per_gpu_hour,
         electricity_per_kwh=book.electricity_per_kwh,
-        gpu_average_power_kw=book.gpu_average_power_kw,
+        gpu_average_power_kw=figures.gpu_average_power_kw,
         electricity_per_gpu_hour=electricity,
         standard_per_gpu_hour=standard,
         offpeak_training_per_gpu_hour=offpeak,
-        derivation=wording.rate_derivation(book, standard, offpeak),
+        derivation=wording.rate_derivation(
+            book,
+            figures.name,
+            figures.depreciation_per_gpu_hour,
+            figures.facility_per_gpu_hour,
+            figures.gpu_average_power_kw,
+            standard,
+            offpeak,
+        ),
+        gpu_class=figures.name,
     )
+
+
+@dataclass(slots=True)
+class _ClassPrice:
+    """One class priced as a sub-pool (rules 1-3)."""
+
+    rates: Rates
+    share: Decimal  # s_c
+    usage: _UsageTotals
+    cost: Decimal  # C_c
+    baseline: Decimal  # B_c = s_c * C_c
 
 
 def _price(scenario: Scenario) -> PricingResult:
     book = scenario.price_book
-    rates = derive_rates(book)
+    class_rates = derive_class_rates(book)
+    figures = book.class_figures()
     is_peak = _peak_clock(book)
-    usage = _price_usage(scenario.index, book.reserved_inference_share, is_peak)
-    pool_cost = per_hour(usage.capacity, rates.standard_per_gpu_hour)
-    baseline = scaled(pool_cost, book.reserved_inference_share)
-    breaches = _find_breaches(scenario, is_peak, usage.training_held)
+    training = {task_id: task.is_training for task_id, task in scenario.index.tasks.items()}
+    classes = {}
+    for name, index in scenario.index.classes.items():
+        share, rates = figures[name].reserved_inference_share, class_rates[name]
+        usage = _price_usage(index, training, share, is_peak)
+        cost = per_hour(usage.capacity, rates.standard_per_gpu_hour)
+        classes[name] = _ClassPrice(rates, share, usage, cost, scaled(cost, share))
+    pool_cost = sum((item.cost for item in classes.values()), ZERO)
+    baseline = sum((item.baseline for item in classes.values()), ZERO)
+    training_held = _training_held(classes)
+    breaches = _find_breaches(scenario, is_peak, training_held)
     sla = _price_breaches(scenario.index, breaches, book.sla_penalty_per_interval)
-    compensated = _price_starvation(scenario, rates, is_peak)
-    ledgers = _ledgers(usage, rates, baseline, sla, compensated)
-    teams = _team_results(scenario, ledgers, sla, rates, baseline)
+    compensated = _price_starvation(scenario, class_rates, is_peak)
+    ledgers, parts = _ledgers(classes, sla, compensated)
+    shares = {name: figures[name].reserved_inference_share for name in figures}
+    teams = _team_results(scenario, ledgers, parts, sla, classes, baseline, shares)
     pool_cost_rounded = round_money(pool_cost, book.currency)
-    platform = _platform(book, rates, usage, baseline, compensated, pool_cost_rounded, teams)
+    platform = _platform(book, classes, compensated, pool_cost_rounded, teams)
     intervals = sorted(scenario.index.capacity)
     return PricingResult(
         engine_version=ENGINE_VERSION,
@@ -107,8 +158,12 @@ def _price(scenario: Scenario) -> PricingResult:
         step_seconds=scenario.step_seconds,
         period_start=intervals[0] if intervals else None,
         period_end=intervals[-1] + scenario.step_seconds if intervals else None,
-        rates=rates,
-        capacity_gpu_seconds=usage.capacity,
+        rates=class_rates[DEFAULT_CLASS],
+        rates_by_class=tuple(class_rates.values()),
+        capacity_gpu_seconds=sum((item.usage.capacity for item in classes.values()), ZERO),
+        capacity_gpu_seconds_by_class=tuple(
+            (name, item.usage.capacity) for name, item in classes.items()
+        ),
         pool_cost=pool_cost,
         pool_cost_rounded=pool_cost_rounded,
         reserved_baseline=baseline,
@@ -117,6 +172,18 @@ def _price(scenario: Scenario) -> PricingResult:
         sla_breaches=breaches,
         compensated_preemptions=compensated,
     )
+
+
+def _training_held(classes: dict[str, _ClassPrice]) -> dict[int, Decimal]:
+    """T(i) = Σ_{training t} a(t,i) over all classes, where > 0 (rule 4)."""
+    held = [item.usage.training_held for item in classes.values() if item.usage.training_held]
+    if len(held) <= 1:
+        return held[0] if held else {}
+    summed: dict[int, Decimal] = {}
+    for per_interval in held:
+        for interval, seconds in per_interval.items():
+            summed[interval] = summed.get(interval, ZERO) + seconds
+    return summed
 
 
 def _peak_clock(book: PriceBook) -> Callable[[int], bool]:
@@ -150,10 +217,13 @@ class _UsageTotals:
 
 
 def _price_usage(
-    index: ScenarioIndex, share: Decimal, is_peak: Callable[[int], bool]
+    index: ClassIndex,
+    training: dict[str, bool],
+    share: Decimal,
+    is_peak: Callable[[int], bool],
 ) -> _UsageTotals:
-    """One pass over the usage, interval by interval (hot loop: plain dicts and Decimals)."""
-    training = {task_id: task.is_training for task_id, task in index.tasks.items()}
+    """Rules 1-3 for one class: one pass over its usage, interval by interval (hot loop:
+    plain dicts and Decimals)."""
     totals = _UsageTotals(ZERO, {}, {}, {}, ZERO, ZERO, ZERO, {})
     covered, standard = totals.covered, totals.standard
     for interval in sorted(index.capacity):
@@ -269,11 +339,12 @@ def _post(ledger: Ledger, key: str, amount: Decimal, gpu_seconds: Decimal) -> No
 
 
 def _price_starvation(
-    scenario: Scenario, rates: Rates, is_peak: Callable[[int], bool]
+    scenario: Scenario, class_rates: dict[str, Rates], is_peak: Callable[[int], bool]
 ) -> tuple[CompensatedPreemption, ...]:
-    """Rule 5: a training task's preemptions beyond the N-th, numbered in time order (ties
-    by pod), earn lost * rate / 3600; lost is reported, else min(cap, seconds run) * GPUs,
-    and the rate is R in a peak interval, R_off off-peak."""
+    """Rule 5: a training task's preemptions are numbered from its first ever, in time order
+    (ties by pod): the period's first is `preemptions_before + 1`. Each beyond the N-th
+    earns lost * rate / 3600; lost is reported, else min(cap, seconds run) * GPUs, and the
+    rate is its class's R in a peak interval, R_off off-peak."""
     book, tasks = scenario.price_book, scenario.index.tasks
     by_task: dict[str, list[Preemption]] = {}
     for event in scenario.preemptions:
@@ -282,8 +353,10 @@ def _price_starvation(
     credits = []
     for task in sorted(by_task):
         events = sorted(by_task[task], key=lambda event: (event.at, event.pod))
-        for number, event in enumerate(events, start=1):
+        before = tasks[task].preemptions_before
+        for number, event in enumerate(events, start=before + 1):
             if number > book.starvation_preemption_threshold:
+                rates = class_rates[event.gpu_class]
                 credits.append(_compensate(scenario, rates, is_peak, event, number))
     return tuple(credits)
 
@@ -314,60 +387,84 @@ def _compensate(
         lost_was_reported=reported,
         rate_per_gpu_hour=rate,
         amount=per_hour(lost, rate),
+        gpu_class=event.gpu_class,
     )
 
 
 def _ledgers(
-    usage: _UsageTotals,
-    rates: Rates,
-    baseline: Decimal,
+    classes: dict[str, _ClassPrice],
     sla: _SlaTotals,
     compensated: tuple[CompensatedPreemption, ...],
-) -> dict[str, Ledger]:
-    """Per line kind, what each task (or service) contributes: [unrounded amount, GPU-s]."""
-    covered_total = sum(usage.covered.values(), ZERO)
-    ledgers: dict[str, Ledger] = {
-        "baseline": {
-            task: [scaled(baseline, seconds, covered_total), seconds]
-            for task, seconds in usage.covered.items()
-            if seconds > ZERO
-        },
-        "standard": {
-            task: [per_hour(seconds, rates.standard_per_gpu_hour), seconds]
-            for task, seconds in usage.standard.items()
-        },
-        "offpeak": {
-            task: [per_hour(seconds, rates.offpeak_training_per_gpu_hour), seconds]
-            for task, seconds in usage.offpeak.items()
-        },
-        "sla_penalty": sla.penalty,
-        "sla_credit": {service: [-amount, held] for service, (amount, held) in sla.credit.items()},
-        "compensation": {},
-    }
+) -> tuple[dict[str, Ledger], dict[str, ClassLedger]]:
+    """Per line kind, what each task (or service) contributes: [unrounded amount, GPU-s],
+    summed over classes exactly; and, for GPU-time lines, each class's part of it."""
+    ledgers: dict[str, Ledger] = {kind: {} for kind in TEAM_LINE_KINDS}
+    parts: dict[str, ClassLedger] = {kind: {} for kind in CLASSED_LINE_KINDS}
+    for name, item in classes.items():
+        usage, rates = item.usage, item.rates
+        covered_total = sum(usage.covered.values(), ZERO)
+        for task, seconds in usage.covered.items():
+            if seconds > ZERO:
+                amount = scaled(item.baseline, seconds, covered_total)
+                _post_part(ledgers, parts, "baseline", task, name, amount, seconds)
+        for task, seconds in usage.standard.items():
+            amount = per_hour(seconds, rates.standard_per_gpu_hour)
+            _post_part(ledgers, parts, "standard", task, name, amount, seconds)
+        for task, seconds in usage.offpeak.items():
+            amount = per_hour(seconds, rates.offpeak_training_per_gpu_hour)
+            _post_part(ledgers, parts, "offpeak", task, name, amount, seconds)
     for credit in compensated:
-        _post(ledgers["compensation"], credit.task, -credit.amount, credit.lost_gpu_seconds)
-    return ledgers
+        _post_part(
+            ledgers,
+            parts,
+            "compensation",
+            credit.task,
+            credit.gpu_class,
+            -credit.amount,
+            credit.lost_gpu_seconds,
+        )
+    ledgers["sla_penalty"] = sla.penalty
+    ledgers["sla_credit"] = {
+        service: [-amount, held] for service, (amount, held) in sla.credit.items()
+    }
+    return ledgers, parts
+
+
+def _post_part(
+    ledgers: dict[str, Ledger],
+    parts: dict[str, ClassLedger],
+    kind: str,
+    key: str,
+    gpu_class: str,
+    amount: Decimal,
+    gpu_seconds: Decimal,
+) -> None:
+    _post(ledgers[kind], key, amount, gpu_seconds)
+    _post(parts[kind].setdefault(key, {}), gpu_class, amount, gpu_seconds)
 
 
 def _team_results(
     scenario: Scenario,
     ledgers: dict[str, Ledger],
+    parts: dict[str, ClassLedger],
     sla: _SlaTotals,
-    rates: Rates,
+    classes: dict[str, _ClassPrice],
     baseline: Decimal,
+    shares: dict[str, Decimal],
 ) -> tuple[TeamResult, ...]:
     """Every team that owns a task or a service, by name, with its non-empty lines."""
     index = scenario.index
     owners = {task_id: task.team for task_id, task in index.tasks.items()}
     service_owners = {service_id: service.team for service_id, service in index.services.items()}
+    covered = sum((entry[1] for entry in ledgers["baseline"].values()), ZERO)
     results = []
     for team in sorted(set(owners.values()) | set(service_owners.values())):
         context = wording.TeamContext(
             team=team,
             book=scenario.price_book,
-            rates=rates,
             baseline=baseline,
-            covered_gpu_seconds=sum((entry[1] for entry in ledgers["baseline"].values()), ZERO),
+            covered_gpu_seconds=covered,
+            class_shares=shares,
         )
         lines = []
         for kind in TEAM_LINE_KINDS:
@@ -378,22 +475,20 @@ def _team_results(
                 for key, (amount, gpu_seconds) in ledgers[kind].items()
                 if members.get(key) == team and (amount or (gpu_seconds and not money_only))
             )
-            if ids:
-                lines.append(_team_line(kind, ids, ledgers[kind], sla, context))
+            if not ids:
+                continue
+            if money_only:
+                lines.append(_sla_line(kind, ids, ledgers[kind], sla, context))
+            else:
+                by_class = _class_parts(kind, ids, parts[kind], classes)
+                lines.append(_team_line(kind, ids, ledgers[kind], by_class, classes, context))
         total = sum((line.rounded for line in lines), ZERO)
         results.append(TeamResult(team=team, lines=tuple(lines), total=total))
     return tuple(results)
 
 
-def _team_line(
-    kind: str,
-    ids: list[str],
-    ledger: Ledger,
-    sla: _SlaTotals,
-    context: wording.TeamContext,
-) -> Line:
-    """One team line: the exact sum of its contributions, rounded once."""
-    contributions = tuple(
+def _contributions(kind: str, ids: list[str], ledger: Ledger) -> tuple[Contribution, ...]:
+    return tuple(
         Contribution(
             id=key,
             is_service=kind == "sla_credit",
@@ -402,28 +497,74 @@ def _team_line(
         )
         for key in ids
     )
+
+
+def _class_parts(
+    kind: str, ids: list[str], parts: ClassLedger, classes: dict[str, _ClassPrice]
+) -> tuple[ClassPart, ...]:
+    """The line's part per class (by name): the exact sums of its tasks' parts."""
+    result = []
+    for name, item in classes.items():
+        amount = gpu_seconds = ZERO
+        for key in ids:
+            entry = parts.get(key, {}).get(name)
+            if entry is not None:
+                amount += entry[0]
+                gpu_seconds += entry[1]
+        if amount or gpu_seconds:
+            rate = _book_rate(kind, item.rates)
+            result.append(ClassPart(name, gpu_seconds, amount, rate))
+    return tuple(result)
+
+
+def _book_rate(kind: str, rates: Rates) -> Decimal | None:
+    if kind == "standard":
+        return rates.standard_per_gpu_hour
+    if kind == "offpeak":
+        return rates.offpeak_training_per_gpu_hour
+    return None
+
+
+def _team_line(
+    kind: str,
+    ids: list[str],
+    ledger: Ledger,
+    by_class: tuple[ClassPart, ...],
+    classes: dict[str, _ClassPrice],
+    context: wording.TeamContext,
+) -> Line:
+    """One GPU-time line (baseline, standard, off-peak, compensation): the exact sum of its
+    contributions over all classes, rounded once."""
+    contributions = _contributions(kind, ids, ledger)
     amount = sum((item.amount for item in contributions), ZERO)
-    rounded = round_money(amount, context.book.currency)
-    if kind in SLA_LINE_KINDS:
-        intervals = _breached_intervals(kind, ids, amount, sla, context.book)
-        return Line(
-            kind=kind,
-            amount=amount,
-            rounded=rounded,
-            description=wording.sla_line(kind, context, ids, intervals, amount),
-            breached_intervals=intervals,
-            rate_per_interval=context.book.sla_penalty_per_interval,
-            contributions=contributions,
-        )
     gpu_seconds = sum((item.gpu_seconds for item in contributions), ZERO)
-    rate = _line_rate(kind, context.rates, amount, gpu_seconds)
+    rate = _line_rate(kind, by_class, classes[DEFAULT_CLASS].rates, amount, gpu_seconds)
     return Line(
         kind=kind,
         amount=amount,
-        rounded=rounded,
-        description=wording.team_line(kind, context, gpu_seconds, rate, amount),
+        rounded=round_money(amount, context.book.currency),
+        description=wording.team_line(kind, context, gpu_seconds, rate, amount, by_class),
         gpu_seconds=gpu_seconds,
         rate_per_gpu_hour=rate,
+        contributions=contributions,
+        by_class=by_class,
+    )
+
+
+def _sla_line(
+    kind: str, ids: list[str], ledger: Ledger, sla: _SlaTotals, context: wording.TeamContext
+) -> Line:
+    """One latency line (rule 4, over all classes): its exact sum, rounded once."""
+    contributions = _contributions(kind, ids, ledger)
+    amount = sum((item.amount for item in contributions), ZERO)
+    intervals = _breached_intervals(kind, ids, amount, sla, context.book)
+    return Line(
+        kind=kind,
+        amount=amount,
+        rounded=round_money(amount, context.book.currency),
+        description=wording.sla_line(kind, context, ids, intervals, amount),
+        breached_intervals=intervals,
+        rate_per_interval=context.book.sla_penalty_per_interval,
         contributions=contributions,
     )
 
@@ -438,12 +579,20 @@ def _breached_intervals(
     return scaled(amount, ONE, book.sla_penalty_per_interval)
 
 
-def _line_rate(kind: str, rates: Rates, amount: Decimal, gpu_seconds: Decimal) -> Decimal:
-    """The book rate of the line, or for baseline and compensation the effective rate."""
-    if kind == "standard":
-        return rates.standard_per_gpu_hour
-    if kind == "offpeak":
-        return rates.offpeak_training_per_gpu_hour
+def _line_rate(
+    kind: str,
+    by_class: tuple[ClassPart, ...],
+    default_rates: Rates,
+    amount: Decimal,
+    gpu_seconds: Decimal,
+) -> Decimal:
+    """The book rate of a standard or off-peak line when its classes share one rate (the
+    `default` rate when it has none), else, and for baseline and compensation, the
+    effective rate amount * 3600 / GPU-seconds."""
+    if kind in ("standard", "offpeak"):
+        book_rates = {part.rate_per_gpu_hour for part in by_class}
+        if len(book_rates) <= 1:
+            return book_rates.pop() if book_rates else _book_rate(kind, default_rates)
     if gpu_seconds == ZERO:
         return ZERO
     return scaled(abs(amount), SECONDS_PER_HOUR, gpu_seconds)
@@ -451,55 +600,88 @@ def _line_rate(kind: str, rates: Rates, amount: Decimal, gpu_seconds: Decimal) -
 
 def _platform(
     book: PriceBook,
-    rates: Rates,
-    usage: _UsageTotals,
-    baseline: Decimal,
+    classes: dict[str, _ClassPrice],
     compensated: tuple[CompensatedPreemption, ...],
     pool_cost_rounded: Decimal,
     teams: tuple[TeamResult, ...],
 ) -> PlatformResult:
-    """Rule 6: the balance `round(C) - Σ team totals` and its named lines."""
-    standard = rates.standard_per_gpu_hour
-    discount = standard - rates.offpeak_training_per_gpu_hour
-    lost = sum((credit.lost_gpu_seconds for credit in compensated), ZERO)
-    unassigned = baseline if sum(usage.covered.values(), ZERO) == ZERO else ZERO
-    figures = (  # name, GPU-seconds, rate per GPU-hour, unrounded amount
-        ("idle_capacity", usage.idle, standard, per_hour(usage.idle, standard)),
-        ("reserve_resold", usage.resold, standard, -per_hour(usage.resold, standard)),
-        (
-            "offpeak_discount",
-            usage.offpeak_training,
-            discount,
-            per_hour(usage.offpeak_training, discount),
-        ),
-        (
-            "starvation_compensation",
-            lost,
-            None,
-            sum((credit.amount for credit in compensated), ZERO),
-        ),
-        ("unassigned_reservation", None, None, unassigned),
-    )
-    balance = pool_cost_rounded - sum((team.total for team in teams), ZERO)
-    lines = []
-    for name, gpu_seconds, rate, amount in figures:
-        lines.append(
-            Line(
-                kind=name,
-                amount=amount,
-                rounded=round_money(amount, book.currency),
-                description=wording.platform_line(name, book, rates, gpu_seconds, amount),
-                gpu_seconds=gpu_seconds,
-                rate_per_gpu_hour=rate,
-            )
+    """Rule 6: the balance `round(C) - Σ team totals` and its named lines, each the sum over
+    classes of the per-class formula."""
+    idle, resold, discount, unassigned = [], [], [], []
+    for name, item in classes.items():
+        usage, rates = item.usage, item.rates
+        standard = rates.standard_per_gpu_hour
+        off = standard - rates.offpeak_training_per_gpu_hour
+        idle.append(ClassPart(name, usage.idle, per_hour(usage.idle, standard), standard))
+        resold.append(ClassPart(name, usage.resold, -per_hour(usage.resold, standard), standard))
+        training = usage.offpeak_training
+        discount.append(ClassPart(name, training, per_hour(training, off), off))
+        if item.baseline and sum(usage.covered.values(), ZERO) == ZERO:
+            unassigned.append(ClassPart(name, ZERO, item.baseline, None))
+    default = classes[DEFAULT_CLASS].rates
+    credits = [
+        ClassPart(
+            credit.gpu_class, credit.lost_gpu_seconds, credit.amount, credit.rate_per_gpu_hour
         )
+        for credit in compensated
+    ]
+    standard = default.standard_per_gpu_hour
+    offpeak = standard - default.offpeak_training_per_gpu_hour
+    lines = [
+        _platform_line(book, "idle_capacity", idle, standard),
+        _platform_line(book, "reserve_resold", resold, standard),
+        _platform_line(book, "offpeak_discount", discount, offpeak),
+        _platform_line(book, "starvation_compensation", _merged(credits), None),
+        _platform_line(book, "unassigned_reservation", unassigned, None),
+    ]
+    balance = pool_cost_rounded - sum((team.total for team in teams), ZERO)
     rounding = balance - sum((line.rounded for line in lines), ZERO)
     lines.append(
         Line(
             kind="rounding",
             amount=rounding,
             rounded=rounding,
-            description=wording.platform_line("rounding", book, rates, None, rounding),
+            description=wording.platform_line("rounding", book, None, None, rounding),
         )
     )
     return PlatformResult(lines=tuple(lines), total=balance)
+
+
+def _merged(parts: list[ClassPart]) -> list[ClassPart]:
+    """Parts of one class summed into one, by class name (rates dropped: they may differ)."""
+    summed: dict[str, list[Decimal]] = {}
+    for part in parts:
+        _post(summed, part.gpu_class, part.amount, part.gpu_seconds)
+    return [
+        ClassPart(name, gpu_seconds, amount, None)
+        for name, (amount, gpu_seconds) in sorted(summed.items())
+    ]
+
+
+def _platform_line(
+    book: PriceBook, kind: str, parts: list[ClassPart], default_rate: Decimal | None
+) -> Line:
+    """A named platform line: exact sums over classes, its rate as `_line_rate` picks it."""
+    amount = sum((part.amount for part in parts), ZERO)
+    used = [part for part in parts if part.gpu_seconds or part.amount]
+    gpu_seconds = None
+    rate = default_rate
+    if kind == "starvation_compensation":
+        gpu_seconds = sum((part.gpu_seconds for part in parts), ZERO)
+    elif kind != "unassigned_reservation":
+        gpu_seconds = sum((part.gpu_seconds for part in parts), ZERO)
+        rates = {part.rate_per_gpu_hour for part in used}
+        if len(rates) == 1:
+            rate = rates.pop()
+        elif rates:
+            rate = scaled(abs(amount), SECONDS_PER_HOUR, gpu_seconds)
+    by_class = tuple(used)
+    return Line(
+        kind=kind,
+        amount=amount,
+        rounded=round_money(amount, book.currency),
+        description=wording.platform_line(kind, book, rate, gpu_seconds, amount, by_class),
+        gpu_seconds=gpu_seconds,
+        rate_per_gpu_hour=rate,
+        by_class=by_class,
+    )

@@ -17,6 +17,8 @@ from billing.pricing.money import ZERO
 from billing.pricing.times import format_instant, format_interval, zone
 
 INFERENCE = "inference"
+# The class every GPU belongs to unless a class of the book names its model (pricing.md v2).
+DEFAULT_CLASS = "default"
 TASK_KINDS = ("inference", "training_interactive", "training_batch", "preprocessing")
 TRAINING_KINDS = frozenset(TASK_KINDS[1:])
 ONE = Decimal(1)
@@ -52,6 +54,78 @@ def _check_text(name: str, value: object) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuClass:
+    """A GPU class of a price book (pricing.md "GPU classes"): its own hardware figures.
+
+    `reserved_inference_share` None means the book's share. The tariff, peak hours and the
+    SLA and starvation figures are the book's, shared by every class.
+    """
+
+    name: str
+    models: tuple[str, ...]
+    depreciation_per_gpu_hour: Decimal
+    facility_per_gpu_hour: Decimal
+    gpu_average_power_kw: Decimal
+    reserved_inference_share: Decimal | None = None
+
+    def __post_init__(self) -> None:
+        _check_text("name", self.name)
+        if self.name == DEFAULT_CLASS:
+            raise ScenarioError(
+                f"name: {DEFAULT_CLASS!r} is the class of the book's own figures; "
+                "a listed class takes another name"
+            )
+        if not isinstance(self.models, tuple):
+            raise ScenarioError(f"models must be a tuple of model names, got {self.models!r}")
+        for model in self.models:
+            _check_text("models", model)
+        if len(set(self.models)) != len(self.models):
+            raise ScenarioError(f"models: a model is listed twice in {list(self.models)!r}")
+        for name in CLASS_DECIMAL_FIELDS:
+            _check_decimal(name, getattr(self, name))
+        if self.reserved_inference_share is not None:
+            _check_decimal("reserved_inference_share", self.reserved_inference_share, maximum=ONE)
+
+
+CLASS_DECIMAL_FIELDS = (
+    "depreciation_per_gpu_hour",
+    "facility_per_gpu_hour",
+    "gpu_average_power_kw",
+)
+
+
+class ClassFigures(NamedTuple):
+    """A class's D, F, W and resolved reserve share s (the book's when the class has none)."""
+
+    name: str
+    depreciation_per_gpu_hour: Decimal
+    facility_per_gpu_hour: Decimal
+    gpu_average_power_kw: Decimal
+    reserved_inference_share: Decimal
+
+
+def _check_classes(classes: object) -> None:
+    """Unique names, and no model name in two classes (pricing.md "GPU classes")."""
+    if not isinstance(classes, tuple):
+        raise ScenarioError(f"gpu_classes must be a tuple of GpuClass, got {classes!r}")
+    names: set[str] = set()
+    owners: dict[str, str] = {}
+    for number, item in enumerate(classes):
+        if not isinstance(item, GpuClass):
+            raise TypeError(f"gpu_classes[{number}] must be a GpuClass, not {item!r}")
+        if item.name in names:
+            raise ScenarioError(f"gpu_classes[{number}]: duplicate class name {item.name!r}")
+        names.add(item.name)
+        for model in item.models:
+            if model in owners:
+                raise ScenarioError(
+                    f"gpu_classes[{number}]: model {model!r} of class {item.name!r} is already "
+                    f"in class {owners[model]!r}; a model belongs to one class"
+                )
+            owners[model] = item.name
+
+
+@dataclass(frozen=True, slots=True)
 class PriceBook:
     """One price book version (pricing.md "Price book"); rates are per GPU-hour."""
 
@@ -67,6 +141,7 @@ class PriceBook:
     sla_min_requests: int
     starvation_preemption_threshold: int
     starvation_lost_work_cap_seconds: Decimal
+    gpu_classes: tuple[GpuClass, ...] = ()
 
     def __post_init__(self) -> None:
         if not (isinstance(self.currency, str) and len(self.currency) == 3):
@@ -87,6 +162,35 @@ class PriceBook:
             _check_int("peak_hours", hour, high=24)
         _check_int("sla_min_requests", self.sla_min_requests)
         _check_int("starvation_preemption_threshold", self.starvation_preemption_threshold)
+        _check_classes(self.gpu_classes)
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """Every class of the book, `default` included, in sorted (code point) order."""
+        return tuple(sorted((DEFAULT_CLASS, *(item.name for item in self.gpu_classes))))
+
+    def class_figures(self) -> dict[str, ClassFigures]:
+        """Per class name (sorted), the figures its rates and reserve come from; `default`
+        is the book's own D, F, W and s."""
+        figures = {
+            DEFAULT_CLASS: ClassFigures(
+                DEFAULT_CLASS,
+                self.depreciation_per_gpu_hour,
+                self.facility_per_gpu_hour,
+                self.gpu_average_power_kw,
+                self.reserved_inference_share,
+            )
+        }
+        for item in self.gpu_classes:
+            share = item.reserved_inference_share
+            figures[item.name] = ClassFigures(
+                item.name,
+                item.depreciation_per_gpu_hour,
+                item.facility_per_gpu_hour,
+                item.gpu_average_power_kw,
+                self.reserved_inference_share if share is None else share,
+            )
+        return {name: figures[name] for name in sorted(figures)}
 
     def is_peak_hour(self, hour: int) -> bool:
         """`peak_hours` is `[start, end)` on the local clock; start > end wraps midnight, and
@@ -115,6 +219,8 @@ class Task:
     id: str
     team: str
     kind: str
+    # Preemptions the task had before the period: its first one here is number this + 1.
+    preemptions_before: int = 0
 
     def __post_init__(self) -> None:
         _check_text("id", self.id)
@@ -122,6 +228,7 @@ class Task:
         if self.kind not in TASK_KINDS:
             known = ", ".join(TASK_KINDS)
             raise ScenarioError(f"unknown kind {self.kind!r} (expected one of {known})")
+        _check_int("preemptions_before", self.preemptions_before)
 
     @property
     def is_training(self) -> bool:
@@ -144,23 +251,28 @@ class Service:
 
 @dataclass(frozen=True, slots=True)
 class Capacity:
-    """GPUs present * seconds, for the interval starting at `interval` (Unix seconds)."""
+    """GPUs of one class present * seconds, for the interval starting at `interval` (Unix
+    seconds)."""
 
     interval: int
     capacity_gpu_seconds: Decimal
+    gpu_class: str = DEFAULT_CLASS
 
     def __post_init__(self) -> None:
         _check_int("interval", self.interval)
         _check_decimal("capacity_gpu_seconds", self.capacity_gpu_seconds)
+        _check_text("gpu_class", self.gpu_class)
 
 
 class Usage(NamedTuple):
-    """GPU-seconds a task held in one interval. A plain `(interval, task, alloc)` tuple works
-    too: a month of a large pool has millions of these, so they stay tuples."""
+    """GPU-seconds a task held of one GPU class in one interval. A plain `(interval, task,
+    alloc)` tuple (class `default`) or `(interval, task, alloc, gpu_class)` works too: a month
+    of a large pool has millions of these, so they stay tuples."""
 
     interval: int
     task: str
     alloc_gpu_seconds: Decimal
+    gpu_class: str = DEFAULT_CLASS
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +321,7 @@ class Preemption:
     seconds_since_start: Decimal
     lost_gpu_seconds: Decimal | None
     pod: str = ""
+    gpu_class: str = DEFAULT_CLASS  # the class of the GPUs it lost, whose rates credit it
 
     def __post_init__(self) -> None:
         _check_text("task", self.task)
@@ -220,16 +333,31 @@ class Preemption:
             _check_decimal("lost_gpu_seconds", self.lost_gpu_seconds)
         if not isinstance(self.pod, str):
             raise ScenarioError(f"pod must be a string, got {self.pod!r}")
+        _check_text("gpu_class", self.gpu_class)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassIndex:
+    """One GPU class's sub-pool: its capacity and usage per interval."""
+
+    capacity: dict[int, Decimal]  # interval -> capacity GPU-seconds of the class
+    usage: dict[int, dict[str, Decimal]]  # interval -> task -> GPU-seconds of the class
 
 
 @dataclass(frozen=True, slots=True)
 class ScenarioIndex:
-    """What pricing needs, grouped once while the scenario is validated."""
+    """What pricing needs, grouped once while the scenario is validated.
+
+    `capacity` and `usage` are summed over the GPU classes (rule 4 and the period's bounds
+    read them); `classes` holds each class of the book on its own (rules 1, 2, 3, 5, 6).
+    With one class present they are the same dicts, so a version-1 scenario costs nothing more.
+    """
 
     tasks: dict[str, Task]
     services: dict[str, Service]
-    capacity: dict[int, Decimal]  # interval -> capacity GPU-seconds
-    usage: dict[int, dict[str, Decimal]]  # interval -> task -> allocated GPU-seconds
+    capacity: dict[int, Decimal]  # interval -> capacity GPU-seconds, all classes
+    usage: dict[int, dict[str, Decimal]]  # interval -> task -> allocated GPU-seconds, all classes
+    classes: dict[str, ClassIndex]  # every class of the book, `default` included, sorted
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,13 +381,18 @@ class Scenario:
         _check_step(self.step_seconds)
         if not isinstance(self.price_book, PriceBook):
             raise TypeError(f"price_book must be a PriceBook, not {type(self.price_book)}")
+        known = self.price_book.class_names
         tasks = _index_by_id("tasks", self.tasks, Task)
         services = _index_by_id("services", self.services, Service)
-        capacity = _index_capacity(self.capacity, self.step_seconds)
-        usage = _index_usage(self.usage, self.step_seconds, tasks, capacity)
+        capacity = _index_capacity(self.capacity, self.step_seconds, known)
+        usage = _index_usage(self.usage, self.step_seconds, tasks, capacity, known)
         _check_latency(self.latency, self.step_seconds, services)
-        _check_preemptions(self.preemptions, tasks)
-        object.__setattr__(self, "index", ScenarioIndex(tasks, services, capacity, usage))
+        _check_preemptions(self.preemptions, tasks, known)
+        classes = {name: ClassIndex(capacity.get(name, {}), usage.get(name, {})) for name in known}
+        index = ScenarioIndex(
+            tasks, services, _summed_capacity(capacity), _summed_usage(usage), classes
+        )
+        object.__setattr__(self, "index", index)
 
 
 def _check_step(step: object) -> None:
@@ -290,16 +423,29 @@ def _check_aligned(where: str, interval: int, step: int) -> None:
         )
 
 
-def _index_capacity(records: tuple[Capacity, ...], step: int) -> dict[int, Decimal]:
-    capacity: dict[int, Decimal] = {}
+def _unknown_class(where: str, gpu_class: object, known: tuple[str, ...]) -> ScenarioError:
+    return ScenarioError(
+        f"{where}: unknown gpu_class {gpu_class!r} (the price book's classes: {', '.join(known)})"
+    )
+
+
+def _index_capacity(
+    records: tuple[Capacity, ...], step: int, known: tuple[str, ...]
+) -> dict[str, dict[int, Decimal]]:
+    """class -> interval -> capacity; one record per class and interval."""
+    capacity: dict[str, dict[int, Decimal]] = {}
     for number, record in enumerate(records):
         if not isinstance(record, Capacity):
             raise TypeError(f"capacity[{number}] must be a Capacity, not {record!r}")
         _check_aligned(f"capacity[{number}]", record.interval, step)
-        if record.interval in capacity:
+        if record.gpu_class not in known:
+            raise _unknown_class(f"capacity[{number}]", record.gpu_class, known)
+        in_class = capacity.setdefault(record.gpu_class, {})
+        if record.interval in in_class:
             name = format_interval(record.interval)
-            raise ScenarioError(f"capacity[{number}]: duplicate interval {name}")
-        capacity[record.interval] = record.capacity_gpu_seconds
+            of_class = "" if record.gpu_class == DEFAULT_CLASS else f" of {record.gpu_class!r}"
+            raise ScenarioError(f"capacity[{number}]: duplicate interval {name}{of_class}")
+        in_class[record.interval] = record.capacity_gpu_seconds
     return capacity
 
 
@@ -307,40 +453,94 @@ METERED_RESOLUTION = Decimal("0.000001")
 
 
 def _index_usage(
-    rows: tuple[Usage, ...], step: int, tasks: dict[str, Task], capacity: dict[int, Decimal]
-) -> dict[int, dict[str, Decimal]]:
-    """Group usage by interval, refusing what pricing.md cannot price.
+    rows: tuple[Usage, ...],
+    step: int,
+    tasks: dict[str, Task],
+    capacity: dict[str, dict[int, Decimal]],
+    known: tuple[str, ...],
+) -> dict[str, dict[int, dict[str, Decimal]]]:
+    """Group usage by class and interval, refusing what pricing.md cannot price.
 
+    A row's class must have a capacity record in its interval, and the interval's
+    allocations over all classes must fit its capacity over all classes (a task may run on
+    another class's GPU of the same interval: the worked examples overbook `default`).
     One pass with plain dict operations: this runs once per row of a month's usage.
     """
-    by_interval: dict[int, dict[str, Decimal]] = {}
+    by_class: dict[str, dict[int, dict[str, Decimal]]] = {}
+    classes: dict[str, tuple[dict, dict]] = {}  # class -> (its usage, its capacity)
+    total_capacity = _summed_capacity(capacity)
     allocated: dict[int, Decimal] = {}
     for number, row in enumerate(rows):
         try:
-            interval, task, alloc = row
+            if len(row) == 3:
+                interval, task, alloc = row
+                gpu_class = DEFAULT_CLASS
+            else:
+                interval, task, alloc, gpu_class = row
         except (TypeError, ValueError):
-            raise TypeError(f"usage[{number}] must be an (interval, task, alloc) tuple") from None
+            raise TypeError(
+                f"usage[{number}] must be an (interval, task, alloc[, gpu_class]) tuple"
+            ) from None
         if type(alloc) is not Decimal:
             raise TypeError(f"usage[{number}]: alloc_gpu_seconds must be a Decimal, not {alloc!r}")
+        in_class = classes.get(gpu_class)
+        if in_class is None:
+            if gpu_class not in known:
+                raise _unknown_class(f"usage[{number}]", gpu_class, known)
+            in_class = classes[gpu_class] = ({}, capacity.get(gpu_class, {}))
+            by_class[gpu_class] = in_class[0]
+        by_interval, class_capacity = in_class
         in_interval = by_interval.get(interval)
         if in_interval is None:
             in_interval = by_interval[interval] = _new_usage_interval(number, interval, step)
         if task in in_interval:
             name = format_interval(interval)
-            raise ScenarioError(f"usage[{number}]: duplicate usage of task {task!r} in {name}")
+            on_class = "" if gpu_class == DEFAULT_CLASS else f" on {gpu_class!r}"
+            raise ScenarioError(
+                f"usage[{number}]: duplicate usage of task {task!r}{on_class} in {name}"
+            )
         if task not in tasks:
             raise ScenarioError(f"usage[{number}]: unknown task {task!r}")
         if not alloc.is_finite() or alloc < ZERO:
             raise ScenarioError(f"usage[{number}]: negative or invalid allocation '{alloc}'")
         in_interval[task] = alloc
         total = allocated[interval] = allocated.get(interval, ZERO) + alloc
-        interval_capacity = capacity.get(interval)
-        # Metered allocations are stored to the micro-GPU-second, each rounded on its own (a
-        # MIG slice is 3/7 of a GPU), so a full interval may overshoot by that rounding.
-        slack = METERED_RESOLUTION * len(in_interval)
-        if interval_capacity is None or total > interval_capacity + slack:
-            raise _above_capacity(number, task, interval, total, interval_capacity)
-    return by_interval
+        if interval not in class_capacity:
+            raise _no_capacity(number, task, interval, gpu_class)
+        interval_capacity = total_capacity[interval]
+        if total > interval_capacity:
+            # Metered allocations are stored to the micro-GPU-second, each rounded on its
+            # own (a MIG slice is 3/7 of a GPU), so a full interval may overshoot by that.
+            count = sum(len(usage[0].get(interval, ())) for usage in classes.values())
+            if total > interval_capacity + METERED_RESOLUTION * count:
+                raise _above_capacity(number, task, interval, total, interval_capacity)
+    return by_class
+
+
+def _summed_capacity(by_class: dict[str, dict[int, Decimal]]) -> dict[int, Decimal]:
+    """interval -> capacity over all classes (the one class's own dict when there is one)."""
+    if len(by_class) <= 1:
+        return next(iter(by_class.values()), {})
+    summed: dict[int, Decimal] = {}
+    for capacity in by_class.values():
+        for interval, seconds in capacity.items():
+            summed[interval] = summed.get(interval, ZERO) + seconds
+    return summed
+
+
+def _summed_usage(
+    by_class: dict[str, dict[int, dict[str, Decimal]]],
+) -> dict[int, dict[str, Decimal]]:
+    """interval -> task -> a(t,i) = Σ_c a_c(t,i) (the one class's own dict when there is one)."""
+    if len(by_class) <= 1:
+        return next(iter(by_class.values()), {})
+    summed: dict[int, dict[str, Decimal]] = {}
+    for usage in by_class.values():
+        for interval, rows in usage.items():
+            in_interval = summed.setdefault(interval, {})
+            for task, alloc in rows.items():
+                in_interval[task] = in_interval.get(task, ZERO) + alloc
+    return summed
 
 
 def _new_usage_interval(number: int, interval: object, step: int) -> dict[str, Decimal]:
@@ -350,15 +550,23 @@ def _new_usage_interval(number: int, interval: object, step: int) -> dict[str, D
     return {}
 
 
-def _above_capacity(
-    number: int, task: str, interval: int, total: Decimal, capacity: Decimal | None
-) -> ScenarioError:
+def _no_capacity(number: int, task: str, interval: int, gpu_class: str) -> ScenarioError:
     name = format_interval(interval)
-    if capacity is None:
+    if gpu_class == DEFAULT_CLASS:
         return ScenarioError(
             f"usage[{number}]: task {task!r} has an allocation in {name}, "
             "an interval with no capacity record"
         )
+    return ScenarioError(
+        f"usage[{number}]: task {task!r} has an allocation on {gpu_class!r} in {name}, "
+        f"an interval with no capacity record of class {gpu_class!r}"
+    )
+
+
+def _above_capacity(
+    number: int, task: str, interval: int, total: Decimal, capacity: Decimal
+) -> ScenarioError:
+    name = format_interval(interval)
     return ScenarioError(
         f"usage[{number}]: allocations of {name} reach {total} GPU-seconds with task {task!r}, "
         f"above the interval's capacity of {capacity}"
@@ -380,13 +588,17 @@ def _check_latency(records: tuple[Latency, ...], step: int, services: dict[str, 
         seen.add(key)
 
 
-def _check_preemptions(records: tuple[Preemption, ...], tasks: dict[str, Task]) -> None:
+def _check_preemptions(
+    records: tuple[Preemption, ...], tasks: dict[str, Task], known: tuple[str, ...]
+) -> None:
     seen: set[tuple[str, str, dt.datetime]] = set()
     for number, record in enumerate(records):
         if not isinstance(record, Preemption):
             raise TypeError(f"preemptions[{number}] must be a Preemption, not {record!r}")
         if record.task not in tasks:
             raise ScenarioError(f"preemptions[{number}]: unknown task {record.task!r}")
+        if record.gpu_class not in known:
+            raise _unknown_class(f"preemptions[{number}]", record.gpu_class, known)
         key = (record.task, record.pod, record.at)
         if key in seen:
             at = format_instant(record.at)

@@ -22,8 +22,11 @@ from operator import itemgetter
 from typing import Any
 
 from billing.pricing.model import (
+    CLASS_DECIMAL_FIELDS,
     DECIMAL_BOOK_FIELDS,
+    DEFAULT_CLASS,
     Capacity,
+    GpuClass,
     Latency,
     Preemption,
     PriceBook,
@@ -54,6 +57,8 @@ BOOK_FIELDS = (
     "sla_min_requests",
     "starvation_preemption_threshold",
 )
+OPTIONAL_BOOK_FIELDS = ("gpu_classes",)
+CLASS_FIELDS = ("name", "models", *CLASS_DECIMAL_FIELDS, "reserved_inference_share")
 INFINITY = Decimal("Infinity")
 
 
@@ -64,11 +69,13 @@ class _FieldError(Exception):
 def scenario_from_dict(data: dict) -> Scenario:
     """Parse and validate a scenario (the JSON object of pricing.md "Scenario files").
 
-    `step_seconds` defaults to 300; `services`, `latency` and `preemptions` may be absent.
-    Raises ScenarioError naming the offending record: unknown task or service, negative
-    allocation, allocations above the interval's capacity, unparsable or misaligned time,
-    missing or invalid price-book field, float where money is required, unknown kind,
-    duplicate record.
+    `step_seconds` defaults to 300; `services`, `latency` and `preemptions` may be absent;
+    so may the version-2 fields: the book's `gpu_classes`, a task's `preemptions_before` (0)
+    and a record's `gpu_class` (`default`). Raises ScenarioError naming the offending record:
+    unknown task, service or GPU class, negative allocation, allocations above the
+    interval's capacity, unparsable or misaligned time, missing or invalid price-book field,
+    float where money is required (in the book and its classes), unknown kind, duplicate
+    record, a GPU model in two classes, a class named `default`, two classes of one name.
     """
     if not isinstance(data, dict):
         raise ScenarioError(f"scenario: expected a JSON object, got {type(data).__name__}")
@@ -200,7 +207,7 @@ def _price_book(book: Any) -> PriceBook:
         if not isinstance(book, dict):
             raise _FieldError(f"expected an object, got {type(book).__name__}")
         for name in BOOK_FIELDS:
-            _field(book, name, BOOK_FIELDS)
+            _field(book, name, (*BOOK_FIELDS, *OPTIONAL_BOOK_FIELDS))
         peak_hours = book["peak_hours"]
         if not (isinstance(peak_hours, list) and len(peak_hours) == 2):
             raise _FieldError(f"peak_hours must be [start, end), got {peak_hours!r}")
@@ -213,17 +220,40 @@ def _price_book(book: Any) -> PriceBook:
             starvation_preemption_threshold=_whole(
                 "starvation_preemption_threshold", book["starvation_preemption_threshold"]
             ),
+            gpu_classes=tuple(_records("gpu_classes", book.get("gpu_classes", []), _gpu_class)),
         )
     except (_FieldError, ScenarioError) as error:
         raise ScenarioError(f"price_book: {error}") from None
 
 
+def _gpu_class(row: dict) -> GpuClass:
+    """A class of the book (pricing.md "GPU classes"); its amounts are money: no floats."""
+    name = _text("name", _field(row, "name", CLASS_FIELDS))
+    models = _field(row, "models")
+    if not isinstance(models, list):
+        raise _FieldError(f"models must be a list of GPU model names, got {models!r}")
+    share = row.get("reserved_inference_share")
+    return GpuClass(
+        name=name,
+        models=tuple(_text("models", model) for model in models),
+        **{field: _money(field, _field(row, field)) for field in CLASS_DECIMAL_FIELDS},
+        reserved_inference_share=(
+            None if share is None else _money("reserved_inference_share", share)
+        ),
+    )
+
+
+def _gpu_class_name(row: dict) -> str:
+    return _text("gpu_class", row.get("gpu_class", DEFAULT_CLASS))
+
+
 def _task(row: dict) -> Task:
-    known = ("id", "team", "kind")
+    known = ("id", "team", "kind", "preemptions_before")
     return Task(
         id=_text("id", _field(row, "id", known)),
         team=_text("team", _field(row, "team")),
         kind=_field(row, "kind"),
+        preemptions_before=_whole("preemptions_before", row.get("preemptions_before", 0)),
     )
 
 
@@ -237,15 +267,18 @@ def _service(row: dict) -> Service:
 
 
 def _capacity(row: dict) -> Capacity:
-    known = ("interval", "capacity_gpu_seconds")
+    known = ("interval", "capacity_gpu_seconds", "gpu_class")
     return Capacity(
         interval=_interval("interval", _field(row, "interval", known)),
         capacity_gpu_seconds=_decimal("capacity_gpu_seconds", _field(row, "capacity_gpu_seconds")),
+        gpu_class=_gpu_class_name(row),
     )
 
 
-def _usage(rows: Any) -> list[tuple[int, str, Decimal]]:
-    """Usage rows as plain tuples; the hot path of a month's scenario (millions of rows)."""
+def _usage(rows: Any) -> list[tuple]:
+    """Usage rows as plain tuples, `(interval, task, alloc)` for the default class and
+    `(interval, task, alloc, gpu_class)` otherwise; the hot path of a month's scenario
+    (millions of rows)."""
     if not isinstance(rows, list):
         raise ScenarioError(f"usage: expected a list, got {type(rows).__name__}")
     intervals: dict[str, int] = {}
@@ -256,8 +289,11 @@ def _usage(rows: Any) -> list[tuple[int, str, Decimal]]:
             interval_text = row["interval"]
             task = row["task"]
             alloc = row["alloc_gpu_seconds"]
-            if len(row) != 3 or type(task) is not str or type(interval_text) is not str:
+            gpu_class = row["gpu_class"] if len(row) == 4 else DEFAULT_CLASS
+            if len(row) > 4 or type(task) is not str or type(interval_text) is not str:
                 raise KeyError
+            if type(gpu_class) is not str or not gpu_class:
+                raise _FieldError(f"gpu_class must be a non-empty string, got {gpu_class!r}")
             interval = intervals.get(interval_text)
             if interval is None:
                 interval = intervals[interval_text] = _interval("interval", interval_text)
@@ -265,7 +301,10 @@ def _usage(rows: Any) -> list[tuple[int, str, Decimal]]:
             value = Decimal(alloc) if type(alloc) is str else _decimal("alloc_gpu_seconds", alloc)
             if not value.is_finite():
                 raise _FieldError(f"alloc_gpu_seconds must be a finite number, got {alloc!r}")
-            append((interval, task, value))
+            if gpu_class == DEFAULT_CLASS:
+                append((interval, task, value))
+            else:
+                append((interval, task, value, gpu_class))
         except (KeyError, TypeError):
             raise ScenarioError(f"usage[{number}]: {_usage_shape(row)}") from None
         except InvalidOperation:
@@ -281,7 +320,7 @@ def _usage_shape(row: Any) -> str:
     if not isinstance(row, dict):
         return f"expected an object, got {type(row).__name__}"
     try:
-        _field(row, "interval", ("interval", "task", "alloc_gpu_seconds"))
+        _field(row, "interval", ("interval", "task", "alloc_gpu_seconds", "gpu_class"))
         _field(row, "alloc_gpu_seconds")
         _text("task", _field(row, "task"))
         _interval("interval", row["interval"])
@@ -309,7 +348,7 @@ def _latency(row: dict) -> Latency:
 
 
 def _preemption(row: dict) -> Preemption:
-    known = ("task", "at", "gpus", "seconds_since_start", "lost_gpu_seconds", "pod")
+    known = ("task", "at", "gpus", "seconds_since_start", "lost_gpu_seconds", "pod", "gpu_class")
     try:
         at = parse_instant(_field(row, "at", known))
     except ValueError as error:
@@ -322,6 +361,7 @@ def _preemption(row: dict) -> Preemption:
         seconds_since_start=_decimal("seconds_since_start", _field(row, "seconds_since_start")),
         lost_gpu_seconds=None if lost is None else _decimal("lost_gpu_seconds", lost),
         pod=row.get("pod", ""),
+        gpu_class=_gpu_class_name(row),
     )
 
 
@@ -329,33 +369,42 @@ def _preemption(row: dict) -> Preemption:
 
 
 def _small_parts(scenario: Scenario) -> dict:
-    """Everything but usage, as JSON-ready values (the JSON dump sorts the keys)."""
+    """Everything but usage, as JSON-ready values (the JSON dump sorts the keys).
+
+    Version-2 fields are written only when they say something (classes listed, a class
+    other than `default`, earlier preemptions): a version-1 scenario keeps its text and hash.
+    """
     book = scenario.price_book
     text = canonical_decimal
+    price_book = {
+        "currency": book.currency,
+        "timezone": book.timezone,
+        **{name: text(getattr(book, name)) for name in DECIMAL_BOOK_FIELDS},
+        "peak_hours": list(book.peak_hours),
+        "sla_min_requests": book.sla_min_requests,
+        "starvation_preemption_threshold": book.starvation_preemption_threshold,
+    }
+    if book.gpu_classes:
+        price_book["gpu_classes"] = [
+            _gpu_class_dict(item) for item in sorted(book.gpu_classes, key=lambda c: c.name)
+        ]
     return {
         "step_seconds": scenario.step_seconds,
-        "price_book": {
-            "currency": book.currency,
-            "timezone": book.timezone,
-            **{name: text(getattr(book, name)) for name in DECIMAL_BOOK_FIELDS},
-            "peak_hours": list(book.peak_hours),
-            "sla_min_requests": book.sla_min_requests,
-            "starvation_preemption_threshold": book.starvation_preemption_threshold,
-        },
-        "tasks": [
-            {"id": task.id, "team": task.team, "kind": task.kind}
-            for task in sorted(scenario.tasks, key=lambda task: task.id)
-        ],
+        "price_book": price_book,
+        "tasks": [_task_dict(task) for task in sorted(scenario.tasks, key=lambda task: task.id)],
         "services": [
             {"id": service.id, "team": service.team, "slo_p99_ms": text(service.slo_p99_ms)}
             for service in sorted(scenario.services, key=lambda service: service.id)
         ],
         "capacity": [
-            {
-                "interval": format_interval(row.interval),
-                "capacity_gpu_seconds": text(row.capacity_gpu_seconds),
-            }
-            for row in sorted(scenario.capacity, key=lambda row: row.interval)
+            _with_class(
+                {
+                    "interval": format_interval(row.interval),
+                    "capacity_gpu_seconds": text(row.capacity_gpu_seconds),
+                },
+                row.gpu_class,
+            )
+            for row in sorted(scenario.capacity, key=lambda row: (row.interval, row.gpu_class))
         ],
         "latency": [
             _latency_dict(row)
@@ -363,9 +412,35 @@ def _small_parts(scenario: Scenario) -> dict:
         ],
         "preemptions": [
             _preemption_dict(row)
-            for row in sorted(scenario.preemptions, key=lambda row: (row.task, row.at, row.pod))
+            for row in sorted(
+                scenario.preemptions, key=lambda row: (row.task, row.at, row.pod, row.gpu_class)
+            )
         ],
     }
+
+
+def _gpu_class_dict(item: GpuClass) -> dict:
+    record = {
+        "name": item.name,
+        "models": list(item.models),
+        **{name: canonical_decimal(getattr(item, name)) for name in CLASS_DECIMAL_FIELDS},
+    }
+    if item.reserved_inference_share is not None:
+        record["reserved_inference_share"] = canonical_decimal(item.reserved_inference_share)
+    return record
+
+
+def _task_dict(task: Task) -> dict:
+    record = {"id": task.id, "team": task.team, "kind": task.kind}
+    if task.preemptions_before:
+        record["preemptions_before"] = task.preemptions_before
+    return record
+
+
+def _with_class(record: dict, gpu_class: str) -> dict:
+    if gpu_class != DEFAULT_CLASS:
+        record["gpu_class"] = gpu_class
+    return record
 
 
 def _latency_dict(row: Latency) -> dict:
@@ -390,17 +465,21 @@ def _preemption_dict(row: Preemption) -> dict:
     }
     if row.pod:
         record["pod"] = row.pod
-    return record
+    return _with_class(record, row.gpu_class)
 
 
 def _usage_text(scenario: Scenario) -> str:
-    """Usage rows sorted by (interval, task), each `{"alloc_gpu_seconds":...,"interval":...,
-    "task":...}` exactly as `json.dumps(sort_keys=True, separators=(",", ":"))` writes it.
+    """Usage rows sorted by (interval, task, class), each `{"alloc_gpu_seconds":...,
+    "interval":...,"task":...}` (with `"gpu_class"` after the allocation when the class is
+    not `default`) exactly as `json.dumps(sort_keys=True, separators=(",", ":"))` writes it.
 
     Walks the scenario's per-interval groups (sorting a few hundred task ids per interval is
     cheaper than sorting millions of rows) and concatenates plain strings: the hot path of
     hashing a month.
     """
+    used = [name for name, item in scenario.index.classes.items() if item.usage]
+    if used and used != [DEFAULT_CLASS]:
+        return _classed_usage_text(scenario, used)
     quoted = {task: json.dumps(task) + "}" for task in scenario.index.tasks}
     parts: list[str] = []
     append = parts.append
@@ -409,4 +488,27 @@ def _usage_text(scenario: Scenario) -> str:
         middle = f'","interval":"{format_interval(interval)}","task":'
         for task in sorted(group):
             append('{"alloc_gpu_seconds":"' + str(group[task]) + middle + quoted[task])
+    return ",".join(parts)
+
+
+def _classed_usage_text(scenario: Scenario, used: list[str]) -> str:
+    """`_usage_text` for usage on several classes (or one that is not `default`)."""
+    classes = scenario.index.classes
+    intervals = sorted({interval for name in used for interval in classes[name].usage})
+    parts: list[str] = []
+    for interval in intervals:
+        rows = [
+            (task, "" if name == DEFAULT_CLASS else name, alloc)
+            for name in used
+            for task, alloc in classes[name].usage.get(interval, {}).items()
+        ]
+        for task, name, alloc in sorted(rows, key=itemgetter(0, 1)):
+            record = {
+                "alloc_gpu_seconds": str(alloc),
+                "interval": format_interval(interval),
+                "task": task,
+            }
+            if name:
+                record["gpu_class"] = name
+            parts.append(json.dumps(record, sort_keys=True, separators=(",", ":")))
     return ",".join(parts)

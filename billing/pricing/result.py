@@ -9,6 +9,8 @@ from decimal import Decimal
 from billing.pricing.money import hours
 from billing.pricing.times import format_interval
 
+DEFAULT_CLASS = "default"
+
 TEAM_LINE_KINDS = ("baseline", "standard", "offpeak", "sla_penalty", "sla_credit", "compensation")
 PLATFORM_LINE_NAMES = (
     "idle_capacity",
@@ -33,6 +35,21 @@ class Rates:
     standard_per_gpu_hour: Decimal  # R = D + F + E * W
     offpeak_training_per_gpu_hour: Decimal  # R_off = D + E * W
     derivation: str
+    gpu_class: str = DEFAULT_CLASS  # the class these rates price (pricing.md v2)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassPart:
+    """The part of a line that one GPU class priced (unrounded; a line rounds their sum)."""
+
+    gpu_class: str
+    gpu_seconds: Decimal
+    amount: Decimal
+    rate_per_gpu_hour: Decimal | None  # the class's book rate (None on baseline, compensation)
+
+    @property
+    def gpu_hours(self) -> Decimal:
+        return hours(self.gpu_seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +80,8 @@ class Line:
     breached_intervals: Decimal | None = None
     rate_per_interval: Decimal | None = None
     contributions: tuple[Contribution, ...] = ()
+    # GPU-time lines: each class's part, by class name (pricing.md v2); sums to the line.
+    by_class: tuple[ClassPart, ...] = ()
 
     @property
     def gpu_hours(self) -> Decimal | None:
@@ -124,6 +143,7 @@ class CompensatedPreemption:
     lost_was_reported: bool
     rate_per_gpu_hour: Decimal
     amount: Decimal  # unrounded credit (positive; the team line shows it negative)
+    gpu_class: str = DEFAULT_CLASS  # whose rates priced it
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +156,10 @@ class PricingResult:
     step_seconds: int
     period_start: int | None  # first interval priced (Unix seconds), None if no capacity
     period_end: int | None  # end of the last interval priced
-    rates: Rates
+    rates: Rates  # the `default` class's
+    rates_by_class: tuple[Rates, ...]  # every class of the book by name, `default` included
     capacity_gpu_seconds: Decimal
+    capacity_gpu_seconds_by_class: tuple[tuple[str, Decimal], ...]  # every class, by name
     pool_cost: Decimal  # C, unrounded
     pool_cost_rounded: Decimal
     reserved_baseline: Decimal  # B = s * C, unrounded

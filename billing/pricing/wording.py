@@ -11,16 +11,16 @@ from decimal import Decimal
 
 from billing.pricing.model import PriceBook
 from billing.pricing.money import ZERO, format_money, hours, round_money, round_places, scaled
-from billing.pricing.result import Rates
+from billing.pricing.result import DEFAULT_CLASS, ClassPart
 
 
 @dataclass(frozen=True, slots=True)
 class TeamContext:
     team: str
     book: PriceBook
-    rates: Rates
     baseline: Decimal
     covered_gpu_seconds: Decimal  # Σ c(t,i) over all inference tasks
+    class_shares: dict[str, Decimal]  # reserve share s_c per class of the book
 
 
 def _money(amount: Decimal, book: PriceBook) -> str:
@@ -38,49 +38,91 @@ def _percent(part: Decimal, whole: Decimal) -> str:
     return f"{round_places(scaled(part, Decimal(100), whole), 2)}%"
 
 
-def rate_derivation(book: PriceBook, standard: Decimal, offpeak: Decimal) -> str:
-    """How the two rates follow from the price book."""
-    depreciation, facility = book.depreciation_per_gpu_hour, book.facility_per_gpu_hour
-    electricity, power = book.electricity_per_kwh, book.gpu_average_power_kw
+def rate_derivation(
+    book: PriceBook,
+    gpu_class: str,
+    depreciation: Decimal,
+    facility: Decimal,
+    power: Decimal,
+    standard: Decimal,
+    offpeak: Decimal,
+) -> str:
+    """How a class's two rates follow from the price book (`default`: the book's own)."""
+    electricity = book.electricity_per_kwh
     unit = f"{book.currency} per GPU-hour"
-    return (
+    text = (
         f"Standard rate R = depreciation {depreciation} + facility {facility} + electricity "
         f"{electricity} per kWh times {power} kW per GPU = {standard} {unit}. Off-peak training "
         f"rate R_off = depreciation {depreciation} + electricity {electricity} times {power} = "
         f"{offpeak} {unit} (no facility share)."
     )
+    return text if gpu_class == DEFAULT_CLASS else f"GPU class {gpu_class}: {text}"
+
+
+def _by_class(parts: tuple[ClassPart, ...], book: PriceBook) -> str:
+    """ " By GPU class (...): H100 8.43 GPU-hours at 42.6740, default 3.74 GPU-hours at
+    14.3740."; nothing for a book without classes (it reads as in version 1)."""
+    if not book.gpu_classes or not parts:
+        return ""
+    texts = []
+    for part in parts:
+        rate = "" if part.rate_per_gpu_hour is None else f" at {part.rate_per_gpu_hour}"
+        texts.append(f"{part.gpu_class} {part.gpu_hours} GPU-hours{rate}")
+    return f" By GPU class ({book.currency} per GPU-hour): {', '.join(texts)}."
+
+
+def _rate(rate: Decimal | None) -> str:
+    """A book rate as written (at most 12 places: D + F + E*W of 6-place figures); an
+    average over classes (the engine's 30-place grid) to 4 places."""
+    if rate is None or rate.as_tuple().exponent >= -12:
+        return str(rate)
+    return f"an average of {round_places(rate, 4)}"
+
+
+def _reserve_share(context: TeamContext) -> str:
+    shares = context.class_shares
+    if len(shares) == 1:
+        return f"{round_places(next(iter(shares.values())) * 100, 2)}% of the pool is"
+    each = ", ".join(f"{name} {round_places(share * 100, 2)}%" for name, share in shares.items())
+    return f"a share of each GPU class ({each}) is"
 
 
 def team_line(
-    kind: str, context: TeamContext, gpu_seconds: Decimal, rate: Decimal, amount: Decimal
+    kind: str,
+    context: TeamContext,
+    gpu_seconds: Decimal,
+    rate: Decimal,
+    amount: Decimal,
+    by_class: tuple[ClassPart, ...] = (),
 ) -> str:
     """Baseline, standard, off-peak and compensation lines."""
     book = context.book
     used = f"{hours(gpu_seconds)} GPU-hours"
+    classes = _by_class(by_class, book)
     if kind == "baseline":
-        share = round_places(book.reserved_inference_share * 100, 2)
         return (
-            f"Reserved inference capacity: {share}% of the pool is held ready for inference, "
+            f"Reserved inference capacity: {_reserve_share(context)} held ready for inference, "
             f"costing {_money(context.baseline, book)} in the period. Your services used "
             f"{used} of that reserve, {_percent(gpu_seconds, context.covered_gpu_seconds)} "
-            "of all reserve use, so you carry that share of its cost."
+            f"of all reserve use, so you carry that share of its cost.{classes}"
         )
     if kind == "standard":
         return (
-            f"GPU time at the standard rate: {used} at {rate} {book.currency} per GPU-hour "
+            f"GPU time at the standard rate: {used} at {_rate(rate)} {book.currency} per GPU-hour "
             f"(inference beyond the reserve, and training during peak hours, {_peak(book)})."
+            f"{classes}"
         )
     if kind == "offpeak":
         return (
             f"Training GPU time outside peak hours ({_peak(book)}) at the off-peak training "
-            f"rate: {used} at {rate} {book.currency} per GPU-hour (depreciation and "
-            "electricity only)."
+            f"rate: {used} at {_rate(rate)} {book.currency} per GPU-hour (depreciation and "
+            f"electricity only).{classes}"
         )
     threshold = book.starvation_preemption_threshold
     return (
         f"Credit for preempted training: each preemption of a task beyond its first "
         f"{threshold} is compensated for the work it lost ({used} in all), at the rate of the "
-        f"hour it happened: {_money(-amount, book)} credited."
+        f"hour it happened: {_money(-amount, book)} credited.{classes}"
     )
 
 
@@ -105,14 +147,33 @@ def sla_line(
 
 
 def platform_line(
-    name: str, book: PriceBook, rates: Rates, gpu_seconds: Decimal | None, amount: Decimal
+    name: str,
+    book: PriceBook,
+    rate: Decimal | None,
+    gpu_seconds: Decimal | None,
+    amount: Decimal,
+    by_class: tuple[ClassPart, ...] = (),
 ) -> str:
-    """The named lines of the platform balance."""
+    """The named lines of the platform balance; `rate` is the line's rate per GPU-hour (for
+    the off-peak discount, R - R_off)."""
     used = "" if gpu_seconds is None else f"{hours(gpu_seconds)} GPU-hours"
+    if name == "unassigned_reservation" and amount and book.gpu_classes:
+        names = ", ".join(part.gpu_class for part in by_class)
+        return (
+            f"Unassigned reservation: no inference used the reserve of GPU class {names} in "
+            f"the period, so that reserved capacity ({_money(amount, book)}) was charged to "
+            "nobody."
+        )
+    return _platform_text(name, book, rate, used, amount) + _by_class(by_class, book)
+
+
+def _platform_text(
+    name: str, book: PriceBook, rate: Decimal | None, used: str, amount: Decimal
+) -> str:
     texts = {
         "idle_capacity": (
             f"Idle capacity: {used} of shared (not reserved) capacity that nobody used, at the "
-            f"standard rate {rates.standard_per_gpu_hour}; the platform carries this cost."
+            f"standard rate {_rate(rate)}; the platform carries this cost."
         ),
         "reserve_resold": (
             f"Reserve resold: {used} of usage ran on capacity reserved for inference. Teams "
@@ -120,8 +181,8 @@ def platform_line(
         ),
         "offpeak_discount": (
             f"Off-peak discount: {used} of training ran outside peak hours ({_peak(book)}) "
-            f"and was billed {rates.standard_per_gpu_hour - rates.offpeak_training_per_gpu_hour}"
-            f" {book.currency} per GPU-hour below the standard rate; the platform carries it."
+            f"and was billed {_rate(rate)} {book.currency} per GPU-hour below the standard "
+            "rate; the platform carries it."
         ),
         "starvation_compensation": (
             f"Starvation compensation: credits paid to teams for {used} of training work lost "

@@ -40,13 +40,16 @@ def stored_as_engine_json(close: PeriodClose) -> dict:
     teams = {}
     for statement in close.statements.select_related("team"):
         lines = statement.lines.filter(is_correction=False)
+        quantities = {
+            line.kind: str(line.quantity_gpu_hours)
+            for line in lines.order_by("kind")
+            if line.kind in ("baseline", "standard", "offpeak")
+        }
         teams[statement.team.name] = {
             "lines": {line.kind: str(line.amount) for line in lines.order_by("kind")},
-            "quantities_gpu_hours": {
-                line.kind: str(line.quantity_gpu_hours)
-                for line in lines.order_by("kind")
-                if line.kind in ("baseline", "standard", "offpeak")
-            },
+            "quantities_gpu_hours": quantities,
+            # Metering records no GPU model yet: every metered row is the class `default`.
+            "quantities_gpu_hours_by_class": {"default": quantities} if quantities else {},
             "total": str(statement.total),
         }
     platform = close.platform_lines.filter(is_correction=False)
@@ -72,7 +75,7 @@ def test_it_closes_the_worked_example_to_the_cent(worked_example, fixtures_dir, 
     breaches = SlaBreach.objects.filter(period_close=close)
     assert breaches.count() == len(expected["sla_breaches"])
     assert close.standard_rate == Decimal("14.374")
-    assert close.price_book_version == 1 and close.engine_version == "1.0.0"
+    assert close.price_book_version == 1 and close.engine_version == "2.0.0"
     repriced = exported_and_repriced("2026-10", tmp_path)
     assert {key: value for key, value in repriced.items() if key != "rates"} == {
         key: value for key, value in expected.items() if key != "rates"

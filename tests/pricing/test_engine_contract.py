@@ -46,7 +46,7 @@ def test_it_imports_no_django():
 
 
 def test_it_pins_its_version_and_rounding():
-    assert ENGINE_VERSION == "1.0.0"
+    assert ENGINE_VERSION == "2.0.0"
     assert ROUNDING == "ROUND_HALF_UP"
 
 

@@ -39,7 +39,13 @@ def billed(output: dict) -> dict:
 
 
 def team(total: str, lines: dict, hours: dict | None = None) -> dict:
-    return {"lines": lines, "quantities_gpu_hours": hours or {}, "total": total}
+    # A book without GPU classes prices everything in the `default` class (pricing.md v2).
+    return {
+        "lines": lines,
+        "quantities_gpu_hours": hours or {},
+        "quantities_gpu_hours_by_class": {"default": hours} if hours else {},
+        "total": total,
+    }
 
 
 BASELINE_CASES = [

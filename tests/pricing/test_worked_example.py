@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from decimal import localcontext
+from decimal import Decimal, localcontext
 from io import StringIO
 from pathlib import Path
 
@@ -33,6 +33,46 @@ def test_it_prints_the_worked_example_from_the_command(example):
 
     # Same keys, same order, same strings: the file itself, byte for byte.
     assert stdout.getvalue() == (example / "expected.json").read_text()
+
+
+def test_it_reproduces_the_gpu_classes_worked_example(example):
+    scenario = json.loads((example / "classes-scenario.json").read_text())
+
+    output = result_to_dict(price(scenario_from_dict(scenario)))
+
+    assert output == json.loads((example / "classes-expected.json").read_text())
+
+
+def test_it_prints_the_gpu_classes_worked_example_from_the_command(example):
+    stdout = StringIO()
+
+    call_command("price_scenario", str(example / "classes-scenario.json"), stdout=stdout)
+
+    # Same keys, same order, same strings. The file has no final newline; the command, like
+    # every management command, ends its output with one.
+    expected = (example / "classes-expected.json").read_text()
+    assert stdout.getvalue() == expected.rstrip("\n") + "\n"
+
+
+def test_it_rounds_a_team_line_once_over_its_classes(example):
+    result = price(scenario_from_dict(json.loads((example / "classes-scenario.json").read_text())))
+
+    nlp_standard = result.team("nlp").line("standard")
+    assert [part.gpu_class for part in nlp_standard.by_class] == ["H100", "L40S", "default"]
+    with localcontext(CONTEXT):  # exact sums: the context traps any rounding
+        assert sum(part.amount for part in nlp_standard.by_class) == nlp_standard.amount
+        assert sum(part.gpu_seconds for part in nlp_standard.by_class) == nlp_standard.gpu_seconds
+    assert [str(part.rate_per_gpu_hour) for part in nlp_standard.by_class] == [
+        "42.6740",
+        "11.4370",
+        "14.3740",
+    ]
+    chat_baseline = result.team("chat").line("baseline")
+    assert str(chat_baseline.rounded) == "1409.03" == str(round(chat_baseline.amount, 2))
+    # Rounding each class's part first would lose a cent: 1034.84 + 374.18.
+    parts = [round(part.amount, 2) for part in chat_baseline.by_class]
+    assert [str(part) for part in parts] == ["1034.84", "374.18"]
+    assert sum(parts) == chat_baseline.rounded - Decimal("0.01")
 
 
 def test_it_explains_the_worked_example_lines(example):
