@@ -23,6 +23,7 @@ from billing.models import (
     PriceBook,
     Quota,
     StatementLine,
+    period_year_error,
 )
 from billing.scenarios import scenario_build, scenario_digest
 from metering.models import TRAINING_KINDS, IngestWindow, Team
@@ -60,6 +61,8 @@ def period_bounds(period: str) -> PeriodBounds:
     if match is None:
         raise ValueError(f"period must be YYYY-MM (e.g. 2026-10), got {period!r}")
     year, month = int(match[1]), int(match[2])
+    if error := period_year_error(period, year):
+        raise ValueError(error)
     zone = pool_timezone()
     first_day = dt.date(year, month, 1)
     next_first = dt.date(year + month // 12, month % 12 + 1, 1)

@@ -217,6 +217,18 @@ def test_it_answers_404_for_a_month_that_is_not_a_month(client, people) -> None:
     assert response.status_code == 404
 
 
+@pytest.mark.parametrize("period", ["9999-12", "0000-01", "0001-01", "1969-12"])
+def test_it_answers_404_for_a_month_whose_year_is_out_of_range(
+    client, people, closed_pool, period
+) -> None:
+    client.force_login(people.finance)
+    for url in (
+        reverse("dashboards:statement_period", args=[period]),
+        reverse("dashboards:statement_detail", args=[period, closed_pool.teams["search"].pk]),
+    ):
+        assert client.get(url).status_code == 404, url
+
+
 def test_it_leads_from_a_statement_line_to_its_tasks(client, people) -> None:
     client.force_login(people.finance)
     line = StatementLine.objects.get(
