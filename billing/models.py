@@ -31,9 +31,9 @@ def period_year_error(period: str, year: int) -> str | None:
     """Why the period's year is out of range, or None when it is in range."""
     if PERIOD_FIRST_YEAR <= year <= PERIOD_LAST_YEAR:
         return None
-    return (
-        f"period {period!r}: the year must be between {PERIOD_FIRST_YEAR} and {PERIOD_LAST_YEAR}"
-    )
+    return f"period {period!r}: the year must be between {PERIOD_FIRST_YEAR} and {PERIOD_LAST_YEAR}"
+
+
 # Rounded amounts: the currency's minor unit (price books are limited to currencies of at
 # most two decimals, see services.price_book_create_draft).
 MONEY = {"max_digits": 20, "decimal_places": 2}

@@ -104,7 +104,12 @@ DATABASE_URL = os.environ.get("DATABASE_URL", "")
 if not DATABASE_URL:
     DATABASE_URL = embedded.embedded_database_url(VAR_DIR)
 try:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    # Persistent connections, checked at the first query of each request: after PostgreSQL
+    # drops them (a restart, a failover, an idle timeout) that request reconnects instead of
+    # answering 500.
+    DATABASES = {
+        "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+    }
 except Exception as error:  # dj_database_url raises several types; the message is what matters
     raise ImproperlyConfigured(f"DATABASE_URL is malformed ({error})") from None
 if DATABASES["default"].get("ENGINE") != "django.db.backends.postgresql":

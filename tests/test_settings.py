@@ -8,7 +8,13 @@ import subprocess
 import sys
 
 import pytest
+from django.contrib.auth.models import User
+from django.core.signals import request_finished, request_started
+from django.db import DEFAULT_DB_ALIAS, close_old_connections, connection, connections
+from django.test import Client
+from django.urls import reverse
 
+from access.models import Role
 from tests.conftest import REPO
 
 
@@ -71,3 +77,57 @@ def test_it_has_a_valid_compose_file_with_the_production_services() -> None:
     assert result.returncode == 0, result.stderr
     services = set(result.stdout.split())
     assert {"postgres", "redis", "prometheus", "web", "worker", "beat", "simulator"} <= services
+
+
+@pytest.fixture
+def production_request_cycle():
+    """Requests that check the database connection at their start and end, as Django's WSGI
+    handler does (the test client switches `close_old_connections` off around its requests)."""
+
+    def check_connections(**kwargs) -> None:
+        close_old_connections()
+
+    request_started.connect(check_connections)
+    request_finished.connect(check_connections)
+    yield
+    request_started.disconnect(check_connections)
+    request_finished.disconnect(check_connections)
+
+
+def backend_pid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+def terminate_other_backends() -> list[int]:
+    """What a database restart or failover does to Tandem: its connections are dropped."""
+    other = connections.create_connection(DEFAULT_DB_ALIAS)
+    try:
+        with other.cursor() as cursor:
+            cursor.execute(
+                "SELECT pid FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            pids = [pid for (pid,) in cursor.fetchall()]
+            for pid in pids:
+                cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+            return pids
+    finally:
+        other.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_answers_the_first_request_after_the_database_dropped_its_connections(
+    production_request_cycle,
+) -> None:
+    assert connection.settings_dict["CONN_MAX_AGE"] > 0  # persistent: the case that broke
+    person = User.objects.create_user("dora")
+    Role.objects.create(user=person, name=Role.Name.FINANCE)
+    client = Client(raise_request_exception=False)
+    client.force_login(person)
+    assert client.get(reverse("reports:runs")).status_code == 200
+    before = backend_pid()
+    assert before in terminate_other_backends()
+    assert client.get(reverse("reports:runs")).status_code == 200
+    assert backend_pid() != before  # a new connection, opened by the health check
