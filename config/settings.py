@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from decimal import Decimal
+from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
 
 import dj_database_url
@@ -40,6 +41,21 @@ def env_int(name: str, default: int) -> int:
         return int(value)
     except ValueError:
         raise ImproperlyConfigured(f"{name} must be a whole number, got {value!r}") from None
+
+
+def env_networks(name: str) -> tuple[IPv4Network | IPv6Network, ...]:
+    """Comma-separated IP addresses or CIDR networks (an address is a network of one)."""
+    networks = []
+    for part in os.environ.get(name, "").split(","):
+        if not part.strip():
+            continue
+        try:
+            networks.append(ip_network(part.strip(), strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name} must be comma-separated IP addresses or CIDR networks, got {part!r}"
+            ) from None
+    return tuple(networks)
 
 
 DEBUG = env_bool("TANDEM_DEBUG", True)
@@ -253,6 +269,10 @@ CSRF_TRUSTED_ORIGINS = [
 # the window, the login form refuses (429) without checking the password.
 TANDEM_LOGIN_MAX_FAILURES = env_int("TANDEM_LOGIN_MAX_FAILURES", 5)
 TANDEM_LOGIN_WINDOW_SECONDS = env_int("TANDEM_LOGIN_WINDOW_SECONDS", 900)
+# Reverse proxies in front of Tandem: only when a request comes from one of them is the
+# client's address read from X-Forwarded-For (its right-most address that is not a trusted
+# proxy); anyone else could write that header, so their REMOTE_ADDR is the address.
+TANDEM_TRUSTED_PROXIES = env_networks("TANDEM_TRUSTED_PROXIES")
 
 # Who is acting, for the audit log of services called from a request (see audit.context);
 # and a 400 for NUL bytes in addresses, which PostgreSQL refuses in any text lookup.

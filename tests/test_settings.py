@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from ipaddress import ip_network
 
 import pytest
 from django.contrib.auth.models import User
@@ -15,6 +16,7 @@ from django.test import Client
 from django.urls import reverse
 
 from access.models import Role
+from config import settings as config_settings
 from tests.conftest import REPO
 
 
@@ -38,6 +40,8 @@ def start_django(**overrides: str) -> subprocess.CompletedProcess:
         ({"TANDEM_DEBUG": "0", "SECRET_KEY": ""}, "SECRET_KEY"),
         ({"TANDEM_DEBUG": "maybe"}, "TANDEM_DEBUG"),
         ({"TANDEM_STEP_SECONDS": "five"}, "TANDEM_STEP_SECONDS"),
+        ({"TANDEM_TRUSTED_PROXIES": "10.0.0.0/33"}, "TANDEM_TRUSTED_PROXIES"),
+        ({"TANDEM_TRUSTED_PROXIES": "10.0.0.1, proxy.internal"}, "TANDEM_TRUSTED_PROXIES"),
     ],
 )
 def test_it_refuses_to_start_with_a_bad_setting_and_names_it(overrides, named) -> None:
@@ -49,6 +53,17 @@ def test_it_refuses_to_start_with_a_bad_setting_and_names_it(overrides, named) -
 def test_it_starts_with_production_settings_from_the_environment() -> None:
     result = start_django(TANDEM_DEBUG="0", SECRET_KEY="x" * 50)
     assert result.returncode == 0, result.stderr
+
+
+def test_it_reads_trusted_proxies_as_addresses_and_networks(monkeypatch) -> None:
+    monkeypatch.setenv("TANDEM_TRUSTED_PROXIES", " 10.9.0.0/16, 192.0.2.7,,fd00::/8 ")
+    assert config_settings.env_networks("TANDEM_TRUSTED_PROXIES") == (
+        ip_network("10.9.0.0/16"),
+        ip_network("192.0.2.7/32"),
+        ip_network("fd00::/8"),
+    )
+    monkeypatch.delenv("TANDEM_TRUSTED_PROXIES")
+    assert config_settings.env_networks("TANDEM_TRUSTED_PROXIES") == ()  # default: none
 
 
 def compose_command() -> list[str]:
