@@ -177,6 +177,14 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 # --- Telemetry ------------------------------------------------------------------------
 PROMETHEUS_URL = os.environ.get("PROMETHEUS_URL", "")
 TANDEM_STEP_SECONDS = env_int("TANDEM_STEP_SECONDS", 300)
+# Longest one HTTP request to Prometheus may take, headers and body together (the per-read
+# time-out alone lets a server trickling bytes hold a worker forever).
+TANDEM_PROMETHEUS_DEADLINE_SECONDS = env_int("TANDEM_PROMETHEUS_DEADLINE_SECONDS", 300)
+if TANDEM_PROMETHEUS_DEADLINE_SECONDS <= 0:
+    raise ImproperlyConfigured(
+        "TANDEM_PROMETHEUS_DEADLINE_SECONDS must be a positive number of seconds, "
+        f"got {TANDEM_PROMETHEUS_DEADLINE_SECONDS}"
+    )
 # Pages, reports and the health numbers sum the hourly rollup (kept by triggers) where a range
 # allows it; off, they sum the metering intervals themselves (same numbers, slower).
 TANDEM_READ_HOURLY_ROLLUP = env_bool("TANDEM_READ_HOURLY_ROLLUP", True)
