@@ -27,7 +27,7 @@ from billing.models import (
 )
 from billing.scenarios import scenario_build, scenario_digest
 from metering.models import TRAINING_KINDS, IngestWindow, Team
-from metering.selectors import hour_start, hourly_rollup_serves
+from metering.selectors import range_split
 
 ZERO = Decimal(0)
 CENT = Decimal("0.01")
@@ -239,11 +239,11 @@ def _usage_by_team(
     if not team_ids or end <= start:
         return {}
     zone = book.timezone if book else settings.TANDEM_TIMEZONE
-    # Whole hours from the team-hour rollup, the rest (the hour ingested so far) from the
-    # intervals.
-    whole_hours_end = max(start, hour_start(end))
-    if not hourly_rollup_serves(start=start, end=whole_hours_end, zone=zone):
-        whole_hours_end = start
+    # Whole hours from the team-hour rollup, the edges (the hour ingested so far) from the
+    # intervals; empty ranges stand in for a part the split does not have.
+    split = range_split(start=start, end=end, zone=zone)
+    hours = split.hours or (start, start)
+    edges = [*split.edges, *[(start, start)] * (2 - len(split.edges))]
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT u.team_id, u.kind = ANY(%s),"
@@ -253,9 +253,10 @@ def _usage_by_team(
             "       UNION ALL"
             "       SELECT t.team_id, t.kind, i.interval_start, i.alloc_gpu_seconds"
             "       FROM metering_usageinterval i JOIN metering_task t ON t.id = i.task_id"
-            "       WHERE i.interval_start >= %s AND i.interval_start < %s"
+            "       WHERE (i.interval_start >= %s AND i.interval_start < %s)"
+            "          OR (i.interval_start >= %s AND i.interval_start < %s)"
             " ) u WHERE u.team_id = ANY(%s) GROUP BY 1, 2, 3",
-            [list(TRAINING_KINDS), zone, start, whole_hours_end, whole_hours_end, end, team_ids],
+            [list(TRAINING_KINDS), zone, *hours, *edges[0], *edges[1], team_ids],
         )
         grouped = cursor.fetchall()
     rates = rates_per_gpu_hour(book) if book else None
