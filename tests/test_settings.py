@@ -122,8 +122,8 @@ def terminate_other_backends() -> list[int]:
     try:
         with other.cursor() as cursor:
             cursor.execute(
-                "SELECT pid FROM pg_stat_activity"
-                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
             )
             pids = [pid for (pid,) in cursor.fetchall()]
             for pid in pids:
