@@ -21,6 +21,19 @@ from django.db.models import Q
 from metering.models import TASK_KINDS, Service, Task, Team
 
 PERIOD_REGEX = r"^[0-9]{4}-(0[1-9]|1[0-2])$"
+# The years a period may name: its bounds, the months either side (the report compares with
+# the previous one) and their UTC instants in any zone must fit Python's datetime (years 1 to
+# 9999); metering began long after 1970.
+PERIOD_FIRST_YEAR, PERIOD_LAST_YEAR = 1970, 9998
+
+
+def period_year_error(period: str, year: int) -> str | None:
+    """Why the period's year is out of range, or None when it is in range."""
+    if PERIOD_FIRST_YEAR <= year <= PERIOD_LAST_YEAR:
+        return None
+    return f"period {period!r}: the year must be between {PERIOD_FIRST_YEAR} and {PERIOD_LAST_YEAR}"
+
+
 # Rounded amounts: the currency's minor unit (price books are limited to currencies of at
 # most two decimals, see services.price_book_create_draft).
 MONEY = {"max_digits": 20, "decimal_places": 2}

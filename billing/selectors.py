@@ -24,10 +24,11 @@ from billing.models import (
     PriceBookGpuClass,
     Quota,
     StatementLine,
+    period_year_error,
 )
 from billing.scenarios import scenario_build, scenario_digest
 from metering.models import TRAINING_KINDS, CapacityInterval, IngestWindow, Source, Team
-from metering.selectors import hour_start, hourly_rollup_serves, windows_missing
+from metering.selectors import range_split, windows_missing
 
 ZERO = Decimal(0)
 CENT = Decimal("0.01")
@@ -61,6 +62,8 @@ def period_bounds(period: str) -> PeriodBounds:
     if match is None:
         raise ValueError(f"period must be YYYY-MM (e.g. 2026-10), got {period!r}")
     year, month = int(match[1]), int(match[2])
+    if error := period_year_error(period, year):
+        raise ValueError(error)
     zone = pool_timezone()
     first_day = dt.date(year, month, 1)
     next_first = dt.date(year + month // 12, month % 12 + 1, 1)
@@ -342,11 +345,11 @@ def _usage_by_team(
     if not team_ids or end <= start:
         return {}
     zone = book.timezone if book else settings.TANDEM_TIMEZONE
-    # Whole hours from the team-hour rollup, the rest (the hour ingested so far) from the
-    # intervals.
-    whole_hours_end = max(start, hour_start(end))
-    if not hourly_rollup_serves(start=start, end=whole_hours_end, zone=zone):
-        whole_hours_end = start
+    # Whole hours from the team-hour rollup, the edges (the hour ingested so far) from the
+    # intervals; empty ranges stand in for a part the split does not have.
+    split = range_split(start=start, end=end, zone=zone)
+    hours = split.hours or (start, start)
+    edges = [*split.edges, *[(start, start)] * (2 - len(split.edges))]
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT u.team_id, u.kind = ANY(%s),"
@@ -356,9 +359,10 @@ def _usage_by_team(
             "       UNION ALL"
             "       SELECT t.team_id, t.kind, i.interval_start, i.alloc_gpu_seconds"
             "       FROM metering_usageinterval i JOIN metering_task t ON t.id = i.task_id"
-            "       WHERE i.interval_start >= %s AND i.interval_start < %s"
+            "       WHERE (i.interval_start >= %s AND i.interval_start < %s)"
+            "          OR (i.interval_start >= %s AND i.interval_start < %s)"
             " ) u WHERE u.team_id = ANY(%s) GROUP BY 1, 2, 3",
-            [list(TRAINING_KINDS), zone, start, whole_hours_end, whole_hours_end, end, team_ids],
+            [list(TRAINING_KINDS), zone, *hours, *edges[0], *edges[1], team_ids],
         )
         grouped = cursor.fetchall()
     rates = rates_per_gpu_hour(book) if book else None

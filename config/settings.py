@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from decimal import Decimal
+from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
 
 import dj_database_url
@@ -40,6 +41,21 @@ def env_int(name: str, default: int) -> int:
         return int(value)
     except ValueError:
         raise ImproperlyConfigured(f"{name} must be a whole number, got {value!r}") from None
+
+
+def env_networks(name: str) -> tuple[IPv4Network | IPv6Network, ...]:
+    """Comma-separated IP addresses or CIDR networks (an address is a network of one)."""
+    networks = []
+    for part in os.environ.get(name, "").split(","):
+        if not part.strip():
+            continue
+        try:
+            networks.append(ip_network(part.strip(), strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name} must be comma-separated IP addresses or CIDR networks, got {part!r}"
+            ) from None
+    return tuple(networks)
 
 
 DEBUG = env_bool("TANDEM_DEBUG", True)
@@ -104,7 +120,12 @@ DATABASE_URL = os.environ.get("DATABASE_URL", "")
 if not DATABASE_URL:
     DATABASE_URL = embedded.embedded_database_url(VAR_DIR)
 try:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    # Persistent connections, checked at the first query of each request: after PostgreSQL
+    # drops them (a restart, a failover, an idle timeout) that request reconnects instead of
+    # answering 500.
+    DATABASES = {
+        "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+    }
 except Exception as error:  # dj_database_url raises several types; the message is what matters
     raise ImproperlyConfigured(f"DATABASE_URL is malformed ({error})") from None
 if DATABASES["default"].get("ENGINE") != "django.db.backends.postgresql":
@@ -156,6 +177,14 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 # --- Telemetry ------------------------------------------------------------------------
 PROMETHEUS_URL = os.environ.get("PROMETHEUS_URL", "")
 TANDEM_STEP_SECONDS = env_int("TANDEM_STEP_SECONDS", 300)
+# Longest one HTTP request to Prometheus may take, headers and body together (the per-read
+# time-out alone lets a server trickling bytes hold a worker forever).
+TANDEM_PROMETHEUS_DEADLINE_SECONDS = env_int("TANDEM_PROMETHEUS_DEADLINE_SECONDS", 300)
+if TANDEM_PROMETHEUS_DEADLINE_SECONDS <= 0:
+    raise ImproperlyConfigured(
+        "TANDEM_PROMETHEUS_DEADLINE_SECONDS must be a positive number of seconds, "
+        f"got {TANDEM_PROMETHEUS_DEADLINE_SECONDS}"
+    )
 # Pages, reports and the health numbers sum the hourly rollup (kept by triggers) where a range
 # allows it; off, they sum the metering intervals themselves (same numbers, slower).
 TANDEM_READ_HOURLY_ROLLUP = env_bool("TANDEM_READ_HOURLY_ROLLUP", True)
@@ -249,6 +278,10 @@ CSRF_TRUSTED_ORIGINS = [
 # the window, the login form refuses (429) without checking the password.
 TANDEM_LOGIN_MAX_FAILURES = env_int("TANDEM_LOGIN_MAX_FAILURES", 5)
 TANDEM_LOGIN_WINDOW_SECONDS = env_int("TANDEM_LOGIN_WINDOW_SECONDS", 900)
+# Reverse proxies in front of Tandem: only when a request comes from one of them is the
+# client's address read from X-Forwarded-For (its right-most address that is not a trusted
+# proxy); anyone else could write that header, so their REMOTE_ADDR is the address.
+TANDEM_TRUSTED_PROXIES = env_networks("TANDEM_TRUSTED_PROXIES")
 
 # Who is acting, for the audit log of services called from a request (see audit.context);
 # and a 400 for NUL bytes in addresses, which PostgreSQL refuses in any text lookup.

@@ -54,11 +54,11 @@ from metering.models import (
     UsageInterval,
 )
 from metering.selectors import (
-    capacity_sums,
+    capacity_parts,
     hour_start,
     hourly_rollup_serves,
-    team_usage_sums,
-    usage_sums,
+    team_usage_parts,
+    usage_parts,
 )
 from metering.services import latency_p99
 from reports import health
@@ -111,21 +111,24 @@ def pool_timeline(
         usage_filter &= Q(team_id__in=teams)
     if kind:
         usage_filter &= Q(kind=kind)
-    usage_rows, usage_time = team_usage_sums(start=start, end=end)
-    usage = (
-        usage_rows.filter(usage_filter)
+    # Rollup hours and interval edges: a bucket holding an edge adds up both parts.
+    usage = [
+        values
+        for usage_rows, usage_time in team_usage_parts(start=start, end=end)
+        for values in usage_rows.filter(usage_filter)
         .annotate(t=_trunc(bucket, usage_time))
         .values("t", "kind")
         .annotate(alloc=Sum("alloc_gpu_seconds"), busy=Sum("busy_gpu_seconds"))
         .order_by()
-    )
-    capacity_rows, capacity_time = capacity_sums(start=start, end=end)
-    capacity = (
-        capacity_rows.annotate(t=_trunc(bucket, capacity_time))
+    ]
+    capacity = [
+        values
+        for capacity_rows, capacity_time in capacity_parts(start=start, end=end)
+        for values in capacity_rows.annotate(t=_trunc(bucket, capacity_time))
         .values("t")
         .annotate(capacity=Sum("capacity_gpu_seconds"))
         .order_by()
-    )
+    ]
     rows: dict[dt.datetime, dict] = {}
 
     def row_at(moment: dt.datetime) -> dict:
@@ -134,10 +137,12 @@ def pool_timeline(
         return rows[moment]
 
     for values in capacity:
-        row_at(values["t"])["capacity"] = values["capacity"]
+        row_at(values["t"])["capacity"] += values["capacity"]
     for values in usage:
         row = row_at(values["t"])
-        row["allocated"][values["kind"]] = values["alloc"]
+        row["allocated"][values["kind"]] = (
+            row["allocated"].get(values["kind"], ZERO) + values["alloc"]
+        )
         row["busy"] += values["busy"]
     timeline = []
     for moment in sorted(rows):
@@ -160,22 +165,27 @@ def usage_by_day_and_kind(
     filters = Q(team_id__in=teams)
     if kind:
         filters &= Q(kind=kind)
-    usage_rows, usage_time = team_usage_sums(start=start, end=end)
-    rows = (
-        usage_rows.filter(filters)
-        .annotate(day=_trunc("day", usage_time))
-        .values("day", "kind")
-        .annotate(alloc=Sum("alloc_gpu_seconds"), busy=Sum("busy_gpu_seconds"))
-        .order_by("day", "kind")
-    )
+    sums: dict[tuple[dt.datetime, str], list[Decimal]] = {}
+    for usage_rows, usage_time in team_usage_parts(start=start, end=end):
+        rows = (
+            usage_rows.filter(filters)
+            .annotate(day=_trunc("day", usage_time))
+            .values("day", "kind")
+            .annotate(alloc=Sum("alloc_gpu_seconds"), busy=Sum("busy_gpu_seconds"))
+            .order_by()
+        )
+        for row in rows:
+            alloc_busy = sums.setdefault((row["day"], row["kind"]), [ZERO, ZERO])
+            alloc_busy[0] += row["alloc"]
+            alloc_busy[1] += row["busy"]
     return [
         {
-            "day": row["day"].astimezone(pool_zone()).date(),
-            "kind": row["kind"],
-            "gpu_hours": row["alloc"] / 3600,
-            "busy_gpu_hours": row["busy"] / 3600,
+            "day": day.astimezone(pool_zone()).date(),
+            "kind": kind,
+            "gpu_hours": alloc / 3600,
+            "busy_gpu_hours": busy / 3600,
         }
-        for row in rows
+        for (day, kind), (alloc, busy) in sorted(sums.items())
     ]
 
 
@@ -295,13 +305,23 @@ def waits_by_kind(*, teams: QuerySet[Team], start: dt.datetime, end: dt.datetime
 def top_tasks_by_usage(
     *, team: Team, start: dt.datetime, end: dt.datetime, limit: int = 10
 ) -> list[dict]:
-    return list(
-        usage_sums(start=start, end=end)
-        .rows.filter(task__team=team)
+    parts = usage_parts(start=start, end=end)
+    rows = [
+        row
+        for part in parts
+        for row in part.rows.filter(task__team=team)
         .values("task_id", "task__external_id", "task__kind")
         .annotate(alloc=Sum("alloc_gpu_seconds"), busy=Sum("busy_gpu_seconds"))
-        .order_by("-alloc", "task_id")[:limit]
-    )
+        .order_by("-alloc", "task_id")[: limit if len(parts) == 1 else None]
+    ]
+    tasks: dict[int, dict] = {}
+    for row in rows:  # a task in both the rollup hours and the edges: add its two sums up
+        if row["task_id"] in tasks:
+            tasks[row["task_id"]]["alloc"] += row["alloc"]
+            tasks[row["task_id"]]["busy"] += row["busy"]
+        else:
+            tasks[row["task_id"]] = row
+    return sorted(tasks.values(), key=lambda row: (-row["alloc"], row["task_id"]))[:limit]
 
 
 def top_tasks_by_cost(*, team: Team, period: str, limit: int = 10) -> list[dict]:

@@ -8,7 +8,6 @@ inlined as HTML tables (a month of five-minute intervals is 8,640 rows): the pag
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from django.http import HttpResponse
 from dashboards import charts
 from dashboards.filters import pool_zone
 from dashboards.templatetags import tandem
-from reports.render_csv import escape_text
+from reports.render_csv import Cell, csv_write
 
 # Beyond this many rows the page shows a link to the CSV instead of the table.
 MAX_TABLE_ROWS = 200
@@ -37,14 +36,18 @@ class Column:
     def numeric(self) -> bool:
         return self.places is not None
 
-    def export(self, value: Any) -> str:
+    def export(self, value: Any) -> Cell:
+        """The value as the CSV cell it becomes: a number stays a typed number (a credit must
+        sum in a spreadsheet), a time is local ISO text, anything else is text (escaped)."""
         if value is None:
-            return ""
+            return None
         if isinstance(value, dt.datetime):
             return value.astimezone(pool_zone()).isoformat()
         if self.places is not None:
             exact = Decimal(str(value)) * self.scale
-            return str(exact.quantize(Decimal(1).scaleb(-self.places), ROUND_HALF_UP))
+            return exact.quantize(Decimal(1).scaleb(-self.places), ROUND_HALF_UP)
+        if isinstance(value, Decimal | int) and not isinstance(value, bool):
+            return value
         return str(value)
 
 
@@ -122,16 +125,13 @@ def make_chart(
 
 
 def csv_response(
-    filename: str, headers: Sequence[str], rows: Iterable[Sequence[object]]
+    filename: str, headers: Sequence[str], rows: Iterable[Sequence[Cell]]
 ) -> HttpResponse:
+    """A CSV download written by the reports' writer: names from Prometheus labels (a team
+    called "=HYPERLINK(...)") stay inert text, Decimal amounts stay numbers."""
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    writer = csv.writer(response)
-    # Names come from Prometheus labels: a team called "=HYPERLINK(...)" must stay text.
-    writer.writerow([escape_text(str(header)) for header in headers])
-    writer.writerows(
-        [escape_text(cell) if isinstance(cell, str) else cell for cell in row] for row in rows
-    )
+    csv_write(response, headers, rows)
     return response
 
 

@@ -277,9 +277,9 @@ class IngestWindow(models.Model):
 # them by hour, day, team or kind, never by interval. These tables hold the same sums per UTC
 # hour and are kept by PostgreSQL triggers on the interval tables (migration 0003), so every
 # writer (ingest's COPY, the ORM, raw SQL loads, a fix in psql) updates them in the same
-# transaction and they cannot drift. Readers use them only for ranges on whole hours of a pool
-# zone whose offsets are whole hours (`metering.selectors.hourly_rollup_serves`), where an hour
-# sum is exactly the sum of the intervals starting in it; any other range reads the intervals.
+# transaction and they cannot drift. Readers use them for the whole hours of a range in a pool
+# zone whose offsets are whole hours (`metering.selectors.range_split`), where an hour sum is
+# exactly the sum of the intervals starting in it, and read the intervals for the edges.
 
 
 class UnboundedDecimalField(models.DecimalField):

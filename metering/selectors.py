@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Aggregate, Count, F, QuerySet, Sum
+from django.db.models import Aggregate, Count, F, Q, QuerySet, Sum
 
 from metering.models import (
     CapacityHour,
@@ -247,10 +247,47 @@ def hourly_rollup_serves(*, start: datetime, end: datetime, zone: str | None = N
 
 
 @dataclass(frozen=True)
-class UsageSums:
-    """Where to sum usage over a range, and how.
+class RangeSplit:
+    """[start, end) cut where the hourly rollup serves: the whole hours in the middle from the
+    rollup, the edges (before the first whole hour, after the last) from the intervals.
 
-    `rows` (already limited to the range) have the interval's column names for the GPU-seconds,
+    10:05 to 17:40 reads 11:00-17:00 from the rollup and 10:05-11:00 and 17:00-17:40 from the
+    intervals; the intervals starting in the three pieces are exactly those of the range.
+    """
+
+    hours: tuple[datetime, datetime] | None  # read from the rollup; None: nothing is
+    edges: tuple[tuple[datetime, datetime], ...]  # read from the intervals
+
+    def interval_filter(self, field: str = "interval_start") -> Q:
+        """Interval rows starting in one of the edges (none when there are none)."""
+        where = Q(pk__in=[])
+        for first, last in self.edges:
+            where |= Q(**{f"{field}__gte": first, f"{field}__lt": last})
+        return where
+
+
+def range_split(*, start: datetime, end: datetime, zone: str | None = None) -> RangeSplit:
+    """Where to read sums over `[start, end)`: see `RangeSplit` and `hourly_rollup_serves`
+    (the middle's hours must also be whole hours of `zone` for callers grouping by it)."""
+    first_hour = hour_start(start)
+    if first_hour < start:
+        first_hour += HOUR
+    last_hour = hour_start(end)
+    if first_hour >= last_hour or not hourly_rollup_serves(
+        start=first_hour, end=last_hour, zone=zone
+    ):
+        return RangeSplit(hours=None, edges=((start, end),))
+    edges = tuple(
+        (first, last) for first, last in ((start, first_hour), (last_hour, end)) if first < last
+    )
+    return RangeSplit(hours=(first_hour, last_hour), edges=edges)
+
+
+@dataclass(frozen=True)
+class UsageSums:
+    """One part of a range's usage, and how to sum it.
+
+    `rows` (already limited to the part) have the interval's column names for the GPU-seconds,
     the peak and the I/O, so `Sum("alloc_gpu_seconds")` or `Max("memory_peak_bytes")` read
     either table; `time_field` is the column to group by time, and `intervals` and
     `memory_avg_bytes_sum` are the aggregates that differ between the two.
@@ -263,43 +300,70 @@ class UsageSums:
     hourly: bool
 
 
-def usage_sums(*, start: datetime, end: datetime, zone: str | None = None) -> UsageSums:
-    if hourly_rollup_serves(start=start, end=end, zone=zone):
-        return UsageSums(
-            rows=UsageHour.objects.filter(hour_start__gte=start, hour_start__lt=end),
-            time_field="hour_start",
-            intervals=Sum("intervals"),
-            memory_avg_bytes_sum=Sum("memory_avg_bytes_sum"),
-            hourly=True,
+def usage_parts(*, start: datetime, end: datetime, zone: str | None = None) -> list[UsageSums]:
+    """The range's usage in at most two parts, rollup hours and interval edges (see
+    `range_split`): callers sum each part and add the parts up (the peak is their maximum)."""
+    split = range_split(start=start, end=end, zone=zone)
+    parts = []
+    if split.hours:
+        parts.append(
+            UsageSums(
+                rows=UsageHour.objects.filter(
+                    hour_start__gte=split.hours[0], hour_start__lt=split.hours[1]
+                ),
+                time_field="hour_start",
+                intervals=Sum("intervals"),
+                memory_avg_bytes_sum=Sum("memory_avg_bytes_sum"),
+                hourly=True,
+            )
         )
-    return UsageSums(
-        rows=UsageInterval.objects.filter(interval_start__gte=start, interval_start__lt=end),
-        time_field="interval_start",
-        intervals=Count("id"),
-        memory_avg_bytes_sum=Sum("memory_avg_bytes"),
-        hourly=False,
-    )
+    if split.edges:
+        parts.append(
+            UsageSums(
+                rows=UsageInterval.objects.filter(split.interval_filter()),
+                time_field="interval_start",
+                intervals=Count("id"),
+                memory_avg_bytes_sum=Sum("memory_avg_bytes"),
+                hourly=False,
+            )
+        )
+    return parts
 
 
-def team_usage_sums(
+def team_usage_parts(
     *, start: datetime, end: datetime, zone: str | None = None
-) -> tuple[QuerySet, str]:
-    """Rows holding `alloc_gpu_seconds` and `busy_gpu_seconds` for the range, to filter and
-    group by `team_id` and `kind` (no per-task detail), and their time column: the team-hour
-    rollup where it serves, else the intervals with their task's team and kind."""
-    if hourly_rollup_serves(start=start, end=end, zone=zone):
-        return TeamHour.objects.filter(hour_start__gte=start, hour_start__lt=end), "hour_start"
-    rows = UsageInterval.objects.filter(interval_start__gte=start, interval_start__lt=end).annotate(
-        team_id=F("task__team_id"), kind=F("task__kind")
-    )
-    return rows, "interval_start"
+) -> list[tuple[QuerySet, str]]:
+    """Rows holding `alloc_gpu_seconds` and `busy_gpu_seconds`, to filter and group by
+    `team_id` and `kind` (no per-task detail), with their time column, in at most two parts:
+    the team-hour rollup for the whole hours, the intervals (with their task's team and kind)
+    for the edges. Callers sum each part and add the parts up."""
+    split = range_split(start=start, end=end, zone=zone)
+    parts = []
+    if split.hours:
+        hours = TeamHour.objects.filter(
+            hour_start__gte=split.hours[0], hour_start__lt=split.hours[1]
+        )
+        parts.append((hours, "hour_start"))
+    if split.edges:
+        rows = UsageInterval.objects.filter(split.interval_filter()).annotate(
+            team_id=F("task__team_id"), kind=F("task__kind")
+        )
+        parts.append((rows, "interval_start"))
+    return parts
 
 
-def capacity_sums(
+def capacity_parts(
     *, start: datetime, end: datetime, zone: str | None = None
-) -> tuple[QuerySet, str]:
-    """Rows holding `capacity_gpu_seconds` for the range, and their time column."""
-    if hourly_rollup_serves(start=start, end=end, zone=zone):
-        return CapacityHour.objects.filter(hour_start__gte=start, hour_start__lt=end), "hour_start"
-    rows = CapacityInterval.objects.filter(interval_start__gte=start, interval_start__lt=end)
-    return rows, "interval_start"
+) -> list[tuple[QuerySet, str]]:
+    """Rows holding `capacity_gpu_seconds`, and their time column, in at most two parts (as
+    `team_usage_parts`)."""
+    split = range_split(start=start, end=end, zone=zone)
+    parts = []
+    if split.hours:
+        hours = CapacityHour.objects.filter(
+            hour_start__gte=split.hours[0], hour_start__lt=split.hours[1]
+        )
+        parts.append((hours, "hour_start"))
+    if split.edges:
+        parts.append((CapacityInterval.objects.filter(split.interval_filter()), "interval_start"))
+    return parts

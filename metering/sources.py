@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -35,15 +36,20 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import requests
+from django.conf import settings
 from prometheus_api_client import PrometheusApiClientException
 from prometheus_api_client.prometheus_connect import PrometheusConnect
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.util.retry import Retry
 
 from metering.models import DEFAULT_LABEL_MAPPING, DEFAULT_PRIORITY_CLASS_KINDS, TASK_KINDS, Source
 
 # Prometheus refuses more than 11,000 points per series in one query_range answer.
 MAX_POINTS_PER_QUERY = 10_000
-DEFAULT_TIMEOUT_SECONDS = 120
+DEFAULT_TIMEOUT_SECONDS = 120  # per read
+DEFAULT_DEADLINE_SECONDS = 300  # per request, headers and body (TANDEM_PROMETHEUS_DEADLINE_SECONDS)
 DEFAULT_MAX_RESPONSE_BYTES = 512 * 1024 * 1024
 MIB = 1_048_576
 
@@ -442,19 +448,133 @@ class QueryRun:
     series: list[Series]
 
 
+# The sockets each thread's request uses, for the deadline's watcher to cut.
+_IN_FLIGHT = threading.local()
+
+
+def _watch(sock: socket.socket | None) -> None:
+    watched = getattr(_IN_FLIGHT, "sockets", None)
+    if watched is not None and sock is not None:
+        watched.append(sock)
+
+
+class _WatchedConnectionMixin:
+    """Records the socket of every connection it opens (the response may keep reading it
+    after the connection object has let go of it)."""
+
+    def connect(self) -> None:
+        super().connect()  # type: ignore[misc]
+        _watch(self.sock)  # type: ignore[attr-defined]
+
+
+class _WatchedHTTPConnection(_WatchedConnectionMixin, HTTPConnection):
+    pass
+
+
+class _WatchedHTTPSConnection(_WatchedConnectionMixin, HTTPSConnection):
+    pass
+
+
+class _WatchedPoolMixin:
+    """Records the socket of a connection kept alive from an earlier request."""
+
+    def _get_conn(self, timeout: float | None = None) -> Any:
+        conn = super()._get_conn(timeout)  # type: ignore[misc]
+        _watch(conn.sock)
+        return conn
+
+
+class _WatchedHTTPPool(_WatchedPoolMixin, HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _WatchedHTTPSPool(_WatchedPoolMixin, HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+
+WATCHED_POOLS = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
+
+
+class _DeadlineAdapter(HTTPAdapter):
+    """An adapter whose pools (direct or through a proxy) let the deadline find the socket."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = WATCHED_POOLS
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        manager.pool_classes_by_scheme = WATCHED_POOLS
+        return manager
+
+
+def _cut_at_deadline(
+    deadline_seconds: float,
+    sockets: list[socket.socket],
+    finished: threading.Event,
+    expired: threading.Event,
+) -> None:
+    """Shut the request's sockets down once the deadline passes: a blocked read returns at
+    once. Repeated until the request gives up, for a socket still connecting at the deadline."""
+    if finished.wait(deadline_seconds):
+        return
+    expired.set()
+    while True:
+        for sock in list(sockets):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except (OSError, ValueError):
+                pass  # already closed
+        if finished.wait(0.1):
+            return
+
+
 class _LimitedSession(requests.Session):
-    """A session that refuses answers larger than a limit and parses JSON once.
+    """A session that refuses answers larger than a limit or later than a deadline, and parses
+    JSON once.
+
+    The deadline bounds the whole request, headers and body: the per-read time-out alone lets
+    a server that trickles a byte now and then hold a worker forever.
 
     PrometheusConnect only hands back `data.result`; the parsed body (with `stats`) is kept
     per thread so the caller can read Prometheus' evaluation time.
     """
 
-    def __init__(self, max_response_bytes: int) -> None:
+    def __init__(self, max_response_bytes: int, deadline_seconds: float) -> None:
         super().__init__()
         self.max_response_bytes = max_response_bytes
+        self.deadline_seconds = deadline_seconds
         self.local = threading.local()
 
     def request(self, method: str, url: str, **kwargs: Any) -> requests.Response:
+        sockets: list[socket.socket] = []
+        finished, expired = threading.Event(), threading.Event()
+        watcher = threading.Thread(
+            target=_cut_at_deadline,
+            args=(self.deadline_seconds, sockets, finished, expired),
+            daemon=True,
+        )
+        _IN_FLIGHT.sockets = sockets
+        watcher.start()
+        late = PrometheusUnavailable(
+            f"Prometheus did not answer within the deadline of {self.deadline_seconds:g} s"
+        )
+        try:
+            response = self._request_within_deadline(method, url, **kwargs)
+        except Exception as error:
+            if expired.is_set():
+                raise late from error
+            raise
+        finally:
+            _IN_FLIGHT.sockets = None
+            finished.set()
+            watcher.join()
+        # A cut socket can also read as a body ended early (no Content-Length): never trust it.
+        if expired.is_set():
+            raise late
+        return response
+
+    def _request_within_deadline(self, method: str, url: str, **kwargs: Any) -> requests.Response:
         kwargs["stream"] = True
         response = super().request(method, url, **kwargs)
         if response.status_code >= 500 or response.status_code == 429:
@@ -491,22 +611,26 @@ class PrometheusClient:
         verify_tls: bool = True,
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
     ) -> None:
-        session = _LimitedSession(max_response_bytes)
+        session = _LimitedSession(max_response_bytes, deadline_seconds)
         session.verify = verify_tls
         headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else None
         self._session = session
         # Retries belong to Celery (backoff, window stays pending), not to the HTTP layer.
+        retry = Retry(total=0, raise_on_status=False)
         self._connect = PrometheusConnect(
             url=url.rstrip("/"),
             headers=headers,
             disable_ssl=not verify_tls,
-            retry=Retry(total=0, raise_on_status=False),
+            retry=retry,
             auth=basic_auth,
             session=session,
             timeout=(min(10.0, timeout_seconds), timeout_seconds),
             method="POST",  # narrowed queries name many series; no URL length limit
         )
+        # In place of the plain adapter PrometheusConnect mounted for this URL.
+        session.mount(self._connect.url, _DeadlineAdapter(max_retries=retry))
 
     @classmethod
     def for_source(cls, source: Source) -> PrometheusClient:
@@ -518,6 +642,7 @@ class PrometheusClient:
             bearer_token=source.bearer_token,
             basic_auth=basic_auth,
             verify_tls=source.verify_tls,
+            deadline_seconds=settings.TANDEM_PROMETHEUS_DEADLINE_SECONDS,
         )
 
     def close(self) -> None:

@@ -12,6 +12,9 @@ could act on the reader's machine. The rule here:
   This is deliberately strict: a text cell such as "-200.00" or "-5 GPU-hours" is escaped too,
   because only values we typed as numbers are trusted to be numbers.
 
+Report files and the dashboards' chart downloads are written by the same `csv_write`, so the
+rule is the same in every CSV Tandem hands out.
+
 Quoting of commas, quotes and newlines is left to the csv module (RFC 4180, QUOTE_MINIMAL).
 Files are UTF-8 without a byte order mark, with CRLF line ends (RFC 4180).
 """
@@ -23,6 +26,10 @@ import datetime as dt
 import io
 from collections.abc import Iterable, Sequence
 from decimal import Decimal
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 FORMULA_TRIGGERS = frozenset("=+-@\t\r\uff1d\uff0b\uff0d\uff20")  # and their full-width twins
 ESCAPE_PREFIX = "'"
@@ -74,13 +81,24 @@ def cell_text(value: Cell) -> str:
     raise TypeError(f"unsupported cell type {type(value).__name__}")
 
 
-def csv_bytes(header: Sequence[str], rows: Iterable[Sequence[Cell]]) -> bytes:
-    """A whole CSV file: header, then rows, every cell passed through `cell_text`."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, quoting=csv.QUOTE_MINIMAL, lineterminator="\r\n")
+def csv_write(
+    stream: SupportsWrite[str], header: Sequence[str], rows: Iterable[Sequence[Cell]]
+) -> None:
+    """Header, then rows, every cell passed through `cell_text`, written to `stream`.
+
+    The one CSV writer: report files and the dashboards' chart downloads both use it, so a
+    credit is a number and a hostile name is inert in every file Tandem hands out.
+    """
+    writer = csv.writer(stream, quoting=csv.QUOTE_MINIMAL, lineterminator="\r\n")
     writer.writerow([escape_text(name) for name in header])
     for row in rows:
         if len(row) != len(header):
             raise ValueError(f"row has {len(row)} cells, header has {len(header)}: {row!r}")
         writer.writerow([cell_text(value) for value in row])
+
+
+def csv_bytes(header: Sequence[str], rows: Iterable[Sequence[Cell]]) -> bytes:
+    """A whole CSV file, UTF-8 (see `csv_write`)."""
+    buffer = io.StringIO()
+    csv_write(buffer, header, rows)
     return buffer.getvalue().encode("utf-8")

@@ -32,6 +32,7 @@ from billing.models import (
     Statement,
     StatementLine,
     StatementLineTask,
+    period_year_error,
 )
 from metering.models import TASK_KINDS, PodWait, Preemption
 from reports import health
@@ -82,6 +83,8 @@ def period_bounds(label: str, *, timezone: str | None = None) -> Period:
     zone_name = timezone or settings.TANDEM_TIMEZONE
     zone = ZoneInfo(zone_name)
     year, month = int(match.group(1)), int(match.group(2))
+    if error := period_year_error(label, year):
+        raise ReportInputError(error)
     first = dt.datetime(year, month, 1, tzinfo=zone)
     following = dt.datetime(year + month // 12, month % 12 + 1, 1, tzinfo=zone)
     return Period(

@@ -10,6 +10,7 @@ A fixed number of queries per call, whatever the number of rows or groups.
 from __future__ import annotations
 
 import datetime as dt
+from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
 from zoneinfo import ZoneInfo
@@ -32,7 +33,7 @@ from metering.models import (
     Task,
     Team,
 )
-from metering.selectors import capacity_sums, hourly_rollup_serves, team_usage_sums, usage_sums
+from metering.selectors import capacity_parts, range_split, team_usage_parts, usage_parts
 from metering.services import latency_p99
 from reports import health
 
@@ -78,11 +79,21 @@ def _team_filter(teams: QuerySet[Team] | None, path: str = "task__team") -> Q:
 
 def utilization(*, start: dt.datetime, end: dt.datetime) -> health.Utilization:
     """Pool-wide: busy GPU-seconds of every task over the GPUs present."""
-    usage_rows, _ = team_usage_sums(start=start, end=end)
-    busy = usage_rows.aggregate(v=Sum("busy_gpu_seconds"))["v"]
-    capacity_rows, _ = capacity_sums(start=start, end=end)
-    capacity = capacity_rows.aggregate(v=Sum("capacity_gpu_seconds"))["v"]
-    return health.Utilization(busy_gpu_seconds=busy or ZERO, capacity_gpu_seconds=capacity or ZERO)
+    busy = sum(
+        (
+            rows.aggregate(v=Sum("busy_gpu_seconds"))["v"] or ZERO
+            for rows, _ in team_usage_parts(start=start, end=end)
+        ),
+        ZERO,
+    )
+    capacity = sum(
+        (
+            rows.aggregate(v=Sum("capacity_gpu_seconds"))["v"] or ZERO
+            for rows, _ in capacity_parts(start=start, end=end)
+        ),
+        ZERO,
+    )
+    return health.Utilization(busy_gpu_seconds=busy, capacity_gpu_seconds=capacity)
 
 
 def service_latencies(
@@ -211,13 +222,17 @@ def _merged_buckets(
     bounds present in every interval are kept (summing a bound some intervals lack would
     under-count it and bend the quantile).
     """
-    # The quantile needs no grouping by local time: whole UTC hours are enough.
-    hourly = hourly_rollup_serves(start=start, end=end, zone="UTC")
+    # The quantile needs no grouping by local time: whole UTC hours are enough. The rollup's
+    # hours and the edges' intervals give sums and presence counts that simply add up.
+    split = range_split(start=start, end=end, zone="UTC")
+    queries = [(_MERGED_BUCKETS_SQL, [ids, first, last]) for first, last in split.edges]
+    if split.hours:
+        queries.append((_MERGED_HOURLY_BUCKETS_SQL, [ids, *split.hours]))
+    rows = []
     with connection.cursor() as cursor:
-        cursor.execute(
-            _MERGED_HOURLY_BUCKETS_SQL if hourly else _MERGED_BUCKETS_SQL, [ids, start, end]
-        )
-        rows = cursor.fetchall()
+        for sql, parameters in queries:
+            cursor.execute(sql, parameters)
+            rows.extend(cursor.fetchall())
     bounds: dict[int, dict[Decimal, list]] = {}
     for service_id, le, total, seen in rows:
         bound = Decimal("Infinity") if le in ("+Inf", "Inf", "inf", "+inf") else Decimal(le)
@@ -306,30 +321,36 @@ def lost_gpu_seconds_per_team(
 def hourly_profile(*, start: dt.datetime, end: dt.datetime) -> list[health.HourProfile]:
     """Pool-wide GPU-seconds held by training and by inference per local hour of day."""
     zone = pool_timezone()
-    usage_rows, usage_time = team_usage_sums(start=start, end=end)
     is_training = Q(kind__in=TRAINING_KINDS)
-    usage = (
-        usage_rows.annotate(hour=ExtractHour(usage_time, tzinfo=zone))
-        .values("hour")
-        .annotate(
-            training=Sum("alloc_gpu_seconds", filter=is_training),
-            inference=Sum("alloc_gpu_seconds", filter=~is_training),
+    training: dict[int, Decimal] = defaultdict(Decimal)
+    inference: dict[int, Decimal] = defaultdict(Decimal)
+    for usage_rows, usage_time in team_usage_parts(start=start, end=end):
+        usage = (
+            usage_rows.annotate(hour=ExtractHour(usage_time, tzinfo=zone))
+            .values("hour")
+            .annotate(
+                training=Sum("alloc_gpu_seconds", filter=is_training),
+                inference=Sum("alloc_gpu_seconds", filter=~is_training),
+            )
         )
-    )
-    capacity_rows, time_field = capacity_sums(start=start, end=end)
-    capacity = (
-        capacity_rows.annotate(hour=ExtractHour(time_field, tzinfo=zone))
-        .values("hour")
-        .annotate(total=Sum("capacity_gpu_seconds"))
-    )
-    held = {row["hour"]: row for row in usage}
-    present = {row["hour"]: row["total"] for row in capacity}
+        for row in usage:
+            training[row["hour"]] += row["training"] or ZERO
+            inference[row["hour"]] += row["inference"] or ZERO
+    present: dict[int, Decimal] = defaultdict(Decimal)
+    for capacity_rows, time_field in capacity_parts(start=start, end=end):
+        capacity = (
+            capacity_rows.annotate(hour=ExtractHour(time_field, tzinfo=zone))
+            .values("hour")
+            .annotate(total=Sum("capacity_gpu_seconds"))
+        )
+        for row in capacity:
+            present[row["hour"]] += row["total"]
     return [
         health.HourProfile(
             hour=h,
             capacity_gpu_seconds=present.get(h, ZERO),
-            training_gpu_seconds=held.get(h, {}).get("training") or ZERO,
-            inference_gpu_seconds=held.get(h, {}).get("inference") or ZERO,
+            training_gpu_seconds=training.get(h, ZERO),
+            inference_gpu_seconds=inference.get(h, ZERO),
         )
         for h in range(24)
     ]
@@ -339,15 +360,18 @@ def sharing_analytics(
     *, start: dt.datetime, end: dt.datetime, teams: QuerySet[Team] | None = None
 ) -> health.SharingAnalytics:
     """The profile and the interruptible share are the pool's; preemption cost per team."""
-    usage_rows, _ = team_usage_sums(start=start, end=end)
-    totals = usage_rows.aggregate(
-        allocated=Sum("alloc_gpu_seconds"),
-        interruptible=Sum("alloc_gpu_seconds", filter=Q(kind__in=health.INTERRUPTIBLE_KINDS)),
-    )
+    allocated = interruptible = ZERO
+    for usage_rows, _ in team_usage_parts(start=start, end=end):
+        totals = usage_rows.aggregate(
+            allocated=Sum("alloc_gpu_seconds"),
+            interruptible=Sum("alloc_gpu_seconds", filter=Q(kind__in=health.INTERRUPTIBLE_KINDS)),
+        )
+        allocated += totals["allocated"] or ZERO
+        interruptible += totals["interruptible"] or ZERO
     return health.SharingAnalytics(
         profile=hourly_profile(start=start, end=end),
-        interruptible_gpu_seconds=totals["interruptible"] or ZERO,
-        allocated_gpu_seconds=totals["allocated"] or ZERO,
+        interruptible_gpu_seconds=interruptible,
+        allocated_gpu_seconds=allocated,
         lost_gpu_seconds_per_team=lost_gpu_seconds_per_team(start=start, end=end, teams=teams),
     )
 
@@ -435,30 +459,38 @@ def _parts(
     def part(group: object) -> UsageRow:
         return parts.setdefault(group, UsageRow(key=""))
 
-    sums = usage_sums(start=start, end=end)
-    usage = (
-        sums.rows.filter(teams_q)
-        .values(group=_group_column(group_by, sums.time_field))
-        .annotate(
-            alloc=Sum("alloc_gpu_seconds"),
-            busy=Sum("busy_gpu_seconds"),
-            peak=Max("memory_peak_bytes"),
-            memory=sums.memory_avg_bytes_sum,
-            n=sums.intervals,
-            reads=Sum("read_operations"),
-            writes=Sum("write_operations"),
-            read_bytes=Sum("read_bytes"),
-            write_bytes=Sum("write_bytes"),
+    for sums in usage_parts(start=start, end=end):  # rollup hours, interval edges: add up
+        usage = (
+            sums.rows.filter(teams_q)
+            .values(group=_group_column(group_by, sums.time_field))
+            .annotate(
+                alloc=Sum("alloc_gpu_seconds"),
+                busy=Sum("busy_gpu_seconds"),
+                peak=Max("memory_peak_bytes"),
+                memory=sums.memory_avg_bytes_sum,
+                n=sums.intervals,
+                reads=Sum("read_operations"),
+                writes=Sum("write_operations"),
+                read_bytes=Sum("read_bytes"),
+                write_bytes=Sum("write_bytes"),
+            )
+            .order_by()
         )
-        .order_by()
-    )
-    for v in usage:
-        row = part(v["group"])
-        row.allocated_gpu_seconds, row.busy_gpu_seconds = v["alloc"], v["busy"]
-        row.memory_peak_bytes, row.memory_byte_intervals = v["peak"], int(v["memory"])
-        row.usage_intervals = v["n"]
-        row.read_operations, row.write_operations = int(v["reads"]), int(v["writes"])
-        row.read_bytes, row.write_bytes = int(v["read_bytes"]), int(v["write_bytes"])
+        for v in usage:
+            part(v["group"]).add(
+                UsageRow(
+                    key="",
+                    allocated_gpu_seconds=v["alloc"],
+                    busy_gpu_seconds=v["busy"],
+                    memory_peak_bytes=v["peak"],
+                    memory_byte_intervals=int(v["memory"]),
+                    usage_intervals=v["n"],
+                    read_operations=int(v["reads"]),
+                    write_operations=int(v["writes"]),
+                    read_bytes=int(v["read_bytes"]),
+                    write_bytes=int(v["write_bytes"]),
+                )
+            )
     cap = price_book_terms(start).lost_work_cap_seconds
     preemptions = (
         Preemption.objects.filter(teams_q, at__gte=start, at__lt=end)

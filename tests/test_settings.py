@@ -6,9 +6,17 @@ import os
 import shutil
 import subprocess
 import sys
+from ipaddress import ip_network
 
 import pytest
+from django.contrib.auth.models import User
+from django.core.signals import request_finished, request_started
+from django.db import DEFAULT_DB_ALIAS, close_old_connections, connection, connections
+from django.test import Client
+from django.urls import reverse
 
+from access.models import Role
+from config import settings as config_settings
 from tests.conftest import REPO
 
 
@@ -32,6 +40,9 @@ def start_django(**overrides: str) -> subprocess.CompletedProcess:
         ({"TANDEM_DEBUG": "0", "SECRET_KEY": ""}, "SECRET_KEY"),
         ({"TANDEM_DEBUG": "maybe"}, "TANDEM_DEBUG"),
         ({"TANDEM_STEP_SECONDS": "five"}, "TANDEM_STEP_SECONDS"),
+        ({"TANDEM_PROMETHEUS_DEADLINE_SECONDS": "0"}, "TANDEM_PROMETHEUS_DEADLINE_SECONDS"),
+        ({"TANDEM_TRUSTED_PROXIES": "10.0.0.0/33"}, "TANDEM_TRUSTED_PROXIES"),
+        ({"TANDEM_TRUSTED_PROXIES": "10.0.0.1, proxy.internal"}, "TANDEM_TRUSTED_PROXIES"),
     ],
 )
 def test_it_refuses_to_start_with_a_bad_setting_and_names_it(overrides, named) -> None:
@@ -43,6 +54,17 @@ def test_it_refuses_to_start_with_a_bad_setting_and_names_it(overrides, named) -
 def test_it_starts_with_production_settings_from_the_environment() -> None:
     result = start_django(TANDEM_DEBUG="0", SECRET_KEY="x" * 50)
     assert result.returncode == 0, result.stderr
+
+
+def test_it_reads_trusted_proxies_as_addresses_and_networks(monkeypatch) -> None:
+    monkeypatch.setenv("TANDEM_TRUSTED_PROXIES", " 10.9.0.0/16, 192.0.2.7,,fd00::/8 ")
+    assert config_settings.env_networks("TANDEM_TRUSTED_PROXIES") == (
+        ip_network("10.9.0.0/16"),
+        ip_network("192.0.2.7/32"),
+        ip_network("fd00::/8"),
+    )
+    monkeypatch.delenv("TANDEM_TRUSTED_PROXIES")
+    assert config_settings.env_networks("TANDEM_TRUSTED_PROXIES") == ()  # default: none
 
 
 def compose_command() -> list[str]:
@@ -71,3 +93,57 @@ def test_it_has_a_valid_compose_file_with_the_production_services() -> None:
     assert result.returncode == 0, result.stderr
     services = set(result.stdout.split())
     assert {"postgres", "redis", "prometheus", "web", "worker", "beat", "simulator"} <= services
+
+
+@pytest.fixture
+def production_request_cycle():
+    """Requests that check the database connection at their start and end, as Django's WSGI
+    handler does (the test client switches `close_old_connections` off around its requests)."""
+
+    def check_connections(**kwargs) -> None:
+        close_old_connections()
+
+    request_started.connect(check_connections)
+    request_finished.connect(check_connections)
+    yield
+    request_started.disconnect(check_connections)
+    request_finished.disconnect(check_connections)
+
+
+def backend_pid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+def terminate_other_backends() -> list[int]:
+    """What a database restart or failover does to Tandem: its connections are dropped."""
+    other = connections.create_connection(DEFAULT_DB_ALIAS)
+    try:
+        with other.cursor() as cursor:
+            cursor.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            )
+            pids = [pid for (pid,) in cursor.fetchall()]
+            for pid in pids:
+                cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+            return pids
+    finally:
+        other.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_answers_the_first_request_after_the_database_dropped_its_connections(
+    production_request_cycle,
+) -> None:
+    assert connection.settings_dict["CONN_MAX_AGE"] > 0  # persistent: the case that broke
+    person = User.objects.create_user("dora")
+    Role.objects.create(user=person, name=Role.Name.FINANCE)
+    client = Client(raise_request_exception=False)
+    client.force_login(person)
+    assert client.get(reverse("reports:runs")).status_code == 200
+    before = backend_pid()
+    assert before in terminate_other_backends()
+    assert client.get(reverse("reports:runs")).status_code == 200
+    assert backend_pid() != before  # a new connection, opened by the health check

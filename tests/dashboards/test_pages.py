@@ -166,6 +166,21 @@ def test_it_exports_a_charts_table_as_csv_for_the_same_filters(client, people) -
     assert batch["Allocated (GPU-hours)"] == "57.00"
 
 
+def test_it_exports_credits_as_negative_numbers_that_sum(client, people) -> None:
+    client.force_login(people.finance)
+    credit = StatementLine.objects.filter(amount__lt=0).select_related("statement").first()
+    assert credit is not None, "the pool has a credit to export"
+    team = credit.statement.team
+    response = client.get(f"{reverse('dashboards:team', args=[team.pk])}?csv=cost")
+    assert response.status_code == 200
+    rows = list(csv.reader(io.StringIO(response.content.decode())))[1:]
+    amounts = [row[2] for row in rows]
+    assert f"{credit.amount:f}" in amounts
+    assert not [amount for amount in amounts if amount.startswith("'")]
+    lines = StatementLine.objects.filter(statement__team=team)
+    assert sum(Decimal(a) for a in amounts) == sum(line.amount for line in lines)
+
+
 def test_it_refuses_a_csv_for_a_mistyped_range(client, people) -> None:
     client.force_login(people.finance)
     response = client.get(f"{reverse('dashboards:overview')}?start=2026-10-xx&csv=capacity")
@@ -215,6 +230,18 @@ def test_it_answers_404_for_a_month_that_is_not_a_month(client, people) -> None:
     client.force_login(people.finance)
     response = client.get(reverse("dashboards:statement_period", args=["2026-13"]))
     assert response.status_code == 404
+
+
+@pytest.mark.parametrize("period", ["9999-12", "0000-01", "0001-01", "1969-12"])
+def test_it_answers_404_for_a_month_whose_year_is_out_of_range(
+    client, people, closed_pool, period
+) -> None:
+    client.force_login(people.finance)
+    for url in (
+        reverse("dashboards:statement_period", args=[period]),
+        reverse("dashboards:statement_detail", args=[period, closed_pool.teams["search"].pk]),
+    ):
+        assert client.get(url).status_code == 404, url
 
 
 def test_it_leads_from_a_statement_line_to_its_tasks(client, people) -> None:

@@ -30,7 +30,7 @@ from metering.models import (
     UsageHour,
     UsageInterval,
 )
-from metering.selectors import hourly_rollup_serves, usage_sums
+from metering.selectors import RangeSplit, hourly_rollup_serves, range_split, usage_parts
 from reports import selectors as report_selectors
 from tests.dashboards.pool import build_pool
 from tests.metering.rollup import rollup_drift, rollup_rows
@@ -384,13 +384,69 @@ def test_it_gives_the_same_numbers_from_the_rollup_as_from_the_intervals(setting
     pool = build_pool(first_day=dt.date(2026, 10, 1), days=2)
     teams = list(pool.teams.values())
     settings.TANDEM_READ_HOURLY_ROLLUP = True
-    assert usage_sums(start=pool.start, end=pool.end).hourly
+    assert [part.hourly for part in usage_parts(start=pool.start, end=pool.end)] == [True]
     from_rollup = every_read(pool.start, pool.end, teams)
     settings.TANDEM_READ_HOURLY_ROLLUP = False
-    assert not usage_sums(start=pool.start, end=pool.end).hourly
+    assert [part.hourly for part in usage_parts(start=pool.start, end=pool.end)] == [False]
     from_intervals = every_read(pool.start, pool.end, teams)
     assert from_rollup["usage by team"], "the pool has usage"
     assert from_rollup["quotas"][0].used_gpu_hours > 0
+    for name, expected in from_intervals.items():
+        assert from_rollup[name] == expected, name
+
+
+HOUR_11, HOUR_17 = HOUR_10 + dt.timedelta(hours=1), HOUR_10 + dt.timedelta(hours=7)
+OFF_THE_HOUR = (HOUR_10 + STEP, HOUR_17 + 8 * STEP)  # 10:05 to 17:40 UTC
+
+
+@pytest.mark.parametrize(
+    ("zone", "start", "end", "split"),
+    [
+        ("Asia/Shanghai", *OFF_THE_HOUR,
+         RangeSplit(hours=(HOUR_11, HOUR_17),
+                    edges=((OFF_THE_HOUR[0], HOUR_11), (HOUR_17, OFF_THE_HOUR[1])))),
+        ("Asia/Shanghai", HOUR_10, OFF_THE_HOUR[1],
+         RangeSplit(hours=(HOUR_10, HOUR_17), edges=((HOUR_17, OFF_THE_HOUR[1]),))),
+        ("Asia/Shanghai", *SHANGHAI_MONTH, RangeSplit(hours=SHANGHAI_MONTH, edges=())),
+        ("Asia/Shanghai", HOUR_10 + STEP, HOUR_11 - STEP,  # no whole hour inside
+         RangeSplit(hours=None, edges=((HOUR_10 + STEP, HOUR_11 - STEP),))),
+        ("Asia/Kolkata", *OFF_THE_HOUR,  # +05:30: a local day is not made of UTC hours
+         RangeSplit(hours=None, edges=(OFF_THE_HOUR,))),
+    ],
+)  # fmt: skip
+def test_it_splits_a_range_into_rollup_hours_and_interval_edges(
+    settings, zone: str, start: dt.datetime, end: dt.datetime, split: RangeSplit
+) -> None:
+    settings.TANDEM_READ_HOURLY_ROLLUP = True
+    assert range_split(start=start, end=end, zone=zone) == split
+    settings.TANDEM_READ_HOURLY_ROLLUP = False
+    assert range_split(start=start, end=end, zone=zone) == RangeSplit(None, ((start, end),))
+
+
+@pytest.mark.django_db
+def test_it_reads_the_rollup_for_the_whole_hours_of_a_range_off_the_hour(settings) -> None:
+    pool = build_pool(first_day=dt.date(2026, 10, 1), days=2)
+    teams = list(pool.teams.values())
+    start, end = OFF_THE_HOUR
+    settings.TANDEM_READ_HOURLY_ROLLUP = True
+    hours, edges = usage_parts(start=start, end=end)
+    # The middle from the rollup, and only the edges' intervals: 11 + 8 of 91 five minutes.
+    assert hours.hourly and not edges.hourly
+    assert (
+        hours.rows.count()
+        == UsageHour.objects.filter(hour_start__gte=HOUR_11, hour_start__lt=HOUR_17).count()
+    )
+    in_range = UsageInterval.objects.filter(interval_start__gte=start, interval_start__lt=end)
+    middle = in_range.filter(interval_start__gte=HOUR_11, interval_start__lt=HOUR_17)
+    assert edges.rows.count() == in_range.count() - middle.count() > 0
+    assert set(edges.rows.values_list("interval_start", flat=True)).isdisjoint(
+        middle.values_list("interval_start", flat=True)
+    )
+    from_rollup = every_read(start, end, teams)
+    settings.TANDEM_READ_HOURLY_ROLLUP = False
+    assert [part.hourly for part in usage_parts(start=start, end=end)] == [False]
+    from_intervals = every_read(start, end, teams)
+    assert from_rollup["usage by team"], "the range has usage"
     for name, expected in from_intervals.items():
         assert from_rollup[name] == expected, name
 

@@ -7,6 +7,7 @@ import hashlib
 import pytest
 from django.urls import reverse
 
+from access.models import Role
 from reports import services
 from reports.models import ReportRun
 from tests.reports import factories as f
@@ -50,6 +51,15 @@ def test_it_answers_404_to_a_team_lead_and_to_people_without_a_role(people, run)
             assert people[who].get(url).status_code == 404, (who, url)
         response = people[who].post(reverse("reports:run_create", args=[f.PERIOD]))
         assert response.status_code == 404
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("period", ["9999-12", "0000-01", "0001-01", "1969-12"])
+def test_it_answers_404_for_a_period_whose_year_is_out_of_range(client, period: str) -> None:
+    client.force_login(f.RoleFactory(user__username="fiona", name=Role.Name.FINANCE).user)
+    assert client.get(reverse("reports:page", args=[period])).status_code == 404
+    assert client.post(reverse("reports:run_create", args=[period])).status_code == 404
+    assert not ReportRun.objects.exists()
 
 
 def test_it_tells_people_without_a_role_that_they_have_no_access_to_the_run_list(

@@ -42,6 +42,9 @@ class Hostile(BaseHTTPRequestHandler):
         if self.mode == "hang":
             time.sleep(5)  # longer than the client's time-out
             return
+        if self.mode.startswith("trickle"):
+            self.trickle()
+            return
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
@@ -56,6 +59,22 @@ class Hostile(BaseHTTPRequestHandler):
         self.wfile.write(ANSWERS[self.mode])
 
     do_GET = do_POST
+
+    def trickle(self) -> None:
+        """A byte every 0.2 s for 30 s: each read succeeds, well inside any per-read time-out."""
+        if self.mode == "trickle-headers":
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+        else:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+        try:
+            for _ in range(150):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(0.2)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up at its deadline: that is the point
 
     def log_message(self, *args) -> None:
         pass
@@ -128,4 +147,31 @@ def test_it_gives_up_on_a_prometheus_that_hangs(hostile, small_limits):
     assert window.status == IngestWindow.Status.PENDING
     assert "unreachable" in window.error
     assert window.attempts == 1
+    assert_nothing_written()
+
+
+@pytest.mark.parametrize("mode", ["trickle-headers", "trickle-body"])
+def test_it_gives_up_on_a_prometheus_that_trickles_at_the_deadline(hostile, mode):
+    hostile.mode = mode
+    client = sources.PrometheusClient(url=hostile.url, deadline_seconds=1)
+    began = time.monotonic()
+    with pytest.raises(sources.PrometheusUnavailable, match="within the deadline of 1 s"):
+        client.query_range(
+            "up", "up", start=START, end=START + timedelta(minutes=5), step_seconds=300
+        )
+    # Far less than the 30 s the trickle lasts, and the 120 s read time-out never fired.
+    assert time.monotonic() - began < 10
+    client.close()
+
+
+@pytest.mark.django_db
+def test_it_keeps_the_window_pending_when_prometheus_misses_the_deadline(hostile, settings):
+    settings.TANDEM_PROMETHEUS_DEADLINE_SECONDS = 1
+    hostile.mode = "trickle-body"
+    window = one_window(hostile.url)
+    with pytest.raises(sources.PrometheusUnavailable, match="deadline of 1 s"):
+        services.window_ingest(window_id=window.pk)
+    window.refresh_from_db()
+    assert window.status == IngestWindow.Status.PENDING  # Celery retries it with backoff
+    assert "deadline of 1 s" in window.error
     assert_nothing_written()
