@@ -11,11 +11,15 @@ window that has closed, for every enabled source.
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 from django.conf import settings
 
 from metering import services, sources
-from metering.models import Source
+from metering.models import IngestWindow, Source
+
+logger = logging.getLogger(__name__)
 
 RETRY_POLICY = {
     "acks_late": True,
@@ -37,13 +41,26 @@ BEAT_SCHEDULE = {
 
 @shared_task(**RETRY_POLICY)
 def ingest_window(window_id: int) -> str:
-    return services.window_ingest(window_id=window_id).status
+    """A window that no longer exists (deleted, or a stale message from another database) is
+    skipped with one line in the log, not a traceback."""
+    try:
+        return services.window_ingest(window_id=window_id).status
+    except IngestWindow.DoesNotExist:
+        logger.warning("ingest window %s does not exist; skipped", window_id)
+        return "skipped"
 
 
 @shared_task(**RETRY_POLICY)
 def ingest_windows(window_ids: list[int]) -> list[str]:
-    """Consecutive windows of one source, one range query per meter (back-fill)."""
-    return [window.status for window in services.windows_ingest(window_ids=window_ids)]
+    """Consecutive windows of one source, one range query per meter (back-fill); windows
+    that no longer exist are skipped with one line in the log."""
+    windows = services.windows_ingest(window_ids=window_ids)
+    missing = sorted(set(window_ids) - {window.pk for window in windows})
+    if missing:
+        logger.warning(
+            "ingest windows %s do not exist; skipped", ", ".join(str(pk) for pk in missing)
+        )
+    return [window.status for window in windows]
 
 
 @shared_task(acks_late=True)
