@@ -227,6 +227,9 @@ def main() -> int:
         clock.lap("Prometheus and Redis up")
         return run_stack(env, children, months, address, clock)
     finally:
+        # A second signal (make passes its own SIGTERM on) must not cut the clean-up short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         for child in reversed(children):
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
