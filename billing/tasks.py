@@ -61,5 +61,9 @@ def close_period(period: str) -> str:
 def close_previous_month(now: str | None = None) -> str | None:
     """Close the month before `now` (ISO, default the current time) when it is due; returns
     the period closed, or None when nothing was due yet."""
-    moment = dt.datetime.fromisoformat(now) if now else None
+    try:
+        moment = dt.datetime.fromisoformat(now) if now else None
+    except ValueError:
+        logger.warning("now %r is not an ISO 8601 time; skipped", now)
+        return None
     return period_close_due(now=moment)
