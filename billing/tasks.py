@@ -14,11 +14,15 @@ hourly run closes the month on day 1 as soon as ingestion has passed the month's
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 from celery import shared_task
 from django.db import OperationalError
 
+from billing.selectors import period_bounds
 from billing.services import period_close, period_close_due
+
+logger = logging.getLogger(__name__)
 
 BEAT_SCHEDULE = {
     "billing-close-previous-month": {
@@ -36,7 +40,13 @@ BEAT_SCHEDULE = {
     max_retries=10,
 )
 def close_period(period: str) -> str:
-    """Close `period` (YYYY-MM); safe to run twice (a closed month is left as it is)."""
+    """Close `period` (YYYY-MM); safe to run twice (a closed month is left as it is). A label
+    that is no month (a stale or mistyped message) is skipped with one line in the log."""
+    try:
+        period_bounds(period)
+    except ValueError:
+        logger.warning("period %r is not a month (YYYY-MM); skipped", period)
+        return "skipped"
     outcome = period_close(period=period)
     return outcome.period_close.period
 
@@ -51,5 +61,9 @@ def close_period(period: str) -> str:
 def close_previous_month(now: str | None = None) -> str | None:
     """Close the month before `now` (ISO, default the current time) when it is due; returns
     the period closed, or None when nothing was due yet."""
-    moment = dt.datetime.fromisoformat(now) if now else None
+    try:
+        moment = dt.datetime.fromisoformat(now) if now else None
+    except ValueError:
+        logger.warning("now %r is not an ISO 8601 time; skipped", now)
+        return None
     return period_close_due(now=moment)

@@ -1,16 +1,24 @@
 """Embedded defaults for a machine with nothing configured.
 
 `make demo` must run on a fresh machine: with no DATABASE_URL we start a private PostgreSQL
-(the `pgserver` package) under var/, and with no Redis answering we fall back to Celery's
-filesystem transport under var/. Production always sets both variables.
+(the `pgserver` package) under var/, and with no CELERY_BROKER_URL Celery uses its filesystem
+transport under var/. The demo starts a Redis of its own (`private_redis_start`) and hands its
+URL to its worker and beat: a Redis that happens to answer on the machine belongs to someone
+else, whose queues we must never read or flush. Production always sets both variables.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import socket
+import subprocess
+import time
+from dataclasses import dataclass
 from pathlib import Path
+
+REDIS_READY_SECONDS = 20
 
 
 def embedded_database_url(var_dir: Path) -> str:
@@ -27,13 +35,67 @@ def embedded_database_url(var_dir: Path) -> str:
     return server.get_uri("postgres")
 
 
-def redis_answers(host: str = "127.0.0.1", port: int = 6379) -> bool:
+def redis_answers(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.5) as connection:
             connection.sendall(b"PING\r\n")
             return connection.recv(16).startswith(b"+PONG")
     except OSError:
         return False
+
+
+@dataclass
+class PrivateRedis:
+    process: subprocess.Popen
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def private_redis_start(var_dir: Path, *, attempts: int = 3) -> PrivateRedis:
+    """Debian's redis-server for this checkout alone: loopback, a free port, files under
+    var/redis, nothing persisted (a restart starts with empty queues, never stale tasks).
+
+    Raises RuntimeError naming the log file when it does not come up."""
+    executable = shutil.which("redis-server")
+    if executable is None:
+        raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
+    folder = var_dir / "redis"
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "redis.log"
+    for _ in range(attempts):  # another process may take the free port before redis binds it
+        port = _free_port()
+        process = subprocess.Popen(
+            [
+                executable, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(folder),
+                "--save", "", "--appendonly", "no", "--logfile", str(log),
+            ],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + REDIS_READY_SECONDS
+        while process.poll() is None and time.monotonic() < deadline:
+            if redis_answers("127.0.0.1", port):
+                return PrivateRedis(process=process, port=port)
+            time.sleep(0.05)
+        PrivateRedis(process=process, port=port).stop()
+    raise RuntimeError(f"the demo's redis-server did not start; see {log}")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def filesystem_broker_options(var_dir: Path) -> dict:

@@ -160,13 +160,12 @@ STATIC_ROOT = VAR_DIR / "static"
 STATICFILES_DIRS = [("plotly", Path(plotly.__file__).parent / "package_data")]
 
 # --- Celery ---------------------------------------------------------------------------
+# Never a Redis that merely answers on the machine: its queues belong to someone else. Without
+# a URL, a filesystem queue under var/ (the demo sets the URL of a Redis of its own).
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
 if not CELERY_BROKER_URL:
-    if embedded.redis_answers():
-        CELERY_BROKER_URL = "redis://127.0.0.1:6379/0"
-    else:
-        CELERY_BROKER_URL = "filesystem://"
-        CELERY_BROKER_TRANSPORT_OPTIONS = embedded.filesystem_broker_options(VAR_DIR)
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = embedded.filesystem_broker_options(VAR_DIR)
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True  # a window killed mid-way is redelivered, never lost
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

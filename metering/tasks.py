@@ -12,13 +12,16 @@ bounded batch per tick (services.windows_due_create).
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
 from celery import shared_task
 from django.conf import settings
 
 from metering import services, sources
-from metering.models import Source
+from metering.models import IngestWindow, Source
+
+logger = logging.getLogger(__name__)
 
 RETRY_POLICY = {
     "acks_late": True,
@@ -40,15 +43,27 @@ BEAT_SCHEDULE = {
 
 @shared_task(**RETRY_POLICY)
 def ingest_window(window_id: int) -> str:
-    return services.window_ingest(window_id=window_id).status
+    """A window that no longer exists (deleted, or a stale message from another database) is
+    skipped with one line in the log, not a traceback."""
+    try:
+        return services.window_ingest(window_id=window_id).status
+    except IngestWindow.DoesNotExist:
+        logger.warning("ingest window %s does not exist; skipped", window_id)
+        return "skipped"
 
 
 @shared_task(**RETRY_POLICY)
 def ingest_windows(window_ids: list[int], accept_loss: dict[str, str] | None = None) -> list[str]:
-    """Consecutive windows of one source, one range query per meter (back-fill).
+    """Consecutive windows of one source, one range query per meter (back-fill); windows
+    that no longer exist are skipped with one line in the log.
     `accept_loss` ({"operator", "reason"}): replace stored rows even with fewer samples."""
     acceptance = services.LossAcceptance(**accept_loss) if accept_loss else None
     windows = services.windows_ingest(window_ids=window_ids, accept_loss=acceptance)
+    missing = sorted(set(window_ids) - {window.pk for window in windows})
+    if missing:
+        logger.warning(
+            "ingest windows %s do not exist; skipped", ", ".join(str(pk) for pk in missing)
+        )
     return [window.status for window in windows]
 
 

@@ -13,6 +13,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 MAX_GPUS = 4096
 MAX_DAYS = 400
+# shared: training and inference on one pool; separate: the same workloads, with inference on
+# GPUs of its own sized for its peak and training alone on the pool's GPUs (the "before").
+POOL_MODES = ("shared", "separate")
 
 
 class SimulatorConfigError(ValueError):
@@ -42,6 +45,7 @@ class PoolConfig:
     scrape_interval_seconds: int = 15
     step_seconds: int = 300
     timezone: str = "Asia/Shanghai"
+    pools: str = "shared"
 
     def __post_init__(self) -> None:
         _check_whole("--gpus", self.gpus, 1, MAX_GPUS)
@@ -58,6 +62,10 @@ class PoolConfig:
         if not isinstance(self.start, dt.date):
             raise SimulatorConfigError(f"--start must be a date, got {self.start!r}")
         parse_timezone(self.timezone)
+        if self.pools not in POOL_MODES:
+            raise SimulatorConfigError(
+                f"--pools must be one of {', '.join(POOL_MODES)}, got {self.pools!r}"
+            )
 
     @property
     def zone(self) -> ZoneInfo:

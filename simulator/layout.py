@@ -93,6 +93,7 @@ class Node:
     gpus: list[Gpu] = field(default_factory=list)
     present: bool = True
     down_until: int = 0
+    serves: str = ""  # "" any work; "inference" or "training" when the pools are separate
 
     @property
     def pod_label_keys(self) -> tuple[str, str, str]:
@@ -115,9 +116,13 @@ def node_sizes(gpus: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(nodes)]
 
 
-def build_layout(gpus: int, rng: random.Random) -> list[Node]:
+def build_layout(
+    gpus: int, rng: random.Random, *, first_node: int = 0, whole_only: bool = False
+) -> list[Node]:
+    """Nodes numbered from `first_node`; `whole_only` leaves out the MIG and time-sliced GPUs
+    (an inference pool of its own serves from whole GPUs only)."""
     nodes = []
-    for index, size in enumerate(node_sizes(gpus)):
+    for index, size in enumerate(node_sizes(gpus), start=first_node):
         hostname_label, pod_style, container_level = NODE_VARIANTS[index % len(NODE_VARIANTS)]
         node = Node(
             index=index,
@@ -128,7 +133,7 @@ def build_layout(gpus: int, rng: random.Random) -> list[Node]:
             cadvisor_container_level=container_level,
         )
         # Every third node (the first one included) has one MIG and one time-sliced GPU.
-        mixed = size >= 3 and index % 3 == 0
+        mixed = size >= 3 and index % 3 == 0 and not whole_only
         for gpu_index in range(size):
             mode = "whole"
             if mixed and gpu_index == size - 1:

@@ -153,7 +153,10 @@ class Pool:
         self.recreate: list[Task] = []
         self.sequence = 0
         self.started = False
+        self.separate = config.pools == "separate"
         self._create_services()
+        if self.separate:
+            self._add_inference_pool()
 
     # -- names -------------------------------------------------------------------------------
 
@@ -354,6 +357,23 @@ class Pool:
             )
             self.services.append(service)
 
+    def _add_inference_pool(self) -> None:
+        """Separate pools: inference gets whole GPUs of its own, as many as its services' peak
+        replicas, on nodes of their own; the configured GPUs keep training alone. Workloads stay
+        those of the shared pool (sized from its GPUs), so only the sharing differs."""
+        for node in self.nodes:
+            node.serves = "training"
+        peak = sum(service.max_replicas for service in self.services)
+        added = build_layout(peak, self.rng, first_node=len(self.nodes), whole_only=True)
+        for node in added:
+            node.serves = "inference"
+            devices = [d for gpu in node.gpus for d in gpu.devices]
+            self.whole_by_node[node] = devices
+            self.gpus += node.gpus
+            self.devices += devices
+            self.bare_prefixes.update({d: _dcgm_prefixes(d, "") for d in devices})
+        self.nodes += added
+
     def _add_task(self, task: Task) -> Task:
         self.tasks[task.id] = task
         return task
@@ -527,7 +547,11 @@ class Pool:
             devices = self._fit(pod, avoid=draining if whole_training else None)
             if devices:
                 self._bind(pod, devices, t)
-            elif pod.task.priority_class == "inference-critical" and not pod.reserved:
+            elif (
+                pod.task.priority_class == "inference-critical"
+                and not pod.reserved
+                and not self.separate  # its own pool is sized for its peak: nothing to evict
+            ):
                 self._preempt_for(pod, t)
             elif whole_training and draining is None and t - pod.created > STARVATION_SECONDS:
                 # A large Job has waited long: keep smaller training pods off the node that
@@ -536,7 +560,7 @@ class Pool:
         self.pending = [p for p in self.pending if p.phase == "Pending"]
 
     def _drainable_gpus(self, node: Node) -> int:
-        if not node.present:
+        if not node.present or node.serves == "inference":
             return -1
         devices = self.whole_by_node[node]
         return sum(
@@ -564,8 +588,9 @@ class Pool:
 
     def _fit_whole(self, pod: Pod, gpus: int, avoid: Node | None) -> list[Device] | None:
         best = None
+        pool = "inference" if pod.task.service is not None else "training"
         for node, devices in self.whole_by_node.items():
-            if not node.present or node is avoid:
+            if not node.present or node is avoid or node.serves not in ("", pool):
                 continue
             free = [
                 d
@@ -731,6 +756,8 @@ class Pool:
                 self._sample_pod(pod, t)
         training_units = self._emit_devices(present, interval, lines)
         crowding = training_units / (SHARE_UNITS * len(present)) if present else 0.0
+        if self.separate:
+            crowding = 0.0  # inference's own GPUs share nothing with training
         for pod in self.running:
             if pod.telemetry:
                 self._emit_cadvisor(pod, interval, lines)

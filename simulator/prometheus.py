@@ -77,11 +77,12 @@ def backfill_parts(
 
     promtool is single-threaded, so on a machine with `workers` cores the parts finish about
     `workers` times sooner than one file would. Each part is written into a folder of its own,
-    then its blocks are moved into `tsdb_dir` (blocks have unique ULID names)."""
+    then its blocks are moved into `tsdb_dir` (blocks have unique ULID names). Parts may share
+    a file name (metrics-01.om of two months): the folders are numbered."""
     tsdb = Path(tsdb_dir)
     staging = tsdb / ".parts"
     paths = [Path(path) for path in openmetrics_paths]
-    targets = [staging / path.stem for path in paths]
+    targets = [staging / f"{index:03d}-{path.stem}" for index, path in enumerate(paths)]
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         list(pool.map(backfill, paths, targets))  # list(): re-raises a part's failure
     for target in targets:

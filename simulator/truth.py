@@ -27,7 +27,8 @@ ROUND_HALF_UP (computed in integers, never floats), e.g. "25.714286".
 Top level
 ---------
 {"meta": {"seed", "gpus", "start", "end" (ISO Z), "scrape_interval_seconds", "step_seconds",
-          "timezone", "nodes": [{"name", "hostname_label": "Hostname"|"hostname",
+          "timezone", "pools": "shared"|"separate" (separate adds inference-only nodes),
+          "nodes": [{"name", "hostname_label": "Hostname"|"hostname",
           "pod_label_style": "pod"|"exported_pod", "gpus": [{"UUID", "gpu",
           "mode": "whole"|"mig"|"timesliced", "instances": [{"GPU_I_ID", "GPU_I_PROFILE"}]}]}],
           "samples_written": N},
@@ -117,6 +118,7 @@ def build_truth(pool: Pool, *, samples_written: int) -> dict:
             "scrape_interval_seconds": config.scrape_interval_seconds,
             "step_seconds": config.step_seconds,
             "timezone": config.timezone,
+            "pools": config.pools,
             "nodes": describe_nodes(pool.nodes),
             "samples_written": samples_written,
         },

@@ -32,6 +32,11 @@ class Command(BaseCommand):
         parser.add_argument("--scrape-interval", type=int, default=15, help="seconds")
         parser.add_argument("--step", type=int, default=300, help="metering step, seconds")
         parser.add_argument("--timezone", default="Asia/Shanghai")
+        parser.add_argument(
+            "--pools",
+            default="shared",
+            help="shared (one pool), or separate: inference on GPUs of its own sized for its peak",
+        )
         parser.add_argument("--serve", type=int, default=None, metavar="PORT")
         parser.add_argument("--host", default="127.0.0.1", help="address --serve binds to")
         parser.add_argument("--speed", type=float, default=1.0)
@@ -60,6 +65,7 @@ class Command(BaseCommand):
             scrape_interval_seconds=options["scrape_interval"],
             step_seconds=options["step"],
             timezone=options["timezone"],
+            pools=options["pools"],
         )
 
     def _simulate(self, options: dict) -> None:
