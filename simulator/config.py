@@ -34,6 +34,24 @@ def parse_timezone(name: str) -> ZoneInfo:
 
 
 @dataclass(frozen=True)
+class SilentExporter:
+    """One node's dcgm-exporter answers no scrape during [start, start + seconds) (Unix
+    seconds): Prometheus records `up` 0 for it and none of its GPUs' series, while the GPUs and
+    their pods carry on (truth.json counts them: the pool did that work)."""
+
+    node: str  # e.g. "gpu-node-02"
+    start: int
+    seconds: int
+
+    def __post_init__(self) -> None:
+        _check_whole("silent exporter start", self.start, 0, 2**40)
+        _check_whole("silent exporter seconds", self.seconds, 1, MAX_DAYS * 86400)
+
+    def covers(self, t: int) -> bool:
+        return self.start <= t < self.start + self.seconds
+
+
+@dataclass(frozen=True)
 class PoolConfig:
     gpus: int
     days: int
@@ -42,6 +60,7 @@ class PoolConfig:
     scrape_interval_seconds: int = 15
     step_seconds: int = 300
     timezone: str = "Asia/Shanghai"
+    silent_exporters: tuple[SilentExporter, ...] = ()
 
     def __post_init__(self) -> None:
         _check_whole("--gpus", self.gpus, 1, MAX_GPUS)
@@ -58,6 +77,8 @@ class PoolConfig:
         if not isinstance(self.start, dt.date):
             raise SimulatorConfigError(f"--start must be a date, got {self.start!r}")
         parse_timezone(self.timezone)
+        if not all(isinstance(silent, SilentExporter) for silent in self.silent_exporters):
+            raise SimulatorConfigError("silent_exporters must hold SilentExporter values")
 
     @property
     def zone(self) -> ZoneInfo:
@@ -76,10 +97,11 @@ class PoolConfig:
         return int(dt.datetime.combine(last, dt.time(0), tzinfo=self.zone).timestamp())
 
     def ticks(self) -> range:
-        """Scrape instants: exact multiples of the scrape interval in (start, end]."""
+        """Scrape instants: exact multiples of the scrape interval in [start, end) (a sample at
+        `t` stands for [t, t + s), so the period's first sample is taken at its start)."""
         s = self.scrape_interval_seconds
-        first = (self.start_epoch // s + 1) * s
-        return range(first, self.end_epoch + 1, s)
+        first = -(-self.start_epoch // s) * s
+        return range(first, self.end_epoch, s)
 
 
 def previous_calendar_month(today: dt.date) -> tuple[dt.date, int]:
