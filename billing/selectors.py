@@ -130,8 +130,10 @@ def period_window_problems(bounds: PeriodBounds) -> list[str]:
         if window.status != IngestWindow.Status.DONE:
             problems.append(f"{name} is {window.status}")
         else:
+            missing = "".join(f" ({w})" for w in window.completeness_warnings)
             problems.append(
-                f"{name} is {window.completeness:.2%} complete, below the {threshold:.2%} required"
+                f"{name} is {window.completeness:.2%} complete, below the {threshold:.2%} "
+                f"required{missing}"
             )
     return problems
 
