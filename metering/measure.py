@@ -6,6 +6,10 @@ the narrowed per-tick queries the answers call for, and derives per interval: ea
 allocated and busy GPU-seconds, memory, I/O increments, capacity, completeness, latency bucket
 increments, waits and preemptions. Anything unusable (a NaN, a negative value, a missing
 label) is skipped and described in that interval's warnings.
+
+Completeness is counted per GPU and per scrape target (see `_derive_completeness`): a GPU seen
+in an interval or the one before is expected at each of its ticks, and so is every GPU of an
+exporter that failed scrapes, so a silent node lowers it by its share and is named.
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ Prometheus aggregates, with range functions over each series (`count_over_time`,
 series and interval, never raw samples. Cost is samples read, so:
 - the few cases that need a per-tick view get a subquery narrowed (by a regex of names) to
   just the series concerned: a time-sliced GPU split between the pods holding it *at each
-  tick* (1/k per pod), and the first tick at which a preemption's reason turned 1;
+  tick* (1/k per pod) and counted present at each tick it had any series (held whole, shared
+  or free, which may change within the hour), and the first tick at which a preemption's
+  reason turned 1;
 - pod identity (kube-state-metrics: many series per pod, pending pods included) is read at
   each interval's end; pods that ran but were gone by then are read over the interval.
 Counters come back as each pod's last value per interval; Python takes the difference with

@@ -51,6 +51,26 @@ class SilentExporter:
         return self.start <= t < self.start + self.seconds
 
 
+def parse_silent_exporter(text: str) -> SilentExporter:
+    """`NODE,START,SECONDS` (START in ISO 8601 with a zone), e.g.
+    `gpu-node-02,2026-10-06T02:00:00Z,3600`."""
+    parts = text.split(",")
+    if len(parts) != 3:
+        raise SimulatorConfigError(f"--silent-exporter must be NODE,START,SECONDS, got {text!r}")
+    node, start, seconds = (part.strip() for part in parts)
+    try:
+        moment = dt.datetime.fromisoformat(start.replace("Z", "+00:00"))
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise SimulatorConfigError(
+            f"--silent-exporter start must be ISO 8601 with a zone, got {start!r}"
+        )
+    if not seconds.isdigit():
+        raise SimulatorConfigError(f"--silent-exporter seconds must be whole, got {seconds!r}")
+    return SilentExporter(node=node, start=int(moment.timestamp()), seconds=int(seconds))
+
+
 @dataclass(frozen=True)
 class PoolConfig:
     gpus: int

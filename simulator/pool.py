@@ -157,7 +157,8 @@ class Pool:
         for silent in config.silent_exporters:
             if silent.node not in names:
                 raise SimulatorConfigError(
-                    f"silent exporter node {silent.node!r} is not one of {', '.join(sorted(names))}"
+                    f"--silent-exporter node {silent.node!r} is not one of "
+                    f"{', '.join(sorted(names))}"
                 )
         self.whole_count = sum(len(v) for v in self.whole_by_node.values())
         self.max_whole_per_node = max(len(v) for v in self.whole_by_node.values())
