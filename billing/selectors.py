@@ -125,6 +125,8 @@ class WindowProblem:
     windows: int  # 0 for a missing range
     lowest_completeness: Decimal | None = None
     threshold: Decimal = DEFAULT_MIN_COMPLETENESS
+    # The short windows' completeness warnings: which nodes and GPUs were missing, how long.
+    missing_targets: tuple[str, ...] = ()
 
     @property
     def message(self) -> str:
@@ -132,6 +134,7 @@ class WindowProblem:
         if self.problem == "missing":
             return f"{self.source} has no ingest window from {span} ({_duration(self)})"
         required = f"below the {self.threshold:.2%} required"
+        required += "".join(f" ({target})" for target in self.missing_targets)
         if self.windows == 1:
             state = self.problem
             if self.problem == "short":
@@ -186,6 +189,26 @@ FROM numbered GROUP BY source_id, problem, run
 """
 
 
+# A short run names at most this many of its windows' missing targets: enough to say which
+# node went silent, not a page per window.
+MISSING_TARGETS_NAMED = 3
+
+
+def _missing_targets(
+    source_id: int, start: dt.datetime, end: dt.datetime, threshold: Decimal
+) -> tuple[str, ...]:
+    windows = IngestWindow.objects.filter(
+        source_id=source_id, start__gte=start, end__lte=end, completeness__lt=threshold
+    ).order_by("start")
+    named: dict[str, None] = {}
+    for window in windows.only("warnings"):
+        for warning in window.completeness_warnings:
+            named.setdefault(str(warning))
+            if len(named) == MISSING_TARGETS_NAMED:
+                return tuple(named)
+    return tuple(named)
+
+
 def period_sources(bounds: PeriodBounds) -> list[Source]:
     """The sources whose metering a month needs: those with a window or capacity in it, and
     every enabled source that existed before it ended (a source added later has none)."""
@@ -220,9 +243,12 @@ def period_window_problems(bounds: PeriodBounds) -> list[WindowProblem]:
         runs = cursor.fetchall()
     names = dict(Source.objects.filter(pk__in={run[0] for run in runs}).values_list("pk", "name"))
     problems += [
-        WindowProblem(names[source_id], problem, start, end, count, lowest, threshold)
+        WindowProblem(
+            names[source_id], problem, start, end, count, lowest, threshold,
+            _missing_targets(source_id, start, end, threshold) if problem == "short" else (),
+        )
         for source_id, problem, start, end, count, lowest in runs
-    ]
+    ]  # fmt: skip
     return sorted(problems, key=lambda p: (p.start, p.source, p.problem))
 
 

@@ -6,6 +6,10 @@ the narrowed per-tick queries the answers call for, and derives per interval: ea
 allocated and busy GPU-seconds, memory, I/O increments, capacity, completeness, latency bucket
 increments, waits and preemptions. Anything unusable (a NaN, a negative value, a missing
 label) is skipped and described in that interval's warnings.
+
+Completeness is counted per GPU and per scrape target (see `_derive_completeness`): a GPU seen
+in an interval or the one before is expected at each of its ticks, and so is every GPU of an
+exporter that failed scrapes, so a silent node lowers it by its share and is named.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from fractions import Fraction
@@ -28,6 +32,8 @@ PodKey = tuple[str, str]  # (namespace, pod)
 # (UUID, GPU_I_ID, GPU_I_PROFILE, namespace, pod); namespace and pod are "" for the bare
 # (unattributed) series of a device.
 SeriesKey = tuple[str, str, str, str, str]
+Device = tuple[str, str]  # (UUID, GPU_I_ID)
+Target = tuple[str, str]  # a scrape target: (job, instance)
 NO_OWNER = "<none>"  # what kube-state-metrics writes for a pod without owner
 # Float sums of small-denominator shares (1/3 of a tick) are recovered exactly from their
 # rounding; real-valued data is off by less than 1e-12 after this.
@@ -57,6 +63,8 @@ class SeriesTicks:
 
     ticks: int = 0
     fault_domain: str = ""
+    target: Target = ("", "")
+    node: str = ""
     memory_peak: Decimal | None = None  # MiB, as exporters write it
     memory_avg: Decimal | None = None
     busy: Decimal | Fraction | None = None
@@ -78,7 +86,25 @@ class Observed:
     identity: dict[PodKey, PodIdentity] = field(default_factory=dict)
     preempted: set[PodKey] = field(default_factory=set)  # reason was 1 at some tick
     preempted_at: dict[PodKey, int] = field(default_factory=dict)
+    # Devices of time-sliced GPUs: ticks at which any series of theirs was there.
+    present: dict[Device, int] = field(default_factory=dict)
+    # Scrape target -> [scrapes attempted, scrapes answered] (Prometheus' `up`).
+    targets: dict[Target, list[int]] = field(default_factory=dict)
+    # GPUs reported by targets silent for the whole batch, from a look-back.
+    silent_gpus: dict[str, GpuInfo] = field(default_factory=dict)
+    gpus: dict[str, GpuInfo] = field(default_factory=dict)  # set by _gpu_presence
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GpuInfo:
+    """A physical GPU in one interval: ticks at which it was present (any of its devices,
+    any series), who reports it and where."""
+
+    ticks: int = 0
+    target: Target = ("", "")
+    node: str = ""
+    fault_domain: str = ""
 
 
 @dataclass
@@ -138,6 +164,12 @@ def measure(
     for uuids in _batches(shared):
         result = runner.run("shared", sources.shared_devices_query(plan, uuids))
         _parse_shared(result, observed, plan)
+    for interval in observed.values():
+        _gpu_presence(interval, plan, shared)
+    known = _known_gpus(observed)
+    for instances in _batches(_silent_unknown_targets(observed, known)):
+        result = runner.run("silent", sources.silent_devices_query(plan, instances))
+        _parse_silent(result, observed, plan)
     preempted = _newly_preempted(observed)
     for pods in _batches(preempted):
         result = runner.run("preemption_ticks", sources.preemption_ticks_query(plan, pods))
@@ -146,7 +178,7 @@ def measure(
         result = runner.run("pod_details", sources.pod_details_query(plan, pods))
         _parse_pod_details(result, observed, plan)
     intervals = {
-        start: _derive(observed[start], observed[start - step], plan, shared)
+        start: _derive(observed[start], observed[start - step], plan, shared, known)
         for start in range(first, last + 1, step)
     }
     return Measured(intervals, runner.queries, runner.evaluation_seconds, plan)
@@ -286,6 +318,8 @@ def _parse_devices(
             if meter == "ticks":
                 ticks.ticks += int(text)
                 ticks.fault_domain = domain
+                ticks.target = (labels.get("job", ""), labels.get("instance", ""))
+                ticks.node = labels.get("Hostname") or labels.get("hostname", "")
                 continue
             value = sources.finite_non_negative(text)
             if value is None:
@@ -309,12 +343,42 @@ def _parse_busy(
 def _parse_shared(
     result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
 ) -> None:
-    for interval, labels, _, text in _points(result, observed, plan, required=("UUID",)):
+    present = [s for s in result.series if s.labels.get("meter") == "present"]
+    for interval, labels, value, _ in _points(
+        replace(result, series=present), observed, plan, needs_pod=False, required=("UUID",)
+    ):
+        interval.present[(labels["UUID"], labels.get("GPU_I_ID", ""))] = round(value)
+    pods = [s for s in result.series if s.labels.get("meter") != "present"]
+    for interval, labels, _, text in _points(
+        replace(result, series=pods), observed, plan, required=("UUID",)
+    ):
         series = _series(interval, _series_key(labels))
         if labels["meter"] == "alloc":
             series.shared_alloc = exact(text)
         else:
             series.shared_busy = exact(text)
+
+
+def _parse_targets(
+    result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
+) -> None:
+    for interval, labels, value, _ in _points(
+        result, observed, plan, needs_pod=False, required=("meter", "instance")
+    ):
+        counts = interval.targets.setdefault((labels.get("job", ""), labels["instance"]), [0, 0])
+        counts[0 if labels["meter"] == "attempted" else 1] = round(value)
+
+
+def _parse_silent(
+    result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
+) -> None:
+    for interval, labels, _, _ in _points(
+        result, observed, plan, needs_pod=False, required=("UUID", "instance")
+    ):
+        interval.silent_gpus[labels["UUID"]] = GpuInfo(
+            target=(labels.get("job", ""), labels["instance"]),
+            node=labels.get("Hostname") or labels.get("hostname", ""),
+        )
 
 
 def _parse_io(
@@ -431,6 +495,7 @@ PARSERS: dict[str, Callable[[sources.QueryRun, dict[int, Observed], sources.Quer
     "io": _parse_io,
     "latency": _parse_latency,
     "identity": _parse_identity,
+    "targets": _parse_targets,
 }
 
 
@@ -438,20 +503,72 @@ PARSERS: dict[str, Callable[[sources.QueryRun, dict[int, Observed], sources.Quer
 
 
 def _time_sliced_devices(observed: dict[int, Observed], plan: sources.QueryPlan) -> set[str]:
-    """GPUs whose series overlap in time: more series-ticks than ticks in some interval.
+    """GPUs whose series may overlap in time, so that only a per-tick view counts them right:
+    more series-ticks than ticks in some interval, or several series and fewer series-ticks
+    than ticks (samples missing could hide an overlap).
 
     A whole GPU or MIG instance shows one series per tick (handing over from one pod to the
     next, or to its bare series, never overlaps); a time-sliced GPU shows its bare series and
-    its pods' ones side by side.
+    its pods' ones side by side, and the same GPU may be held whole in other ticks. Whatever
+    the mix, the per-tick queries split and count each tick by what it shows.
     """
     ticks_per_interval = plan.step_seconds // plan.scrape_seconds
     shared = set()
     for interval in observed.values():
-        per_device: dict[tuple[str, str], int] = defaultdict(int)
+        per_device: dict[Device, list[int]] = defaultdict(lambda: [0, 0])
         for (uuid, instance, *_), series in interval.series.items():
-            per_device[(uuid, instance)] += series.ticks
-        shared |= {uuid for (uuid, _), ticks in per_device.items() if ticks > ticks_per_interval}
+            if series.ticks:
+                per_device[(uuid, instance)][0] += series.ticks
+                per_device[(uuid, instance)][1] += 1
+        shared |= {
+            uuid
+            for (uuid, _), (ticks, count) in per_device.items()
+            if ticks > ticks_per_interval or (count > 1 and ticks < ticks_per_interval)
+        }
     return shared
+
+
+def _gpu_presence(observed: Observed, plan: sources.QueryPlan, shared: set[str]) -> None:
+    """Ticks at which each physical GPU was present, whatever its use in each tick: a device
+    of a GPU whose series may overlap counts the ticks with any series (per tick, from
+    Prometheus); any other device the sum of its series' ticks (they never overlap). A MIG
+    GPU is present when its instances are."""
+    devices: dict[Device, int] = defaultdict(int)
+    for (uuid, instance, *_), series in observed.series.items():
+        if series.ticks:
+            gpu = observed.gpus.setdefault(uuid, GpuInfo())
+            gpu.target, gpu.node = series.target, series.node
+            gpu.fault_domain = series.fault_domain
+            if uuid not in shared:
+                devices[(uuid, instance)] += series.ticks
+            elif (uuid, instance) not in observed.present:
+                observed.warnings.append(f"devices: {uuid} has no per-tick presence")
+    devices.update((device, ticks) for device, ticks in observed.present.items() if ticks)
+    for (uuid, _), ticks in devices.items():
+        gpu = observed.gpus.setdefault(uuid, GpuInfo())
+        gpu.ticks = max(gpu.ticks, ticks)
+
+
+def _known_gpus(observed: dict[int, Observed]) -> dict[Target, dict[str, GpuInfo]]:
+    """The GPUs each scrape target reported anywhere in the batch."""
+    known: dict[Target, dict[str, GpuInfo]] = defaultdict(dict)
+    for interval in observed.values():
+        for uuid, gpu in interval.gpus.items():
+            known[gpu.target][uuid] = gpu
+    return known
+
+
+def _silent_unknown_targets(
+    observed: dict[int, Observed], known: dict[Target, dict[str, GpuInfo]]
+) -> set[str]:
+    """Instances that failed scrapes in the batch without reporting any GPU in it: their GPUs
+    come from a look-back (most are not GPU exporters at all, and the look-back finds none)."""
+    return {
+        instance
+        for interval in observed.values()
+        for (job, instance), (attempted, answered) in interval.targets.items()
+        if answered < attempted and (job, instance) not in known
+    }
 
 
 def _without_identity(observed: dict[int, Observed]) -> set[str]:
@@ -506,10 +623,15 @@ def mig_share(profile: str) -> Fraction:
 
 
 def _derive(
-    now: Observed, before: Observed, plan: sources.QueryPlan, shared: set[str]
+    now: Observed,
+    before: Observed,
+    plan: sources.QueryPlan,
+    shared: set[str],
+    known: dict[Target, dict[str, GpuInfo]],
 ) -> IntervalFacts:
     facts = IntervalFacts(identity=now.identity, warnings=list(now.warnings))
     _derive_gpus(facts, now, plan, shared)
+    _derive_completeness(facts, now, before, plan, known)
     _derive_io(facts, now, before)
     _derive_latency(facts, now, before)
     for pod, identity in now.identity.items():
@@ -530,15 +652,9 @@ def _derive_gpus(
 ) -> None:
     """Allocation, busy time and memory per pod; capacity and completeness per interval."""
     seconds = plan.scrape_seconds
-    present: dict[tuple[str, str], int] = defaultdict(int)  # device -> ticks present
-    domains: dict[str, str] = {}
     averages: dict[PodKey, list[Decimal]] = defaultdict(list)
-    for (uuid, instance, profile, namespace, pod), series in now.series.items():
-        domains.setdefault(uuid, series.fault_domain)
+    for (uuid, _, profile, namespace, pod), series in now.series.items():
         time_sliced = uuid in shared
-        # A time-sliced GPU is present whenever its bare series is; others: any series.
-        if not pod or not time_sliced:
-            present[(uuid, instance)] += series.ticks
         if not pod or series.bad:
             continue
         if not namespace:
@@ -569,18 +685,58 @@ def _derive_gpus(
     # once per pod).
     for key, values in averages.items():
         facts.memory_avg[key] = round(sum(values) * sources.MIB / len(values))
-    gpus: dict[str, int] = defaultdict(int)  # a GPU is present when its devices are
-    for (uuid, _), ticks in present.items():
-        gpus[uuid] = max(gpus[uuid], ticks)
-    for uuid, ticks in gpus.items():
-        facts.capacity[domains[uuid]] += ticks * seconds
-    ticks_per_interval = plan.step_seconds // seconds
-    pool_ticks = max(present.values(), default=0)
-    facts.samples_seen = sum(present.values())
-    if pool_ticks:
-        # Ticks at which the exporter answered for nobody count as missing for every device.
-        facts.samples_expected = round(facts.samples_seen * ticks_per_interval / pool_ticks)
+    for gpu in now.gpus.values():
+        facts.capacity[gpu.fault_domain] += gpu.ticks * seconds
+
+
+def _derive_completeness(
+    facts: IntervalFacts,
+    now: Observed,
+    before: Observed,
+    plan: sources.QueryPlan,
+    known: dict[Target, dict[str, GpuInfo]],
+) -> None:
+    """Samples expected and seen, per GPU and per exporter: a GPU seen in this interval or the
+    one before is expected at every tick, and so is every GPU of an exporter that failed
+    scrapes (known from the batch or a look-back), so one silent node lowers completeness by
+    its share of the pool. Where Prometheus recorded its scrapes (`up`), a tick at which a
+    GPU's exporter answered without it is no sample missing: the GPU was absent (capacity
+    says so); the ticks its exporter failed, or at which Prometheus scraped nothing at all, are.
+    Warnings name each node with GPUs missing, the GPUs and for how long."""
+    ticks = plan.step_seconds // plan.scrape_seconds
+    expected = {**before.gpus, **now.gpus}
+    for target, (attempted, answered) in now.targets.items():
+        if answered < attempted:
+            silent = known.get(target) or {
+                uuid: gpu for uuid, gpu in now.silent_gpus.items() if gpu.target == target
+            }
+            for uuid, gpu in silent.items():
+                expected.setdefault(uuid, gpu)
+    scraped = max((attempted for attempted, _ in now.targets.values()), default=0)
+    missing_by_node: dict[tuple[str, Target], list[tuple[str, int]]] = defaultdict(list)
+    for uuid, gpu in sorted(expected.items()):
+        seen = min(ticks, now.gpus[uuid].ticks if uuid in now.gpus else 0)
+        if now.targets:
+            attempted, answered = now.targets.get(gpu.target, (0, 0))
+            missing = max(0, attempted - answered) + max(0, ticks - scraped)
+        else:  # no record of scrapes: every tick without the GPU is missing
+            missing = ticks - seen
+        missing = min(missing, ticks - seen)
+        facts.samples_seen += seen
+        facts.samples_expected += seen + missing
+        if missing:
+            missing_by_node[(gpu.node or gpu.target[1], gpu.target)].append((uuid, missing))
+    if facts.samples_expected:
         facts.completeness = Fraction(facts.samples_seen, facts.samples_expected)
+    for (node, (job, instance)), gpus in sorted(missing_by_node.items()):
+        listed = ", ".join(f"{uuid} {count * plan.scrape_seconds} s" for uuid, count in gpus)
+        message = (
+            f"completeness: node {node} ({job} {instance}) missing {len(gpus)} GPU(s): {listed}"
+        )
+        if (job, instance) in now.targets:
+            attempted, answered = now.targets[(job, instance)]
+            message += f"; its exporter answered {answered} of {attempted} scrapes"
+        facts.warnings.append(message)
 
 
 def _derive_io(facts: IntervalFacts, now: Observed, before: Observed) -> None:

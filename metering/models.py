@@ -233,6 +233,10 @@ class PodWait(models.Model):
         return f"{self.task_id} {self.pod}"
 
 
+# Warnings that start with this name the nodes and GPUs whose samples are missing.
+COMPLETENESS_WARNING = "completeness:"
+
+
 class IngestWindow(models.Model):
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -269,6 +273,12 @@ class IngestWindow(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source} {self.start:%Y-%m-%d %H:%M}-{self.end:%H:%M}"
+
+    @property
+    def completeness_warnings(self) -> list[str]:
+        """The warnings that name the nodes and GPUs whose samples are missing, and for how
+        long (metering.measure._derive_completeness writes them)."""
+        return [w for w in self.warnings or [] if str(w).startswith(COMPLETENESS_WARNING)]
 
 
 # --- Hourly rollup ----------------------------------------------------------------------

@@ -13,6 +13,7 @@ not rows, dominate a back-fill. The batch is all or nothing, like a single windo
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -338,6 +339,8 @@ def _measure(
 ) -> measure.Measured:
     client = sources.PrometheusClient.for_source(source)
     try:
+        # Where the server's ranges start decides the range that holds [start, end).
+        plan = dataclasses.replace(plan, closed_ranges=client.ranges_closed())
         with _query_slots(source, wanted=QUERIES_IN_FLIGHT_PER_BATCH) as slots:
             return measure.measure(
                 client, plan, int(first.timestamp()), int(last.timestamp()), parallel=slots
@@ -1126,10 +1129,10 @@ RUN_DELETES = {
     "latency": "DELETE FROM metering_latencyinterval l USING metering_service s"
     " WHERE l.service_id = s.id AND s.source_id = %(source)s"
     " AND l.interval_start >= %(first)s AND l.interval_start <= %(last)s",
-    # A preemption's `at` is a scrape tick, so it belongs to the interval (start, end].
+    # A preemption's `at` is a scrape tick, so it belongs to the interval [start, end).
     "preemptions": "DELETE FROM metering_preemption p USING metering_task t"
-    " WHERE p.task_id = t.id AND t.source_id = %(source)s AND p.at > %(first)s"
-    " AND p.at <= %(end)s",
+    " WHERE p.task_id = t.id AND t.source_id = %(source)s AND p.at >= %(first)s"
+    " AND p.at < %(end)s",
 }
 
 

@@ -1,16 +1,23 @@
 """PromQL for each meter, and the HTTP client that runs it against a source.
 
-Every meter is evaluated at the *end* T of an interval with a range of `step - 1ms`.
-Prometheus 2.x includes both ends of a range and 3.x only the right one; since scrape ticks
-are whole seconds, `[step - 1ms]` covers the ticks in (T - step, T] in both, so a sample on a
-boundary lands in exactly one interval. The result at T is stored under T - step.
+An interval named by its start S holds the samples in [S, S + step): the sample taken at
+exactly 00:00:00 on the 1st belongs to the 1st. Every meter is evaluated at the interval's end
+T = S + step, `offset 1ms`, so its range ends at the last millisecond of the interval. Where
+the range starts depends on the server: Prometheus 2.x ranges hold both ends, [a, b], 3.x ranges
+(and subqueries) only the right one, (a, b]. A one-point probe tells which (see
+`PrometheusClient.ranges_closed`) and the plan takes `step - 1ms` for closed ranges and `step`
+for left-open ones: [S, S + step - 1ms] either way, to the millisecond Prometheus stores, so a
+sample on a boundary lands in exactly one interval whatever its millisecond. The result at T is
+stored under S = T - step.
 
 Prometheus aggregates, with range functions over each series (`count_over_time`,
 `last_over_time`, ...), which cost about one pass over the samples: Python sees one number per
 series and interval, never raw samples. Cost is samples read, so:
 - the few cases that need a per-tick view get a subquery narrowed (by a regex of names) to
   just the series concerned: a time-sliced GPU split between the pods holding it *at each
-  tick* (1/k per pod), and the first tick at which a preemption's reason turned 1;
+  tick* (1/k per pod) and counted present at each tick it had any series (held whole, shared
+  or free, which may change within the hour), and the first tick at which a preemption's
+  reason turned 1;
 - pod identity (kube-state-metrics: many series per pod, pending pods included) is read at
   each interval's end; pods that ran but were gone by then are read over the interval.
 Counters come back as each pod's last value per interval; Python takes the difference with
@@ -47,6 +54,8 @@ from urllib3.util.retry import Retry
 from metering.models import DEFAULT_LABEL_MAPPING, DEFAULT_PRIORITY_CLASS_KINDS, TASK_KINDS, Source
 
 # Prometheus refuses more than 11,000 points per series in one query_range answer.
+RANGE_PROBE = "count_over_time(vector(1)[2s:1s])"
+RANGE_PROBE_AT = 1_000_000_000  # any whole second
 MAX_POINTS_PER_QUERY = 10_000
 DEFAULT_TIMEOUT_SECONDS = 120  # per read
 DEFAULT_DEADLINE_SECONDS = 300  # per request, headers and body (TANDEM_PROMETHEUS_DEADLINE_SECONDS)
@@ -115,10 +124,22 @@ class QueryPlan:
     priority_class_kinds: Mapping[str, str] = field(
         default_factory=lambda: dict(DEFAULT_PRIORITY_CLASS_KINDS)
     )
+    # Prometheus 2.x: a range [a, b] holds both ends; 3.x: (a, b]. See the module docstring.
+    closed_ranges: bool = True
+
+    @property
+    def range_ms(self) -> int:
+        return self.step_seconds * 1000 - (1 if self.closed_ranges else 0)
 
     @property
     def window(self) -> str:
-        return f"{self.step_seconds * 1000 - 1}ms"
+        """The range of an interval's samples, [S, S + step), for a query evaluated at S + step."""
+        return f"[{self.range_ms}ms] offset 1ms"
+
+    @property
+    def ticks_window(self) -> str:
+        """The same interval as a subquery: one point per scrape tick S, S + scrape, ..."""
+        return f"[{self.range_ms}ms:{self.scrape}] offset 1ms"
 
     @property
     def scrape(self) -> str:
@@ -204,6 +225,11 @@ def regex_alternatives(values: Iterable[str]) -> str:
 POD_LABELS = "namespace, pod, exported_namespace, exported_pod"
 # A dcgm-exporter device is (UUID, GPU_I_ID); a series of it is also told apart by its pod.
 DEVICE_SERIES_LABELS = f"UUID, GPU_I_ID, GPU_I_PROFILE, {POD_LABELS}"
+# Which exporter answered for a device (Prometheus' target labels) and on which node.
+TARGET_LABELS = "job, instance"
+NODE_LABELS = "Hostname, hostname"
+# How far back a silent exporter's GPUs are looked up when the batch never saw them.
+SILENT_LOOKBACK = "24h"
 
 
 def pod_series(plan: QueryPlan, metric: str, *matchers: str) -> tuple[str, str]:
@@ -218,7 +244,7 @@ def pod_series(plan: QueryPlan, metric: str, *matchers: str) -> tuple[str, str]:
 def over_pod_series(plan: QueryPlan, function: str, metric: str) -> str:
     """`function(series[window])` over both spellings of a metric's pod series."""
     exported, plain = pod_series(plan, metric)
-    return f"({function}({exported}[{plan.window}]) or {function}({plain}[{plan.window}]))"
+    return f"({function}({exported}{plan.window}) or {function}({plain}{plan.window}))"
 
 
 def tagged(parts: Mapping[str, str]) -> str:
@@ -242,9 +268,10 @@ def devices_query(plan: QueryPlan) -> str:
     """
     by = DEVICE_SERIES_LABELS + (f", {plan.fault_domain_label}" if plan.fault_domain_label else "")
     frame_buffer = selector(plan, "DCGM_FI_DEV_FB_USED")
+    by_target = f"{by}, {TARGET_LABELS}, {NODE_LABELS}"
     return tagged(
         {
-            "ticks": f"max by ({by}) (count_over_time({frame_buffer}[{plan.window}]))",
+            "ticks": f"max by ({by_target}) (count_over_time({frame_buffer}{plan.window}))",
             "memory_peak": f"max by ({by}) "
             f"({over_pod_series(plan, 'max_over_time', 'DCGM_FI_DEV_FB_USED')})",
             "memory_avg": f"max by ({by}) "
@@ -265,8 +292,11 @@ def busy_query(plan: QueryPlan) -> str:
 
 
 def shared_devices_query(plan: QueryPlan, uuids: Iterable[str]) -> str:
-    """For time-sliced GPUs only: each pod's allocated and busy ticks, split 1/k between the
-    k pods holding the device at each tick (a subquery at the scrape interval).
+    """For GPUs whose series overlap in time (time-sliced, in some tick of the batch): each
+    pod's allocated and busy ticks, split 1/k between the k pods holding the device at each
+    tick, and the ticks at which the device had any series at all (a subquery at the scrape
+    interval). Per tick, so a GPU that is held whole, time-sliced and free in turn within
+    the batch is split and counted present right in each of its ticks.
 
     A NaN or negative sample gives +Inf (1/0), so its series is skipped, not counted.
     """
@@ -276,13 +306,44 @@ def shared_devices_query(plan: QueryPlan, uuids: Iterable[str]) -> str:
     active = "({} or {})".format(*pod_series(plan, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", only))
     utilization = "({} or {})".format(*pod_series(plan, "DCGM_FI_DEV_GPU_UTIL", only))
     busy = f"({active} or {utilization} / 100)"
-    window = f"[{plan.window}:{plan.scrape}]"
+    window = plan.ticks_window
 
     def split(expression: str, holders: str) -> str:
         per_tick = f"({expression}) / on({device}) group_left() count by ({device}) ({holders})"
         return f"max by ({DEVICE_SERIES_LABELS}) (sum_over_time(({per_tick}){window}))"
 
-    return tagged({"alloc": split(f"({held} >= bool 0) ^ -1", held), "busy": split(busy, busy)})
+    any_series = f"count by ({device}) ({selector(plan, 'DCGM_FI_DEV_FB_USED', only)})"
+    return tagged(
+        {
+            "alloc": split(f"({held} >= bool 0) ^ -1", held),
+            "busy": split(busy, busy),
+            "present": f"count_over_time(({any_series}){window})",
+        }
+    )
+
+
+def targets_query(plan: QueryPlan) -> str:
+    """Per scrape target: the scrapes Prometheus attempted in the interval and those that
+    answered (its own `up` series), so an exporter that stopped answering is told apart from
+    GPUs that left (completeness, see measure._derive_completeness)."""
+    up = selector(plan, "up")
+    return tagged(
+        {
+            "attempted": f"sum by ({TARGET_LABELS}) (count_over_time({up}{plan.window}))",
+            "answered": f"sum by ({TARGET_LABELS}) (sum_over_time({up}{plan.window}))",
+        }
+    )
+
+
+def silent_devices_query(plan: QueryPlan, instances: Iterable[str]) -> str:
+    """The GPU devices the given scrape targets reported in the last SILENT_LOOKBACK: what an
+    exporter silent for the whole batch is expected to report (narrowed, and rare)."""
+    only = label_matcher("instance", regex_alternatives(instances), "=~")
+    frame_buffer = selector(plan, "DCGM_FI_DEV_FB_USED", only)
+    return (
+        f"group by (UUID, GPU_I_ID, {TARGET_LABELS}, {NODE_LABELS}) "
+        f"(last_over_time({frame_buffer}[{SILENT_LOOKBACK}]))"
+    )
 
 
 IO_METRICS = {
@@ -301,8 +362,8 @@ def io_query(plan: QueryPlan) -> str:
         pod_level = selector(plan, metric, 'container=""')
         containers = selector(plan, metric, 'container!=""', 'container!="POD"')
         parts[meter] = (
-            f"sum by ({POD_LABELS}) (last_over_time({pod_level}[{plan.window}]))"
-            f" or sum by ({POD_LABELS}) (last_over_time({containers}[{plan.window}]))"
+            f"sum by ({POD_LABELS}) (last_over_time({pod_level}{plan.window}))"
+            f" or sum by ({POD_LABELS}) (last_over_time({containers}{plan.window}))"
         )
     return tagged(parts)
 
@@ -313,14 +374,14 @@ def latency_query(plan: QueryPlan) -> str:
     never double counts)."""
     buckets = selector(plan, f"{plan.latency_histogram}_bucket")
     by = f"{POD_LABELS}, {plan.service_label}, le"
-    return f"sum by ({by}) (last_over_time({buckets}[{plan.window}]))"
+    return f"sum by ({by}) (last_over_time({buckets}{plan.window}))"
 
 
 def _identity_parts(plan: QueryPlan, over_window: bool, *only: str) -> dict[str, str]:
     def value(metric: str, by: str = "", *matchers: str) -> str:
         series = selector(plan, metric, *matchers, *only)
         if over_window:
-            series = f"last_over_time({series}[{plan.window}])"
+            series = f"last_over_time({series}{plan.window})"
         return f"max by ({POD_LABELS}{by}) ({series})"
 
     return {
@@ -347,7 +408,7 @@ def identity_query(plan: QueryPlan) -> str:
         {
             **_identity_parts(plan, False),
             # The reason may be 1 for a single tick before the pod is gone: read every sample.
-            "preempted": f"max by ({POD_LABELS}) (max_over_time({reason}[{plan.window}]))",
+            "preempted": f"max by ({POD_LABELS}) (max_over_time({reason}{plan.window}))",
         }
     )
 
@@ -362,9 +423,7 @@ def pod_history_query(plan: QueryPlan, pods: Iterable[str]) -> str:
         for meter, expression in _identity_parts(plan, True, only).items():
             parts[f"{meter}:{pod_label}"] = expression
         phase = selector(plan, "kube_pod_status_phase", 'phase=~"Succeeded|Failed"', only)
-        parts[f"ended:{pod_label}"] = (
-            f"max by ({POD_LABELS}) (max_over_time({phase}[{plan.window}]))"
-        )
+        parts[f"ended:{pod_label}"] = f"max by ({POD_LABELS}) (max_over_time({phase}{plan.window}))"
     return tagged(parts)
 
 
@@ -379,10 +438,10 @@ def pod_details_query(plan: QueryPlan, pods: Iterable[str]) -> str:
         created = selector(plan, "kube_pod_created", only)
         requests_ = selector(plan, "kube_pod_container_resource_requests", requested, only)
         parts[f"created_{pod_label}"] = (
-            f"max by ({POD_LABELS}) (last_over_time({created}[{plan.window}]))"
+            f"max by ({POD_LABELS}) (last_over_time({created}{plan.window}))"
         )
         parts[f"gpus_{pod_label}"] = (
-            f"sum by ({POD_LABELS}) (last_over_time({requests_}[{plan.window}]))"
+            f"sum by ({POD_LABELS}) (last_over_time({requests_}{plan.window}))"
         )
     return tagged(parts)
 
@@ -391,7 +450,7 @@ def preemption_ticks_query(plan: QueryPlan, pods: Iterable[str]) -> str:
     """For the pods found preempted: the first tick at which their reason was 1."""
     names = regex_alternatives(pods)
     reason = label_matcher("reason", plan.preemption_reason)
-    window = f"[{plan.window}:{plan.scrape}]"
+    window = plan.ticks_window
     parts = []
     for pod_label in ("exported_pod", "pod"):
         series = selector(
@@ -414,7 +473,7 @@ def pod_allocation_query(plan: QueryPlan, *, namespace: str, pod: str) -> str:
             label_matcher(pod_label, pod),
             label_matcher(namespace_label, namespace),
         )
-        matchers.append(f"count_over_time({series}[{plan.window}])")
+        matchers.append(f"count_over_time({series}{plan.window})")
     return " or ".join(matchers)
 
 
@@ -425,6 +484,7 @@ METERS = {
     "io": io_query,
     "latency": latency_query,
     "identity": identity_query,
+    "targets": targets_query,
 }
 
 
@@ -617,6 +677,7 @@ class PrometheusClient:
         session.verify = verify_tls
         headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else None
         self._session = session
+        self._ranges_closed: bool | None = None
         # Retries belong to Celery (backoff, window stays pending), not to the HTTP layer.
         retry = Retry(total=0, raise_on_status=False)
         self._connect = PrometheusConnect(
@@ -647,6 +708,24 @@ class PrometheusClient:
 
     def close(self) -> None:
         self._connect.close()
+
+    def ranges_closed(self) -> bool:
+        """Whether this server's ranges hold both ends (Prometheus 2.x) or only the right one
+        (3.x, and engines that copied it): two points of a one-second grid in a two-second
+        subquery are three in the first case, two in the second. Asked once per client."""
+        if self._ranges_closed is None:
+            at = datetime.fromtimestamp(RANGE_PROBE_AT, UTC)
+            result = self._run(RANGE_PROBE, at, at, 1)
+            values = [v for item in result for _, v in item.get("values", [])]
+            if values == ["3"]:
+                self._ranges_closed = True
+            elif values == ["2"]:
+                self._ranges_closed = False
+            else:
+                raise PrometheusQueryError(
+                    f"Prometheus answered {values!r} to {RANGE_PROBE}: expected 2 or 3 points"
+                )
+        return self._ranges_closed
 
     def query_range(
         self, name: str, promql: str, *, start: datetime, end: datetime, step_seconds: int

@@ -37,6 +37,44 @@ def parse_timezone(name: str) -> ZoneInfo:
 
 
 @dataclass(frozen=True)
+class SilentExporter:
+    """One node's dcgm-exporter answers no scrape during [start, start + seconds) (Unix
+    seconds): Prometheus records `up` 0 for it and none of its GPUs' series, while the GPUs and
+    their pods carry on (truth.json counts them: the pool did that work)."""
+
+    node: str  # e.g. "gpu-node-02"
+    start: int
+    seconds: int
+
+    def __post_init__(self) -> None:
+        _check_whole("silent exporter start", self.start, 0, 2**40)
+        _check_whole("silent exporter seconds", self.seconds, 1, MAX_DAYS * 86400)
+
+    def covers(self, t: int) -> bool:
+        return self.start <= t < self.start + self.seconds
+
+
+def parse_silent_exporter(text: str) -> SilentExporter:
+    """`NODE,START,SECONDS` (START in ISO 8601 with a zone), e.g.
+    `gpu-node-02,2026-10-06T02:00:00Z,3600`."""
+    parts = text.split(",")
+    if len(parts) != 3:
+        raise SimulatorConfigError(f"--silent-exporter must be NODE,START,SECONDS, got {text!r}")
+    node, start, seconds = (part.strip() for part in parts)
+    try:
+        moment = dt.datetime.fromisoformat(start.replace("Z", "+00:00"))
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise SimulatorConfigError(
+            f"--silent-exporter start must be ISO 8601 with a zone, got {start!r}"
+        )
+    if not seconds.isdigit():
+        raise SimulatorConfigError(f"--silent-exporter seconds must be whole, got {seconds!r}")
+    return SilentExporter(node=node, start=int(moment.timestamp()), seconds=int(seconds))
+
+
+@dataclass(frozen=True)
 class PoolConfig:
     gpus: int
     days: int
@@ -46,6 +84,7 @@ class PoolConfig:
     step_seconds: int = 300
     timezone: str = "Asia/Shanghai"
     pools: str = "shared"
+    silent_exporters: tuple[SilentExporter, ...] = ()
 
     def __post_init__(self) -> None:
         _check_whole("--gpus", self.gpus, 1, MAX_GPUS)
@@ -66,6 +105,8 @@ class PoolConfig:
             raise SimulatorConfigError(
                 f"--pools must be one of {', '.join(POOL_MODES)}, got {self.pools!r}"
             )
+        if not all(isinstance(silent, SilentExporter) for silent in self.silent_exporters):
+            raise SimulatorConfigError("silent_exporters must hold SilentExporter values")
 
     @property
     def zone(self) -> ZoneInfo:
@@ -84,10 +125,11 @@ class PoolConfig:
         return int(dt.datetime.combine(last, dt.time(0), tzinfo=self.zone).timestamp())
 
     def ticks(self) -> range:
-        """Scrape instants: exact multiples of the scrape interval in (start, end]."""
+        """Scrape instants: exact multiples of the scrape interval in [start, end) (a sample at
+        `t` stands for [t, t + s), so the period's first sample is taken at its start)."""
         s = self.scrape_interval_seconds
-        first = (self.start_epoch // s + 1) * s
-        return range(first, self.end_epoch + 1, s)
+        first = -(-self.start_epoch // s) * s
+        return range(first, self.end_epoch, s)
 
 
 def previous_calendar_month(today: dt.date) -> tuple[dt.date, int]:

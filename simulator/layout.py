@@ -2,7 +2,10 @@
 
 A device is what dcgm-exporter reports as one series and what a pod is bound to: a whole GPU,
 one MIG instance (`UUID` is the parent's, `GPU_I_ID` tells the instances apart), or a
-time-sliced GPU that up to `TIME_SLICE_REPLICAS` pods hold at once.
+time-sliced GPU that up to `TIME_SLICE_REPLICAS` pods hold at once. The scheduler also hands a
+time-sliced GPU out whole to a pod that asks for a whole GPU while no time-sliced pod holds it,
+so one GPU switches between exclusive and shared use, often within the hour: dcgm-exporter then
+writes only the pod's series (no bare one), as for any exclusively held GPU.
 
 Shares are kept in 84ths of a GPU: 84 = lcm(7, 1, 2, 3, 4), so a MIG instance (slices/7) and a
 time-sliced holder (1/k, k <= 4) are whole numbers of 84ths and every truth amount stays exact.
@@ -66,7 +69,20 @@ class Device:
     def available(self) -> bool:
         return self.gpu.present and self.gpu.node.present
 
+    @property
+    def exclusive(self) -> bool:
+        """Held whole by one pod that asked for a whole GPU (a time-sliced GPU can be: the
+        scheduler hands it out whole when no time-sliced pod holds it)."""
+        return bool(self.holders) and self.holders[0].task.request_mode == "whole"
+
+    @property
+    def sliced(self) -> bool:
+        """Time-sliced right now: dcgm-exporter writes the bare series beside its pods' ones."""
+        return self.mode == "timesliced" and not self.exclusive
+
     def capacity_left(self) -> int:
+        if self.exclusive:
+            return 0
         limit = TIME_SLICE_REPLICAS if self.mode == "timesliced" else 1
         return limit - len(self.holders)
 

@@ -3,8 +3,9 @@
 Each tick `t` runs, in order: hardware (GPUs/nodes drop out and come back), controllers (the
 inference autoscaler, Job arrivals, Jobs re-creating preempted pods, notebooks), progress
 (finished pods end), the scheduler (priority order, preemption for inference), then the
-exporters write every series for `t` and the bookkeeping for truth.json. Devices freed at `t`
-are free from the next tick on: a pod that ends at `t` still held its GPU during (t - s, t].
+exporters write every series for `t` and the bookkeeping for truth.json. A sample taken at `t`
+stands for [t, t + s) and belongs to the interval holding `t`. Devices freed at `t` are free
+from the next tick on: a pod that ends at `t` still reports its GPU at `t`.
 
 Everything random comes from one `random.Random(seed)`; nothing reads the clock, so a seed
 gives the same files byte for byte.
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from operator import add
 from pathlib import Path
 
-from simulator.config import PoolConfig
+from simulator.config import PoolConfig, SimulatorConfigError
 from simulator.layout import (
     IDLE_POWER_W,
     POWER_PER_BUSY_PERCENT_W,
@@ -141,7 +142,22 @@ class Pool:
         }
         self.mig_devices = [d for d in self.devices if d.mode == "mig"]
         self.timesliced_devices = [d for d in self.devices if d.mode == "timesliced"]
+        # Where a pod asking for whole GPUs may land: whole GPUs, and time-sliced GPUs that no
+        # time-sliced pod holds (see layout.Device.exclusive).
+        self.exclusive_by_node = {
+            node: [d for gpu in node.gpus for d in gpu.devices if d.mode != "mig"]
+            for node in self.nodes
+        }
         self.bare_prefixes = {d: _dcgm_prefixes(d, "") for d in self.devices}
+        # What Prometheus itself writes per scrape of each node's dcgm-exporter.
+        self.up_prefixes = {node: _up_prefix(node) for node in self.nodes}
+        names = {node.name for node in self.nodes}
+        for silent in config.silent_exporters:
+            if silent.node not in names:
+                raise SimulatorConfigError(
+                    f"--silent-exporter node {silent.node!r} is not one of "
+                    f"{', '.join(sorted(names))}"
+                )
         self.whole_count = sum(len(v) for v in self.whole_by_node.values())
         self.max_whole_per_node = max(len(v) for v in self.whole_by_node.values())
         self.tasks: dict[str, Task] = {}
@@ -369,6 +385,8 @@ class Pool:
             node.serves = "inference"
             devices = [d for gpu in node.gpus for d in gpu.devices]
             self.whole_by_node[node] = devices
+            self.exclusive_by_node[node] = devices
+            self.up_prefixes[node] = _up_prefix(node)
             self.gpus += node.gpus
             self.devices += devices
             self.bare_prefixes.update({d: _dcgm_prefixes(d, "") for d in devices})
@@ -589,7 +607,7 @@ class Pool:
     def _fit_whole(self, pod: Pod, gpus: int, avoid: Node | None) -> list[Device] | None:
         best = None
         pool = "inference" if pod.task.service is not None else "training"
-        for node, devices in self.whole_by_node.items():
+        for node, devices in self.exclusive_by_node.items():
             if not node.present or node is avoid or node.serves not in ("", pool):
                 continue
             free = [
@@ -678,7 +696,7 @@ class Pool:
     def _set_dynamics(self, pod: Pod) -> None:
         rng, kind = self.rng, pod.task.kind
         memory = pod.devices[0].memory_mib
-        if pod.devices[0].mode == "timesliced":
+        if pod.task.request_mode == "timesliced":
             memory //= TIME_SLICE_REPLICAS
         if kind == "training_batch":
             pod.engine_base, fill = 82 + rng.randrange(0, 14), 0.6 + 0.35 * rng.random()
@@ -742,7 +760,7 @@ class Pool:
     # -- exporters ---------------------------------------------------------------------------
 
     def _emit(self, t: int) -> list[str]:
-        interval = (t - 1) // self.d * self.d
+        interval = t // self.d * self.d
         lines: list[str] = []
         present = [g for g in self.gpus if g.present and g.node.present]
         self.capacity_gpu_seconds[interval] = (
@@ -754,7 +772,11 @@ class Pool:
         for pod in self.running:
             if pod.telemetry:
                 self._sample_pod(pod, t)
-        training_units = self._emit_devices(present, interval, lines)
+        silent = self._silent_nodes(t)
+        for node in self.nodes:
+            if node.present:
+                lines.append(self.up_prefixes[node] + ("0" if node in silent else "1"))
+        training_units = self._emit_devices(present, interval, lines, silent)
         crowding = training_units / (SHARE_UNITS * len(present)) if present else 0.0
         if self.separate:
             crowding = 0.0  # inference's own GPUs share nothing with training
@@ -776,7 +798,7 @@ class Pool:
         holders = device.holders
         if not holders:
             engine, used = 0, 0
-        elif device.mode == "timesliced":
+        elif device.sliced:
             engine = min(100, sum(p.engine_percent for p in holders))
             used = min(device.memory_mib - 512, sum(p.memory_mib for p in holders))
         else:
@@ -795,25 +817,34 @@ class Pool:
             values.insert(0, PERCENT[min(100, engine + 2) if engine else 0])
         return engine, used, values
 
-    def _emit_devices(self, present: list[Gpu], interval: int, lines: list[str]) -> int:
-        """dcgm-exporter's series and the GPU bookkeeping; returns training's share units."""
+    def _silent_nodes(self, t: int) -> set[Node]:
+        names = {silent.node for silent in self.config.silent_exporters if silent.covers(t)}
+        return {node for node in self.nodes if node.name in names} if names else set()
+
+    def _emit_devices(
+        self, present: list[Gpu], interval: int, lines: list[str], silent: set[Node]
+    ) -> int:
+        """dcgm-exporter's series and the GPU bookkeeping; returns training's share units.
+        A silent exporter writes nothing; its GPUs and pods work on (and count in the truth)."""
         s, training_units = self.s, 0
         for gpu in present:
+            # A silent node's samples go to a list nobody keeps.
+            out = [] if gpu.node in silent else lines
             for device in gpu.devices:
                 engine, used, values = self._read_device(device)
                 holders = device.holders
-                if not holders or device.mode == "timesliced":
-                    lines += map(add, self.bare_prefixes[device], values)
-                if device.mode == "timesliced" and holders:
+                if not holders or device.sliced:
+                    out += map(add, self.bare_prefixes[device], values)
+                if device.sliced and holders:
                     units = SHARE_UNITS // len(holders)
                 else:
                     units = device.share_units
                 for pod in holders:
-                    lines += map(add, pod.device_prefixes[id(device)], values)
+                    out += map(add, pod.device_prefixes[id(device)], values)
                     task = pod.task
                     task.alloc_units[interval] += units * s
                     task.busy_units[interval] += engine * units * s
-                    if used > task.memory_peak_mib:
+                    if used > task.memory_peak_mib and out is lines:
                         task.memory_peak_mib = used
                     if task.service is None:
                         training_units += units
@@ -877,6 +908,11 @@ def _pod_labels(node: Node, pod: Pod, container: str) -> str:
     return (
         f',{container_key}="{container}",{namespace_key}="{pod.namespace}",{pod_key}="{pod.name}"'
     )
+
+
+def _up_prefix(node: Node) -> str:
+    """What Prometheus itself writes per scrape of a node's dcgm-exporter."""
+    return f'up{{job="dcgm-exporter",instance="{node.ip}:9400"}} '
 
 
 def _dcgm_prefixes(device: Device, pod_labels: str) -> list[str]:

@@ -8,14 +8,24 @@ CONTRACT (metering codes against exactly this)
 
 Clocks. `s` = scrape interval (meta.scrape_interval_seconds), `d` = step (meta.step_seconds, a
 multiple of `s`). Every sample is written at a tick `t` that is an exact multiple of `s` (Unix
-seconds); a sample at `t` stands for the `s` seconds ending at `t` and belongs to the interval
-starting at `S` with `S < t <= S + d` (`S` a multiple of `d` since the epoch). Interval keys are
-ISO 8601 UTC strings with `Z`, e.g. "2026-10-01T00:05:00Z". Ticks run over (start, end].
+seconds); a sample at `t` stands for the `s` seconds starting at `t` and belongs to the interval
+starting at `S` with `S <= t < S + d` (`S` a multiple of `d` since the epoch): an interval is
+named by its start and holds [S, S + d), so the sample at exactly 00:00:00 on the 1st belongs
+to the 1st. Interval keys are ISO 8601 UTC strings with `Z`, e.g. "2026-10-01T00:05:00Z".
+Ticks run over [start, end).
 
 GPU share of one dcgm-exporter device series at one tick: a whole GPU 1; a MIG instance
 slices/7 (`GPU_I_PROFILE` "3g.40gb" -> 3/7); a time-sliced GPU held by k pods at that tick 1/k
 per pod, where k counts that device's pod-labelled series at that tick (the device's series
-without pod labels is never attributed). A device is (`UUID`, `GPU_I_ID`).
+without pod labels is never attributed). A device is (`UUID`, `GPU_I_ID`). A "timesliced" GPU
+is also handed out whole to a pod asking for a whole GPU when no time-sliced pod holds it: then
+it has only that pod's series (no bare one) and a share of 1, and it may switch between the
+two uses within any interval. A GPU is present at a tick when any series of it is written.
+
+Prometheus' own `up{job="dcgm-exporter",instance="<node ip>:9400"}` is written per node at each
+tick while the node is up: 1, or 0 while the exporter is silent (`PoolConfig.silent_exporters`;
+its GPUs' series are then not written, but the GPUs and pods work on and this file counts them
+in capacity and allocation). A node that is down has no `up` series (its target is gone).
 
 Label spellings vary per node, as in real pools: `Hostname` or `hostname`; pod attribution as
 `pod`/`namespace`/`container` or, on other nodes, `exported_pod`/`exported_namespace`/
@@ -31,6 +41,7 @@ Top level
           "nodes": [{"name", "hostname_label": "Hostname"|"hostname",
           "pod_label_style": "pod"|"exported_pod", "gpus": [{"UUID", "gpu",
           "mode": "whole"|"mig"|"timesliced", "instances": [{"GPU_I_ID", "GPU_I_PROFILE"}]}]}],
+          "silent_exporters": [{"node", "start" (ISO Z), "seconds"}],
           "samples_written": N},
  "capacity": {"<interval>": "<gpu_seconds>"},   physical GPUs present x s, summed over the
                                                 interval's ticks (a MIG GPU's instances sum to 1)
@@ -120,6 +131,10 @@ def build_truth(pool: Pool, *, samples_written: int) -> dict:
             "timezone": config.timezone,
             "pools": config.pools,
             "nodes": describe_nodes(pool.nodes),
+            "silent_exporters": [
+                {"node": silent.node, "start": iso(silent.start), "seconds": silent.seconds}
+                for silent in config.silent_exporters
+            ],
             "samples_written": samples_written,
         },
         "capacity": _interval_map(pool.capacity_gpu_seconds, 1),

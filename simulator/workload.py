@@ -187,6 +187,6 @@ class Pod:
 
 def device_share_units(device: Device) -> int:
     """This tick's share of `device` held by each of its pods, in 84ths of a GPU."""
-    if device.mode == "timesliced":
+    if device.sliced:
         return SHARE_UNITS // len(device.holders)
     return device.share_units

@@ -212,6 +212,22 @@ def test_it_refuses_a_window_below_the_completeness_threshold(pool, settings):
     assert period_close(period=SEPTEMBER).created
 
 
+def test_it_names_the_missing_node_when_it_refuses_an_incomplete_window(pool):
+    missing = (
+        "completeness: node gpu-node-02 (dcgm-exporter 10.42.0.12:9400) missing 4 GPU(s): "
+        "GPU-a 300 s, GPU-b 300 s, GPU-c 300 s, GPU-d 300 s; its exporter answered 0 of 5 scrapes"
+    )
+    IngestWindow.objects.filter(start=pool.start).update(
+        completeness=Decimal("0.5"), warnings=["io: series {} has no pod label", missing]
+    )
+
+    with pytest.raises(PeriodCloseRefused) as refused:
+        period_close(period=SEPTEMBER)
+
+    (reason,) = refused.value.reasons
+    assert reason.endswith(f"50.00% complete, below the 99.00% required ({missing})")
+
+
 def test_it_ignores_windows_of_other_months(pool):
     october = IngestWindow.objects.filter(start=dt.datetime(2026, 10, 5, tzinfo=dt.UTC))
     assert october.update(status="pending") == 1

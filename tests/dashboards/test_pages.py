@@ -265,6 +265,18 @@ def test_it_warns_on_the_overview_when_a_window_is_pending(client, people, close
     assert "1 window pending" in html
 
 
+def test_it_names_the_silent_node_on_the_overview(client, people, closed_pool) -> None:
+    client.force_login(people.finance)
+    window = IngestWindow.objects.filter(start__gte=closed_pool.start).order_by("start").first()
+    missing = "completeness: node gpu-node-02 (dcgm-exporter 10.42.0.12:9400) missing 4 GPU(s)"
+    IngestWindow.objects.filter(pk=window.pk).update(
+        completeness=Decimal("0.5"), warnings=["io: series {} has no pod label", missing]
+    )
+    html = client.get("/").content.decode()
+    assert "1 done with samples missing" in html
+    assert missing in html and "io: series" not in html
+
+
 def test_it_compares_the_month_with_the_one_before(client, people) -> None:
     client.force_login(people.finance)
     html = client.get("/?month=2026-10").content.decode()

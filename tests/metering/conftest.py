@@ -31,7 +31,8 @@ POOL = PoolConfig(gpus=8, days=7, start=date(2026, 9, 28), seed=11, scrape_inter
 # Two 5-minute windows of real exporter samples at a 15 s scrape.
 EDGE_START = int(datetime(2026, 10, 5, tzinfo=UTC).timestamp())
 EDGE_SCRAPE = 15
-EDGE_TICKS = range(EDGE_START + EDGE_SCRAPE, EDGE_START + 600 + 1, EDGE_SCRAPE)
+# Scrape ticks in [start, end): the sample at a window's start belongs to that window.
+EDGE_TICKS = range(EDGE_START, EDGE_START + 600, EDGE_SCRAPE)
 
 
 @pytest.fixture(scope="session")
@@ -80,7 +81,7 @@ def edge_dir(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: Path) -> Pa
     complete = [*samples, *exposition.edge_lines()]
     early = {
         tick: complete
-        if tick <= EDGE_START + 150
+        if tick < EDGE_START + 150
         else [*samples, *exposition.edge_lines(good_pod=False)]
         for tick in EDGE_TICKS
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 from django.core.management import call_command
@@ -106,6 +107,13 @@ def test_it_records_when_late_data_changes_a_window(early_prometheus, edge_prome
     window = IngestWindow.objects.get(source=source)
     assert window.first_written and window.changed_after_first_write is None
     first_hash = window.content_hash
+    # No `up` in these samples: a GPU seen in the window is expected at all of its 20 ticks.
+    # GPU-edge-1 missed 10 of them; 6 GPUs in all.
+    assert window.completeness == Decimal("0.916667")  # (5 x 20 + 10) / (6 x 20)
+    assert window.completeness_warnings == [
+        "completeness: node 10.0.0.9:9400 (dcgm-exporter 10.0.0.9:9400) missing 1 GPU(s):"
+        " GPU-edge-1 150 s"
+    ]
 
     source.url = edge_prometheus.url  # the same history, now complete
     source.save()
@@ -114,6 +122,7 @@ def test_it_records_when_late_data_changes_a_window(early_prometheus, edge_prome
     window.refresh_from_db()
     assert window.content_hash != first_hash
     assert window.changed_after_first_write >= window.first_written
+    assert window.completeness == 1 and window.completeness_warnings == []
 
 
 @pytest.mark.django_db

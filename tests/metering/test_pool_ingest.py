@@ -10,9 +10,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections import defaultdict
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.management import call_command
@@ -225,12 +228,14 @@ def test_it_records_full_completeness_and_the_queries(pool_source, pool_truth) -
     windows = IngestWindow.objects.filter(source_id=pool_source)
     assert windows.count() == POOL.days * 24 * 12
     assert set(windows.values_list("status", flat=True)) == {"done"}
-    assert set(windows.values_list("completeness", flat=True)) == {Decimal(1)}
+    short = windows.exclude(completeness=1).values_list("start", "completeness", "warnings")
+    assert not short, list(short[:5])
     window = windows.first()
     assert window.samples_seen == window.samples_expected > 0
     assert window.warnings == []
     assert {q["meter"] for q in window.queries} >= {"devices", "identity", "latency"}
-    assert all("299999ms" in q["promql"] for q in window.queries)
+    # Debian's Prometheus 2.x: closed ranges, so step - 1 ms ending 1 ms before the end.
+    assert all(re.search(r"\[299999ms(:60s)?\] offset 1ms", q["promql"]) for q in window.queries)
 
 
 @pytest.mark.django_db
@@ -349,3 +354,43 @@ def test_it_reports_usage_per_kind_as_csv(pool_source, pool_truth) -> None:
         kind: (seconds / 3600).quantize(Decimal("0.000001")) for kind, seconds in alloc.items()
     }
     assert {r["start"] for r in rows} == {"2026-10-01T00:00:00Z"}
+
+
+@pytest.mark.django_db
+def test_it_meters_a_day_whose_ends_lie_exactly_on_the_truths_boundaries(
+    pool_prometheus, pool_truth
+) -> None:
+    """[00:00 on the 1st, 00:00 on the 2nd) in the pool's zone, in one batch: the samples at
+    exactly 00:00:00 of each day belong to that day, so the first and the last window of the
+    day hold as much as truth.json says, and the 2nd's first sample is in no window."""
+    zone = ZoneInfo(POOL.timezone)
+    start = datetime(2026, 10, 1, tzinfo=zone).astimezone(UTC)
+    end = datetime(2026, 10, 2, tzinfo=zone).astimezone(UTC)
+    source = Source.objects.create(
+        name="one day", url=pool_prometheus.url, scrape_interval_seconds=60
+    )
+    ids = ingest_span(source, start, end, batch=288)
+    assert len(ids) == 288
+    inside = {
+        moment.strftime(ISO) for moment in (start + timedelta(minutes=5 * i) for i in range(288))
+    }
+    capacity = {
+        c.interval_start.strftime(ISO): c.capacity_gpu_seconds
+        for c in CapacityInterval.objects.filter(source=source)
+    }
+    assert capacity == {k: Decimal(v) for k, v in pool_truth["capacity"].items() if k in inside}
+    assert start.strftime(ISO) in capacity and max(inside) in capacity
+    alloc: dict[str, dict[str, Decimal]] = defaultdict(dict)
+    for external_id, moment, value in UsageInterval.objects.filter(task__source=source).values_list(
+        "task__external_id", "interval_start", "alloc_gpu_seconds"
+    ):
+        if value:
+            alloc[external_id][moment.strftime(ISO)] = value
+    expected = {
+        task_id: {k: Decimal(v) for k, v in task["alloc_gpu_seconds"].items() if k in inside}
+        for task_id, task in pool_truth["tasks"].items()
+    }
+    assert alloc == {task_id: amounts for task_id, amounts in expected.items() if amounts}
+    assert sum(Decimal(v) for v in capacity.values()) == sum(
+        Decimal(v) for k, v in pool_truth["capacity"].items() if k in inside
+    )

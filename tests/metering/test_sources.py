@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
@@ -37,11 +39,34 @@ def test_it_matches_exactly_the_named_values_in_a_regex() -> None:
 
 
 def test_it_counts_each_tick_once_with_a_window_one_millisecond_short() -> None:
+    # Evaluated at S + step, 1 ms earlier: a closed range (Prometheus 2.x) of step - 1 ms
+    # holds [S, S + step - 1ms]; a left-open one (3.x) needs the whole step for the same.
     plan = plan_for(scrape_interval_seconds=15)
-    assert plan.window == "299999ms"
+    assert plan.window == "[299999ms] offset 1ms"
+    assert plan.ticks_window == "[299999ms:15s] offset 1ms"
+    left_open = replace(plan, closed_ranges=False)
+    assert left_open.window == "[300000ms] offset 1ms"
     for build in sources.METERS.values():
         promql = build(plan)
-        assert "[299999ms" in promql and "[5m]" not in promql
+        assert "[299999ms] offset 1ms" in promql and "[5m]" not in promql
+        assert "[300000ms] offset 1ms" in build(left_open)
+
+
+def test_it_asks_the_server_whether_its_ranges_hold_their_start(edge_prometheus) -> None:
+    client = sources.PrometheusClient(url=edge_prometheus.url)
+    try:
+        # Debian's Prometheus is 2.x: ranges hold both ends.
+        assert edge_prometheus_version().startswith("2.")
+        assert client.ranges_closed() is True
+    finally:
+        client.close()
+
+
+def edge_prometheus_version() -> str:
+    output = subprocess.run(
+        ["prometheus", "--version"], capture_output=True, text=True, check=True
+    ).stdout
+    return output.split("version ", 1)[1].split()[0]
 
 
 def test_it_adds_the_sources_matchers_to_every_selector() -> None:

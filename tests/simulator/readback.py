@@ -56,10 +56,12 @@ class Readback:
     pods: dict[tuple[str, str], PodFacts] = field(default_factory=lambda: defaultdict(PodFacts))
     label_keys: dict[str, set[frozenset[str]]] = field(default_factory=lambda: defaultdict(set))
     timesliced_ticks_with_pods: int = 0
+    # UUID -> hour (Unix seconds) -> how the GPU was used in its ticks: whole, sliced, free
+    uses_by_hour: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(set)))
     cadvisor_levels: dict = field(default_factory=lambda: defaultdict(set))
 
     def interval(self, tick: int) -> int:
-        return (tick - 1) // self.step * self.step
+        return tick // self.step * self.step
 
 
 def read_back(path: Path, *, step: int, scrape: int) -> Readback:
@@ -93,6 +95,7 @@ def _close_tick(result: Readback, tick: int, lines: list, counters: dict) -> Non
         result.label_keys[name].add(frozenset(labels))
         if name in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"):
             device = devices[(labels["UUID"], labels.get("GPU_I_ID", ""))]
+            device["uuid"] = labels["UUID"]
             device["profile"] = labels.get("GPU_I_PROFILE")
             owner = pod_of(labels)
             if owner:
@@ -122,6 +125,9 @@ def _close_tick(result: Readback, tick: int, lines: list, counters: dict) -> Non
 
 def _attribute(result: Readback, tick: int, interval: int, device: dict) -> None:
     profile, pods = device.get("profile"), device["pods"]
+    if not profile:
+        use = "free" if not pods else ("sliced" if device["bare"] else "whole")
+        result.uses_by_hour[device["uuid"]][tick // 3600 * 3600].add(use)
     if profile:
         share = int(profile.split("g.")[0]) * SHARE_UNITS // 7
     else:

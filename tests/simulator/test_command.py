@@ -23,6 +23,7 @@ def test_it_writes_metrics_and_truth(tmp_path):
         "--seed=4",
         "--scrape-interval=300",
         "--step=900",
+        "--silent-exporter=gpu-node-02,2026-09-30T18:00:00Z,1800",
         f"--out={tmp_path / 'new'}",
     )
 
@@ -30,6 +31,14 @@ def test_it_writes_metrics_and_truth(tmp_path):
     assert meta["start"] == "2026-09-30T16:00:00Z"  # 00:00 in Asia/Shanghai
     assert (meta["gpus"], meta["scrape_interval_seconds"], meta["step_seconds"]) == (3, 300, 900)
     assert (tmp_path / "new" / "metrics.om").read_text().endswith("# EOF\n")
+    assert meta["silent_exporters"] == [
+        {"node": "gpu-node-02", "start": "2026-09-30T18:00:00Z", "seconds": 1800}
+    ]
+    metrics = (tmp_path / "new" / "metrics.om").read_text()
+    # 18:00 and 18:25 fall in the silence: Prometheus' up is 0 for that node's exporter.
+    silent_up = 'up{job="dcgm-exporter",instance="10.42.0.12:9400"} 0'
+    assert f"{silent_up} {1790791200}" in metrics and f"{silent_up} {1790791200 + 1500}" in metrics
+    assert metrics.count(silent_up) == 6  # 1800 s at a 300 s scrape
 
 
 @pytest.mark.parametrize(
@@ -42,6 +51,9 @@ def test_it_writes_metrics_and_truth(tmp_path):
         (["--scrape-interval=0"], "--scrape-interval"),
         (["--timezone=Mars/Olympus"], "--timezone"),
         (["--out=/proc/simulated"], "--out"),
+        (["--silent-exporter=gpu-node-09,2026-10-01T02:00:00Z,600"], "--silent-exporter"),
+        (["--silent-exporter=gpu-node-01,yesterday,600"], "--silent-exporter"),
+        (["--silent-exporter=gpu-node-01,2026-10-01T02:00:00Z"], "--silent-exporter"),
     ],
 )
 def test_it_refuses_nonsense_with_one_line(tmp_path, arguments, named):

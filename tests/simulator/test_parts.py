@@ -37,7 +37,7 @@ def test_it_cuts_the_same_samples_into_day_parts_that_back_fill_side_by_side(
     assert len([block for block in tsdb.iterdir() if block.is_dir()]) >= 3
     full = str(8 * 300) + ".000000"  # an interval in which every GPU was present
     interval = next(i for i, v in small_pool.truth["capacity"].items() if v == full)
-    at = epoch(interval) + 300
+    at = epoch(interval) + 240  # the interval's last tick
     with running_prometheus(
         tsdb, scrape_interval_seconds=SMALL_POOL.scrape_interval_seconds
     ) as url:

@@ -40,6 +40,27 @@ def test_it_never_gives_a_pending_pod_a_gpu(small_pool, readback):
     assert any(w["seconds"] > 3600 for w in waited)  # a queue forms at the daytime peak
 
 
+def test_it_switches_a_time_sliced_gpu_between_whole_and_shared_use_within_an_hour(
+    small_pool, readback
+):
+    """dcgm-exporter writes no bare series for a GPU one pod holds whole: metering must count
+    such a GPU present in every tick whatever its use in that tick."""
+    sliced = [
+        gpu["UUID"]
+        for node in small_pool.truth["meta"]["nodes"]
+        for gpu in node["gpus"]
+        if gpu["mode"] == "timesliced"
+    ]
+    assert sliced
+    switching = [
+        hour
+        for uuid in sliced
+        for hour, uses in readback.uses_by_hour[uuid].items()
+        if {"whole", "sliced"} <= uses
+    ]
+    assert switching
+
+
 def test_it_never_allocates_more_than_the_capacity(small_pool):
     truth = small_pool.truth
     allocated: dict[str, Decimal] = {}

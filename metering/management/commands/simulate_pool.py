@@ -15,7 +15,12 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from simulator.config import PoolConfig, SimulatorConfigError, parse_start
+from simulator.config import (
+    PoolConfig,
+    SimulatorConfigError,
+    parse_silent_exporter,
+    parse_start,
+)
 from simulator.pool import simulate
 from simulator.serve import serve
 
@@ -40,6 +45,13 @@ class Command(BaseCommand):
         parser.add_argument("--serve", type=int, default=None, metavar="PORT")
         parser.add_argument("--host", default="127.0.0.1", help="address --serve binds to")
         parser.add_argument("--speed", type=float, default=1.0)
+        parser.add_argument(
+            "--silent-exporter",
+            action="append",
+            default=[],
+            metavar="NODE,START,SECONDS",
+            help="that node's dcgm-exporter answers no scrape for SECONDS from START (ISO 8601)",
+        )
         parser.add_argument(
             "--part-days",
             type=int,
@@ -66,6 +78,9 @@ class Command(BaseCommand):
             step_seconds=options["step"],
             timezone=options["timezone"],
             pools=options["pools"],
+            silent_exporters=tuple(
+                parse_silent_exporter(text) for text in options["silent_exporter"]
+            ),
         )
 
     def _simulate(self, options: dict) -> None:
