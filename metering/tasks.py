@@ -11,7 +11,7 @@ window that has closed, for every enabled source.
 
 from __future__ import annotations
 
-from celery import shared_task
+from celery import current_app, shared_task
 from django.conf import settings
 
 from metering import services, sources
@@ -35,9 +35,17 @@ BEAT_SCHEDULE = {
 }
 
 
+# After new rows, billing prices the month so far again for the quota export. Queued by name
+# (metering imports nothing from billing) and a little later, so that windows finishing
+# together cost one refresh: a refresh whose data has not changed since does nothing.
+MONTH_TO_DATE_REFRESH = "billing.tasks.refresh_month_to_date"
+
+
 @shared_task(**RETRY_POLICY)
 def ingest_window(window_id: int) -> str:
-    return services.window_ingest(window_id=window_id).status
+    window = services.window_ingest(window_id=window_id)
+    current_app.signature(MONTH_TO_DATE_REFRESH, countdown=30).apply_async()
+    return window.status
 
 
 @shared_task(**RETRY_POLICY)
@@ -46,6 +54,7 @@ def ingest_windows(window_ids: list[int], accept_loss: dict[str, str] | None = N
     `accept_loss` ({"operator", "reason"}): replace stored rows even with fewer samples."""
     acceptance = services.LossAcceptance(**accept_loss) if accept_loss else None
     windows = services.windows_ingest(window_ids=window_ids, accept_loss=acceptance)
+    current_app.signature(MONTH_TO_DATE_REFRESH, countdown=30).apply_async()
     return [window.status for window in windows]
 
 
