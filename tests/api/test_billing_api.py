@@ -15,6 +15,7 @@ from billing.scenarios import scenario_build, scenario_price
 from billing.services import month_to_date_draft_refresh
 from metering.models import IngestWindow, UsageInterval
 from tests.api import expected
+from tests.api import factories as f
 from tests.api.conftest import ZONE
 
 # The default price book (pricing.md's example): R = D + F + E*W, R_off = D + E*W.
@@ -324,3 +325,18 @@ def test_it_escapes_label_values_in_prometheus_text(pool, callers):
         ["promtool", "check", "metrics"], input=text, capture_output=True, text=True
     )
     assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_it_exports_in_a_fixed_number_of_queries(pool, callers, django_assert_num_queries):
+    # What a scheduler polls: the same queries however many teams, and never the pricing.
+    month_to_date_draft_refresh()
+    for number in range(5):
+        UsageInterval.objects.create(
+            task=f.TaskFactory(team=f.TeamFactory(name=f"extra{number}"), kind="inference"),
+            interval_start=pool.month_start,
+            alloc_gpu_seconds=Decimal("10"),
+        )
+    client = callers["token_quota"].client
+    with django_assert_num_queries(9):
+        response = client.get(reverse("api-quota-export"))
+    assert len(response.json()["teams"]) == 7
