@@ -482,6 +482,11 @@ class MonthToDateDraft(models.Model):
     teams = models.JSONField(default=dict, blank=True)
     # Why the month so far could not be priced (e.g. usage above capacity), else empty.
     error = models.TextField(blank=True)
+    # Each team's usage sums over the same range, as the export's live figures count them
+    # ({team id: [GPU-seconds, GPU-seconds times rate]}), and what they depend on: a poll
+    # adds only what was ingested after `as_of` while `usage_key` still matches.
+    usage = models.JSONField(default=dict, blank=True)
+    usage_key = models.CharField(max_length=200, blank=True)
 
     class Meta:
         constraints = [

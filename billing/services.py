@@ -51,6 +51,7 @@ from billing.selectors import (
     ingested_until,
     min_completeness,
     month_to_date_state,
+    month_to_date_usage,
     period_bounds,
     period_containing,
     period_label,
@@ -889,6 +890,7 @@ def month_to_date_draft_refresh(*, now: dt.datetime | None = None) -> MonthToDat
             # Read the key inside the snapshot: it must name exactly the data priced.
             state = month_to_date_state(now)
             values = _month_to_date_priced(state)
+            values["usage"], values["usage_key"] = month_to_date_usage(state)
         draft, _ = MonthToDateDraft.objects.update_or_create(
             period=state.bounds.period,
             defaults={"data_version": state.version, "computed_at": timezone.now(), **values},

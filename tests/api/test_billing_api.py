@@ -329,13 +329,13 @@ def test_it_escapes_label_values_in_prometheus_text(pool, callers):
 
 def test_it_exports_in_a_fixed_number_of_queries(pool, callers, django_assert_num_queries):
     # What a scheduler polls: the same queries however many teams, and never the pricing.
-    month_to_date_draft_refresh()
     for number in range(5):
         UsageInterval.objects.create(
             task=f.TaskFactory(team=f.TeamFactory(name=f"extra{number}"), kind="inference"),
             interval_start=pool.month_start,
             alloc_gpu_seconds=Decimal("10"),
         )
+    month_to_date_draft_refresh()
     client = callers["token_quota"].client
     with django_assert_num_queries(9):
         response = client.get(reverse("api-quota-export"))

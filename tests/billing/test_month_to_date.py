@@ -135,6 +135,21 @@ def test_it_serves_the_last_draft_as_stale_until_a_refresh_prices_the_new_data(o
     assert MonthToDateDraft.objects.filter(period="2026-10").count() == 1
 
 
+def test_it_adds_what_was_ingested_after_the_drafts_end_to_the_usage_it_stored(october):
+    early = dt.datetime(2026, 9, 30, 18, 30, tzinfo=UTC)  # the pool runs until 04:00 UTC
+    month_to_date_draft_refresh(now=early)
+    from_draft = statuses_at(LAST_HOUR)
+    MonthToDateDraft.objects.all().delete()
+
+    summed = statuses_at(LAST_HOUR)
+
+    assert all(status.month_to_date_stale for status in from_draft.values())
+    assert sorted(from_draft) == sorted(summed) == ["chat", "nlp", "search", "vision"]
+    for team, status in summed.items():
+        assert from_draft[team].used_gpu_hours == status.used_gpu_hours > 0, team
+        assert from_draft[team].list_price_estimate == status.list_price_estimate, team
+
+
 def test_it_does_nothing_when_the_data_it_priced_has_not_changed(october):
     first = month_to_date_draft_refresh(now=LAST_HOUR)
     again = month_to_date_draft_refresh(now=LAST_HOUR + dt.timedelta(minutes=10))
@@ -145,6 +160,7 @@ def test_it_does_nothing_when_the_data_it_priced_has_not_changed(october):
 
 def test_it_prices_again_with_a_newly_published_book(october):
     first = month_to_date_draft_refresh(now=LAST_HOUR)
+    before = statuses_at(LAST_HOUR)["search"]
     book = price_book_create_draft(
         effective_from=dt.date(2026, 10, 1), depreciation_per_gpu_hour="23.00"
     )
@@ -155,6 +171,7 @@ def test_it_prices_again_with_a_newly_published_book(october):
     search = statuses_at(LAST_HOUR)["search"]
 
     assert stale.month_to_date_stale
+    assert stale.list_price_estimate > before.list_price_estimate  # the new rates, at once
     assert (draft.price_book_version, first.price_book_version) == (book.version, 1)
     assert not search.month_to_date_stale
     assert search.month_to_date_amount > stale.month_to_date_amount
