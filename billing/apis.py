@@ -4,10 +4,17 @@ Statements are those of the teams the caller sees (another team's statement answ
 Price books hold no team's data and are readable by every role. The quota export needs the
 `quota:read` scope when called with a token; it answers with a weak ETag and honours
 `If-None-Match` with 304, and `quotas/metrics` serves the same numbers as Prometheus text.
+
+The export lists every team the caller sees with a quota or with usage this month. Its money
+comes twice, labelled: `month_to_date_amount`, the month so far as the engine prices it (read
+from the month-to-date draft that Celery refreshes after ingestion; never computed in the
+request, so a poll stays cheap, with `month_to_date_as_of` and `month_to_date_stale`), and
+`list_price_estimate`, the usage at the book's list rates.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from decimal import Decimal
@@ -35,9 +42,15 @@ from billing.models import (
     Statement,
     StatementLine,
 )
-from billing.selectors import QuotaStatus, price_books_with_classes, quota_statuses
+from billing.selectors import (
+    BASIS_LIST_PRICE,
+    BASIS_MONTH_TO_DATE,
+    QuotaStatus,
+    price_books_with_classes,
+    quota_statuses,
+)
 from billing.services import PRICE_FIELDS
-from metering.apis import MonthFilter, VisibleTeamFilter
+from metering.apis import MonthFilter, VisibleTeamField, VisibleTeamFilter, validated_query
 
 # --- Statements -------------------------------------------------------------------------
 
@@ -208,8 +221,39 @@ class QuotaStatusOutput(serializers.Serializer):
     used_gpu_hours = decimal_output(2)
     remaining_gpu_hours = decimal_output(2, allow_null=True)
     allowance_money = decimal_output(2, allow_null=True)
-    used_money = decimal_output(2, allow_null=True)
+    month_to_date_amount = decimal_output(
+        2,
+        allow_null=True,
+        help_text="The month so far as its statement will price it (baseline, usage, SLA "
+        "penalties and credits, compensation), from the month-to-date draft priced up to "
+        "`month_to_date_as_of`; null while there is no draft or it could not be priced.",
+    )
+    month_to_date_lines = serializers.DictField(
+        child=decimal_output(2), help_text="The draft's statement lines by kind"
+    )
+    month_to_date_as_of = serializers.DateTimeField(
+        allow_null=True, help_text="End of the metering data the draft priced"
+    )
+    month_to_date_stale = serializers.BooleanField(
+        help_text="Metering or the book changed since the draft was priced (or there is no "
+        "draft yet); a refresh is queued by ingestion and beat, never computed here."
+    )
+    month_to_date_error = serializers.CharField(
+        allow_null=True, help_text="Why the month so far could not be priced"
+    )
+    list_price_estimate = decimal_output(
+        2,
+        allow_null=True,
+        help_text="GPU time used at the book's list rates (standard, off-peak training), up "
+        "to `as_of`: no baseline, penalties or credits, so below an inference team's bill.",
+    )
     remaining_money = decimal_output(2, allow_null=True)
+    remaining_money_basis = serializers.ChoiceField(
+        choices=[BASIS_MONTH_TO_DATE, BASIS_LIST_PRICE],
+        allow_null=True,
+        help_text="The figure `remaining_money` subtracts: the draft's amount when there is "
+        "one, else the list-price estimate",
+    )
     currency = serializers.CharField(allow_null=True)
     over_quota = serializers.BooleanField()
     concurrent_gpu_cap = decimal_output(3, allow_null=True)
@@ -219,11 +263,27 @@ class QuotaStatusOutput(serializers.Serializer):
     price_book_version = serializers.IntegerField(allow_null=True)
 
 
+class QuotaQuery(serializers.Serializer):
+    """What both quota endpoints accept; a bad value answers 400 naming the parameter."""
+
+    team = VisibleTeamField(required=False, help_text="Only this team (id or exact name).")
+    quota_only = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Only teams with a quota (default: also every team with usage this month).",
+    )
+
+
 def visible_quota_statuses(request: Request) -> list[QuotaStatus]:
-    """The month-to-date status of every team the caller sees that has a quota."""
-    quotas = Quota.objects.filter(team__in=visible_teams(request.user)).select_related("team")
-    teams = [quota.team for quota in quotas.order_by("team__name")]
-    return quota_statuses(teams=teams) if teams else []
+    """The month-to-date status of every team the caller sees that has a quota or usage this
+    month (or of the one `team` asked for, or only those with a quota)."""
+    query = validated_query(QuotaQuery, request)
+    teams = visible_teams(request.user).order_by("name")
+    if query.get("team") is not None:
+        teams = teams.filter(pk=query["team"].pk)
+    if query["quota_only"]:
+        teams = teams.filter(pk__in=Quota.objects.values("team"))
+    return quota_statuses(teams=list(teams), active_only=True)
 
 
 def quota_etag(statuses: list[dict]) -> str:
@@ -257,7 +317,8 @@ class QuotaExportApi(APIView):
         teams = QuotaStatusOutput(many=True)
 
     @extend_schema(
-        responses={200: Output, 304: OpenApiResponse(description="Unchanged since the ETag")}
+        parameters=[QuotaQuery],
+        responses={200: Output, 304: OpenApiResponse(description="Unchanged since the ETag")},
     )
     def get(self, request: Request) -> Response:
         body = self.Output({"teams": visible_quota_statuses(request)}).data
@@ -287,10 +348,20 @@ def escape_label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def metric_value(value: Decimal | int | bool) -> str:
+def metric_value(value: Decimal | int | bool | dt.datetime) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
+    if isinstance(value, dt.datetime):
+        return f"{value.timestamp():.0f}"
     return format(Decimal(value), "f")
+
+
+MONEY_ATTRIBUTES = {
+    "allowance_money",
+    "month_to_date_amount",
+    "list_price_estimate",
+    "remaining_money",
+}
 
 
 HOUR = Decimal(3600)
@@ -306,8 +377,36 @@ QUOTA_METRICS = [
         HOUR,
     ),
     ("tandem_quota_allowance_money", "Monthly money allowance.", "allowance_money", 1),
-    ("tandem_quota_used_money", "Money used this month so far.", "used_money", 1),
-    ("tandem_quota_remaining_money", "Money left this month.", "remaining_money", 1),
+    (
+        "tandem_quota_month_to_date_money",
+        "The month so far as its statement will price it (the month-to-date draft).",
+        "month_to_date_amount",
+        1,
+    ),
+    (
+        "tandem_quota_month_to_date_as_of_timestamp_seconds",
+        "End of the data the month-to-date draft priced.",
+        "month_to_date_as_of",
+        1,
+    ),
+    (
+        "tandem_quota_month_to_date_stale",
+        "1 when metering or the book changed since the month-to-date draft was priced.",
+        "month_to_date_stale",
+        1,
+    ),
+    (
+        "tandem_quota_list_price_estimate_money",
+        "GPU time used this month at list rates: no baseline, penalties or credits.",
+        "list_price_estimate",
+        1,
+    ),
+    (
+        "tandem_quota_remaining_money",
+        "Money left this month (allowance less the month-to-date amount, else the estimate).",
+        "remaining_money",
+        1,
+    ),
     ("tandem_quota_over", "1 when the team is over a quota.", "over_quota", 1),
     ("tandem_quota_concurrent_gpus", "GPUs the team may hold at once.", "concurrent_gpu_cap", 1),
     ("tandem_quota_data_lag_seconds", "Seconds since the newest ingested data.", "lag_seconds", 1),
@@ -330,11 +429,23 @@ def quota_metrics_text(statuses: list[QuotaStatus]) -> str:
             if value is None:
                 continue  # no allowance (or no price book): no sample, rather than a fake 0
             labels = f'team="{escape_label(status.team)}",period="{status.period}"'
-            if attribute.endswith("_money") and status.currency:
+            if attribute in MONEY_ATTRIBUTES and status.currency:
                 labels += f',currency="{escape_label(status.currency)}"'
             if factor != 1:
                 value = Decimal(value) * factor
             lines.append(f"{name}{{{labels}}} {metric_value(value)}")
+    name = "tandem_quota_month_to_date_line_money"
+    lines += [
+        f"# HELP {name} The month-to-date draft's statement lines, by kind.",
+        f"# TYPE {name} gauge",
+    ]
+    for status in statuses:
+        for kind, amount in sorted(status.month_to_date_lines.items()):
+            labels = f'team="{escape_label(status.team)}",period="{status.period}"'
+            labels += f',kind="{escape_label(kind)}"'
+            if status.currency:
+                labels += f',currency="{escape_label(status.currency)}"'
+            lines.append(f"{name}{{{labels}}} {metric_value(amount)}")
     name = "tandem_quota_io_cap_operations_per_second"
     lines += [
         f"# HELP {name} I/O operations per second a task kind may use.",
@@ -366,7 +477,7 @@ class QuotaMetricsApi(APIView):
     renderer_classes = [PrometheusTextRenderer]
     content_negotiation_class = TextOnlyNegotiation
 
-    @extend_schema(responses={(200, "text/plain"): OpenApiTypes.STR})
+    @extend_schema(parameters=[QuotaQuery], responses={(200, "text/plain"): OpenApiTypes.STR})
     def get(self, request: Request) -> HttpResponse:
         text = quota_metrics_text(visible_quota_statuses(request))
         return HttpResponse(text, content_type="text/plain; version=0.0.4; charset=utf-8")

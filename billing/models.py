@@ -589,3 +589,45 @@ def validate_io_caps(io_caps: object) -> None:
             raise ValueError(f"io_caps[{kind!r}]: not a number: {cap!r}") from None
         if not value.is_finite() or value < 0:
             raise ValueError(f"io_caps[{kind!r}]: must be a non-negative number, got {cap!r}")
+
+
+class MonthToDateDraft(models.Model):
+    """The current month so far, priced as its close will price it: a cache, not a statement.
+
+    `month_to_date_draft_refresh` writes it (one row per period, replaced in place) after
+    ingestion; `quotas/export` reads it in one query. It prices whatever metering holds from
+    the month's start to `as_of` with the book in force, with no completeness check, so its
+    figures are a draft: nothing refers to it and a close never reads it. `data_version` says
+    which metering state and book it priced; the export compares it with today's to say
+    whether it is stale.
+    """
+
+    period = models.CharField(max_length=7, unique=True)
+    data_version = models.CharField(max_length=200)
+    as_of = models.DateTimeField(help_text="End of the metering data priced (UTC, exclusive)")
+    computed_at = models.DateTimeField()
+    price_book = models.ForeignKey(
+        PriceBook, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    price_book_version = models.PositiveIntegerField(null=True, blank=True)
+    currency = models.CharField(max_length=3, blank=True)
+    scenario_sha256 = models.CharField(max_length=64, blank=True)
+    # {team: {"total": "12.34", "lines": {kind: "1.23", ...}}}, rounded amounts as strings
+    teams = models.JSONField(default=dict, blank=True)
+    # Why the month so far could not be priced (e.g. usage above capacity), else empty.
+    error = models.TextField(blank=True)
+    # Each team's usage sums over the same range, as the export's live figures count them
+    # ({team id: [GPU-seconds, GPU-seconds times rate]}), and what they depend on: a poll
+    # adds only what was ingested after `as_of` while `usage_key` still matches.
+    usage = models.JSONField(default=dict, blank=True)
+    usage_key = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(period__regex=PERIOD_REGEX), name="month_to_date_draft_period"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"month-to-date draft of {self.period} up to {self.as_of:%Y-%m-%dT%H:%MZ}"

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from billing import pricing
 from billing.models import (
+    MonthToDateDraft,
     PeriodClose,
     PeriodScenario,
     PlatformLine,
@@ -254,16 +255,33 @@ def period_window_problems(bounds: PeriodBounds) -> list[WindowProblem]:
 
 # --- Quotas ---------------------------------------------------------------------------
 
+# `remaining_money_basis`: which figure the money allowance is counted against.
+BASIS_MONTH_TO_DATE = "month_to_date_amount"
+BASIS_LIST_PRICE = "list_price_estimate"
+
 
 @dataclass(frozen=True)
 class QuotaStatus:
     """A team's month so far against its quota (what `quotas/export` serves).
 
-    `used_money` applies the book in force's rates to the month's usage rows (pricing.md rule
-    3 without the baseline split): training kinds in off-peak hours at the off-peak rate, all
-    other usage (inference included) at the standard rate. It leaves out SLA penalties,
-    credits and compensation, which are only known at the close. Amounts are rounded to the
-    cent, GPU-hours to two places, both ROUND_HALF_UP.
+    Two money figures, labelled apart:
+
+    - `month_to_date_amount`: the month so far as the engine prices it (pricing.md in full:
+      baseline, usage, SLA penalties and credits, compensation), from the latest
+      month-to-date draft (`MonthToDateDraft`); its lines in `month_to_date_lines`, the end of
+      the data it priced in `month_to_date_as_of`. `month_to_date_stale` says that metering
+      or the book in force changed since it was priced (a refresh is on its way). None while
+      the period has no draft or the draft could not be priced (`month_to_date_error` says
+      why). It is what the statement will say for the same data, less any corrections of
+      earlier months that the close adds.
+    - `list_price_estimate`: the book in force's rates applied to the month's usage rows
+      (pricing.md rule 3 without the baseline split): training kinds in off-peak hours at the
+      off-peak rate, all other usage at the standard rate. Live, but without the baseline,
+      penalties and credits: an inference team's statement is well above it.
+
+    `remaining_money` and the money side of `over_quota` count the draft's amount when there
+    is one, else the list estimate; `remaining_money_basis` names the figure used. Amounts are
+    rounded to the cent, GPU-hours to two places, both ROUND_HALF_UP.
     """
 
     team: str
@@ -272,8 +290,14 @@ class QuotaStatus:
     used_gpu_hours: Decimal
     remaining_gpu_hours: Decimal | None
     allowance_money: Decimal | None
-    used_money: Decimal | None
+    month_to_date_amount: Decimal | None
+    month_to_date_lines: dict[str, Decimal]
+    month_to_date_as_of: dt.datetime | None
+    month_to_date_stale: bool
+    month_to_date_error: str | None
+    list_price_estimate: Decimal | None
     remaining_money: Decimal | None
+    remaining_money_basis: str | None
     currency: str | None
     over_quota: bool
     concurrent_gpu_cap: Decimal | None
@@ -283,33 +307,180 @@ class QuotaStatus:
     price_book_version: int | None
 
 
+@dataclass(frozen=True)
+class MonthToDateState:
+    """What a month-to-date draft of the month containing an instant prices, and its key.
+
+    `end` is where the ingested data of every source ends, within the month (the month's
+    start when nothing of it is ingested yet). `version` changes whenever a draft would
+    price something else: an ingest window of the month done (again), the book in force, a
+    service's objective, the step.
+    """
+
+    bounds: PeriodBounds
+    ingested_until: dt.datetime | None
+    end: dt.datetime
+    book: PriceBook | None
+    version: str
+
+
+def month_to_date_state(at: dt.datetime) -> MonthToDateState:
+    bounds = period_bounds(period_containing(at))
+    as_of = ingested_until(at)
+    end = min(max(as_of, bounds.start), bounds.end) if as_of else bounds.start
+    try:
+        book = price_book_in_force(bounds.first_day)
+    except PriceBookNotFound:
+        book = None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT w.done, w.newest, s.services, s.objectives FROM"
+            " (SELECT count(*) AS done, max(updated) AS newest FROM metering_ingestwindow"
+            '  WHERE status = %s AND start < %s AND "end" > %s) w,'
+            " (SELECT count(*) AS services,"
+            "  coalesce(sum(id::numeric * slo_p99_ms), 0) AS objectives FROM metering_service) s",
+            [IngestWindow.Status.DONE, bounds.end, bounds.start],
+        )
+        done, newest, services, objectives = cursor.fetchone()
+    parts = [
+        bounds.period,
+        f"end {end:%Y-%m-%dT%H:%M:%SZ}",
+        f"windows {done} {newest.timestamp() if newest else '-'}",
+        f"book {book.pk}.{book.version}" if book else "book -",
+        f"services {services} {objectives}",
+        f"step {settings.TANDEM_STEP_SECONDS}",
+    ]
+    return MonthToDateState(bounds, as_of, end, book, "|".join(parts))
+
+
+def month_to_date_draft_of(period: str) -> MonthToDateDraft | None:
+    return MonthToDateDraft.objects.filter(period=period).first()
+
+
 def quota_status(team: Team, at: dt.datetime | None = None) -> QuotaStatus:
     """One team's quota status at `at` (default now)."""
     return quota_statuses(at=at, teams=[team])[0]
 
 
 def quota_statuses(
-    *, at: dt.datetime | None = None, teams: list[Team] | None = None
+    *, at: dt.datetime | None = None, teams: list[Team] | None = None, active_only: bool = False
 ) -> list[QuotaStatus]:
-    """Quota status of `teams` (default: every team with a quota), with one usage query."""
+    """Quota status of `teams` (default: every team with a quota), in their order.
+
+    With `active_only`, only the teams with a quota or with usage this month (ingested, or
+    in the month-to-date draft). A fixed number of queries, and cheap ones while the draft
+    is recent: usage up to the draft's end is read from it (see `_month_usage`).
+    """
     at = at or timezone.now()
     if teams is None:
         teams = [quota.team for quota in Quota.objects.select_related("team")]
     quotas = {quota.team_id: quota for quota in Quota.objects.filter(team__in=teams)}
-    bounds = period_bounds(period_containing(at))
-    as_of = ingested_until(at)
+    state = month_to_date_state(at)
+    as_of = state.ingested_until
     upto = min(as_of, at) if as_of else at
-    try:
-        book = price_book_in_force(bounds.first_day)
-    except PriceBookNotFound:
-        book = None
+    draft = month_to_date_draft_of(state.bounds.period)
+    usage = _month_usage([team.pk for team in teams], state, upto, draft)
+    drafted = set(draft.teams) if draft else set()
+    statuses = []
+    for team in teams:
+        quota = quotas.get(team.pk)
+        if active_only and not (quota or team.pk in usage or team.name in drafted):
+            continue
+        month_to_date = _MonthToDate.of(team.name, draft, state)
+        statuses.append(_quota_status(team, quota, usage.get(team.pk), month_to_date, state, at))
+    return statuses
+
+
+@dataclass(frozen=True)
+class _MonthToDate:
+    amount: Decimal | None
+    lines: dict[str, Decimal]
+    as_of: dt.datetime | None
+    stale: bool
+    error: str | None
+
+    @classmethod
+    def of(cls, team: str, draft: MonthToDateDraft | None, state: MonthToDateState) -> _MonthToDate:
+        if draft is None:
+            return cls(None, {}, None, True, None)
+        stale = draft.data_version != state.version
+        if draft.error:
+            return cls(None, {}, draft.as_of, stale, draft.error)
+        # A team the draft does not name was charged nothing in the data it priced.
+        priced = draft.teams.get(team, {"total": "0.00", "lines": {}})
+        lines = {kind: Decimal(amount) for kind, amount in priced["lines"].items()}
+        return cls(Decimal(priced["total"]), lines, draft.as_of, stale, None)
+
+
+def month_to_date_usage(state: MonthToDateState) -> tuple[dict[str, list], str]:
+    """Every team's usage sums over a draft's range, as the quota status counts them, to be
+    stored with the draft, and the key under which they hold (see `_month_usage`)."""
+    team_ids = list(Team.objects.values_list("pk", flat=True))
     usage = _usage_by_team(
-        team_ids=[team.pk for team in teams], start=bounds.start, end=upto, book=book
+        team_ids=team_ids, start=state.bounds.start, end=state.end, book=state.book
     )
-    return [
-        _quota_status(team, quotas.get(team.pk), bounds.period, usage.get(team.pk), book, as_of, at)
-        for team in teams
-    ]
+    stored = {
+        str(pk): [str(entry.gpu_seconds), _text_or_none(entry.gpu_seconds_times_rate)]
+        for pk, entry in usage.items()
+    }
+    return stored, _usage_key(state.bounds, state.end, state.book)
+
+
+def _usage_key(bounds: PeriodBounds, end: dt.datetime, book: PriceBook | None) -> str:
+    """What usage sums over `[bounds.start, end)` depend on: the book (its rates and peak
+    hours) and the done windows that overlap the range (re-ingesting one moves `updated`)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*), max(updated) FROM metering_ingestwindow"
+            ' WHERE status = %s AND start < %s AND "end" > %s',
+            [IngestWindow.Status.DONE, end, bounds.start],
+        )
+        done, newest = cursor.fetchone()
+    stamp = newest.timestamp() if newest else "-"
+    return f"{end:%Y-%m-%dT%H:%M:%SZ}|book {book.pk if book else '-'}|windows {done} {stamp}"
+
+
+def _month_usage(
+    team_ids: list[int],
+    state: MonthToDateState,
+    upto: dt.datetime,
+    draft: MonthToDateDraft | None,
+) -> dict[int, _TeamUsage]:
+    """The month's usage per team up to `upto`.
+
+    Summing a month of the team-hour rollup costs a poll about a hundred milliseconds at
+    1,000 GPUs, so while the draft's stored sums still hold (same book, no window before its
+    end ingested again since) only what was ingested after the draft's end is summed and
+    added to them: the same numbers. Rows written outside ingestion (a fix in psql, which
+    moves no window) show once the next window makes the draft refresh.
+    """
+    start = state.bounds.start
+    usable = (
+        draft is not None
+        and draft.usage_key
+        and start <= draft.as_of <= upto
+        and draft.usage_key == _usage_key(state.bounds, draft.as_of, state.book)
+    )
+    if not usable:
+        return _usage_by_team(team_ids=team_ids, start=start, end=upto, book=state.book)
+    usage = _usage_by_team(team_ids=team_ids, start=draft.as_of, end=upto, book=state.book)
+    for pk in team_ids:
+        stored = draft.usage.get(str(pk))
+        if stored is None:
+            continue
+        seconds = Decimal(stored[0])
+        times_rate = None if stored[1] is None else Decimal(stored[1])
+        entry = usage.setdefault(
+            pk, _TeamUsage(Decimal(0), None if times_rate is None else Decimal(0))
+        )
+        entry.gpu_seconds += seconds
+        if entry.gpu_seconds_times_rate is not None and times_rate is not None:
+            entry.gpu_seconds_times_rate += times_rate
+    return usage
+
+
+def _text_or_none(value: Decimal | None) -> str | None:
+    return None if value is None else str(value)
 
 
 def ingested_until(at: dt.datetime) -> dt.datetime | None:
@@ -408,34 +579,46 @@ def _usage_by_team(
 def _quota_status(
     team: Team,
     quota: Quota | None,
-    period: str,
     usage: _TeamUsage | None,
-    book: PriceBook | None,
-    as_of: dt.datetime | None,
+    month_to_date: _MonthToDate,
+    state: MonthToDateState,
     at: dt.datetime,
 ) -> QuotaStatus:
+    book, as_of = state.book, state.ingested_until
     gpu_seconds = usage.gpu_seconds if usage else Decimal(0)
     used_gpu_hours = (gpu_seconds / 3600).quantize(HUNDREDTH, ROUND_HALF_UP)
-    used_money = None
+    list_price = None
     if book is not None:
         with localcontext(prec=50):
             money = usage.gpu_seconds_times_rate / 3600 if usage else Decimal(0)
-            used_money = money.quantize(CENT, ROUND_HALF_UP)
+            list_price = money.quantize(CENT, ROUND_HALF_UP)
     allowance_hours = quota.allowance_gpu_hours if quota else None
     allowance_money = quota.allowance_money if quota else None
     remaining_hours = allowance_hours - used_gpu_hours if allowance_hours is not None else None
+    # Count the money allowance against what the statement will say once a draft exists.
+    spent, basis = month_to_date.amount, BASIS_MONTH_TO_DATE
+    if spent is None:
+        spent, basis = list_price, BASIS_LIST_PRICE
     remaining_money = None
-    if allowance_money is not None and used_money is not None:
-        remaining_money = allowance_money - used_money
+    if allowance_money is not None and spent is not None:
+        remaining_money = allowance_money - spent
+    else:
+        basis = None
     return QuotaStatus(
         team=team.name,
-        period=period,
+        period=state.bounds.period,
         allowance_gpu_hours=allowance_hours,
         used_gpu_hours=used_gpu_hours,
         remaining_gpu_hours=remaining_hours,
         allowance_money=allowance_money,
-        used_money=used_money,
+        month_to_date_amount=month_to_date.amount,
+        month_to_date_lines=month_to_date.lines,
+        month_to_date_as_of=month_to_date.as_of,
+        month_to_date_stale=month_to_date.stale,
+        month_to_date_error=month_to_date.error,
+        list_price_estimate=list_price,
         remaining_money=remaining_money,
+        remaining_money_basis=basis,
         currency=book.currency if book else None,
         over_quota=(remaining_hours is not None and remaining_hours < 0)
         or (remaining_money is not None and remaining_money < 0),

@@ -1,14 +1,11 @@
-"""Celery tasks for billing: close a month, and close the previous month once it is complete.
+"""Celery tasks for billing: close a month, close the previous month once it is complete, and
+price the current month so far for the quota export (the month-to-date draft).
 
-Beat entry for config/settings.py (the task itself decides whether anything is due, so an
-hourly run closes the month on day 1 as soon as ingestion has passed the month's end):
-
-    CELERY_BEAT_SCHEDULE = {
-        "billing-close-previous-month": {
-            "task": "billing.tasks.close_previous_month",
-            "schedule": 3600.0,
-        },
-    }
+Beat entries for config/settings.py (see BEAT_SCHEDULE below). `close_previous_month` decides
+itself whether anything is due, so an hourly run closes the month on day 1 as soon as
+ingestion has passed the month's end. `refresh_month_to_date` runs every step; ingestion also
+queues it after every window it writes (metering/tasks.py), and beat catches what ingestion
+does not announce: a newly published book, a new month, windows ingested from the command line.
 """
 
 from __future__ import annotations
@@ -17,10 +14,11 @@ import datetime as dt
 import logging
 
 from celery import shared_task
+from django.conf import settings
 from django.db import OperationalError
 
 from billing.selectors import period_bounds
-from billing.services import period_close, period_close_due
+from billing.services import month_to_date_draft_refresh, period_close, period_close_due
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +26,10 @@ BEAT_SCHEDULE = {
     "billing-close-previous-month": {
         "task": "billing.tasks.close_previous_month",
         "schedule": 3600.0,
+    },
+    "billing-refresh-month-to-date": {
+        "task": "billing.tasks.refresh_month_to_date",
+        "schedule": settings.TANDEM_STEP_SECONDS,
     },
 }
 
@@ -67,3 +69,19 @@ def close_previous_month(now: str | None = None) -> str | None:
         logger.warning("now %r is not an ISO 8601 time; skipped", now)
         return None
     return period_close_due(now=moment)
+
+
+@shared_task(
+    acks_late=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=True,
+    retry_backoff_max=600,
+    max_retries=10,
+)
+def refresh_month_to_date(now: str | None = None) -> str | None:
+    """Price the current month so far for the quota export; safe to run twice (nothing
+    happens when the draft already priced today's data, or another refresh is running).
+    Returns the draft's data version, or None when it skipped."""
+    moment = dt.datetime.fromisoformat(now) if now else None
+    draft = month_to_date_draft_refresh(now=moment)
+    return draft.data_version if draft else None

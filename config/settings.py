@@ -245,6 +245,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "billing.tasks.close_previous_month",
         "schedule": 3600.0,
     },
+    "billing-refresh-month-to-date": {
+        # the quota export's month-to-date draft; ingestion also queues it after each window
+        "task": "billing.tasks.refresh_month_to_date",
+        "schedule": timedelta(seconds=TANDEM_STEP_SECONDS),
+    },
     "reports-monthly-run": {
         "task": "reports.tasks.report_runs_create_due",
         "schedule": 3600.0,

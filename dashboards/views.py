@@ -439,10 +439,16 @@ def team_list(request: HttpRequest) -> HttpResponse:
 
 
 def quota_statuses(teams: list[Team]) -> list[billing_selectors.QuotaStatus]:
-    """This month so far: changes with the data, and when a new month begins."""
+    """This month so far: changes with the data, when a new month begins, and when the
+    month-to-date draft is priced again (which lands after the window that caused it)."""
     this_month = billing_selectors.period_containing(dt.datetime.now(dt.UTC))
+    draft = billing_selectors.month_to_date_draft_of(this_month)
     return remembered(
-        "quota_statuses", lambda: billing_selectors.quota_statuses(teams=teams), teams, this_month
+        "quota_statuses",
+        lambda: billing_selectors.quota_statuses(teams=teams),
+        teams,
+        this_month,
+        draft.computed_at if draft else None,
     )
 
 

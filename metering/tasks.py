@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from celery import shared_task
+from celery import current_app, shared_task
 from django.conf import settings
 
 from metering import services, sources
@@ -41,15 +41,23 @@ BEAT_SCHEDULE = {
 }
 
 
+# After new rows, billing prices the month so far again for the quota export. Queued by name
+# (metering imports nothing from billing) and a little later, so that windows finishing
+# together cost one refresh: a refresh whose data has not changed since does nothing.
+MONTH_TO_DATE_REFRESH = "billing.tasks.refresh_month_to_date"
+
+
 @shared_task(**RETRY_POLICY)
 def ingest_window(window_id: int) -> str:
     """A window that no longer exists (deleted, or a stale message from another database) is
     skipped with one line in the log, not a traceback."""
     try:
-        return services.window_ingest(window_id=window_id).status
+        window = services.window_ingest(window_id=window_id)
     except IngestWindow.DoesNotExist:
         logger.warning("ingest window %s does not exist; skipped", window_id)
         return "skipped"
+    current_app.signature(MONTH_TO_DATE_REFRESH, countdown=30).apply_async()
+    return window.status
 
 
 @shared_task(**RETRY_POLICY)
@@ -64,6 +72,7 @@ def ingest_windows(window_ids: list[int], accept_loss: dict[str, str] | None = N
         logger.warning(
             "ingest windows %s do not exist; skipped", ", ".join(str(pk) for pk in missing)
         )
+    current_app.signature(MONTH_TO_DATE_REFRESH, countdown=30).apply_async()
     return [window.status for window in windows]
 
 

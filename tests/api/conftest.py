@@ -261,6 +261,16 @@ def _current_month(pool: Pool, rng: random.Random) -> None:
         UsageInterval(task=pool.tasks[u.task], interval_start=u.interval, alloc_gpu_seconds=u.alloc)
         for u in rows
     )
+    # Capacity too, so that the month-to-date draft can price the month so far.
+    CapacityInterval.objects.bulk_create(
+        CapacityInterval(
+            source=f.SourceFactory(),
+            interval_start=interval,
+            gpus_present=8,
+            capacity_gpu_seconds=Decimal(2400),
+        )
+        for interval in intervals
+    )
     f.WindowFactory(start=pool.month_start)
     f.QuotaFactory(
         team=pool.teams["alpha"],

@@ -50,6 +50,9 @@ CASES = [
     ("api-statements", {"period": "2026-1"}, "period"),
     ("api-statements", {"period": "%s %(x)s %"}, "period"),  # found by schemathesis: was a 500
     ("api-statements", {"team": "bravo"}, "team"),
+    ("api-quota-export", {"team": "bravo"}, "team"),
+    ("api-quota-export", {"team": "al\x00pha"}, "team"),
+    ("api-quota-export", {"quota_only": "maybe"}, "quota_only"),
 ]
 
 

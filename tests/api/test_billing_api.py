@@ -10,6 +10,9 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from billing.models import PriceBook
+from billing.scenarios import scenario_build, scenario_price
+from billing.services import month_to_date_draft_refresh
 from metering.models import IngestWindow, UsageInterval
 from tests.api import expected
 from tests.api import factories as f
@@ -94,7 +97,7 @@ def expected_quota(pool, team: str) -> dict:
         "team": team,
         "period": f"{now.astimezone(ZONE):%Y-%m}",
         "used_gpu_hours": expected.hours(gpu_seconds),
-        "used_money": str((money / 3600).quantize(Decimal("0.01"), ROUND_HALF_UP)),
+        "list_price_estimate": str((money / 3600).quantize(Decimal("0.01"), ROUND_HALF_UP)),
         "currency": "CNY",
         "as_of": as_of.isoformat().replace("+00:00", "Z"),
         "price_book_version": 1,
@@ -111,11 +114,90 @@ def test_it_exports_each_teams_quota_as_the_records_give(pool, callers):
         assert Decimal(row["used_gpu_hours"]) > 0
     alpha, bravo = teams["alpha"], teams["bravo"]
     assert alpha["remaining_gpu_hours"] == str(Decimal("100.00") - Decimal(alpha["used_gpu_hours"]))
-    assert alpha["remaining_money"] == str(Decimal("1000.00") - Decimal(alpha["used_money"]))
+    # No draft priced yet: the money allowance is counted against the list estimate, and the
+    # draft's fields say there is none.
+    assert alpha["remaining_money"] == str(
+        Decimal("1000.00") - Decimal(alpha["list_price_estimate"])
+    )
+    assert alpha["remaining_money_basis"] == "list_price_estimate"
+    assert (alpha["month_to_date_amount"], alpha["month_to_date_as_of"]) == (None, None)
+    assert alpha["month_to_date_stale"] is True and alpha["month_to_date_lines"] == {}
     assert (alpha["over_quota"], bravo["over_quota"]) == (False, True)
     assert (bravo["allowance_money"], bravo["concurrent_gpu_cap"]) == (None, "16.000")
     assert bravo["io_caps"] == {"training_batch": "5000", "preprocessing": "250.5"}
     assert isinstance(alpha["lag_seconds"], int) and alpha["lag_seconds"] >= 0
+
+
+def engine_totals(start: dt.datetime, end: dt.datetime) -> dict[str, dict]:
+    """Each team's statement lines and total for `[start, end)`, as a close builds and prices
+    that range (the book in force, the same scenario builder and engine)."""
+    book = PriceBook.objects.get(version=1)
+    result = scenario_price(scenario_build(start=start, end=end, price_book=book)).result
+    return {
+        team.team: {
+            "total": str(team.total),
+            "lines": {line.kind: str(line.rounded) for line in team.lines},
+        }
+        for team in result.teams
+    }
+
+
+def exported(client, **query) -> dict[str, dict]:
+    response = client.get(reverse("api-quota-export"), query)
+    assert response.status_code == 200, response.content[:300]
+    return {row["team"]: row for row in response.json()["teams"]}
+
+
+def test_it_exports_the_month_to_date_draft_beside_the_list_estimate(pool, callers):
+    month_to_date_draft_refresh()
+
+    teams = exported(callers["token_quota"].client)
+
+    as_of = dt.datetime.fromisoformat(teams["alpha"]["month_to_date_as_of"])
+    assert as_of == pool.month_start + dt.timedelta(hours=1)  # the month's window
+    priced = engine_totals(pool.month_start, as_of)
+    assert sorted(priced) == ["alpha", "bravo"]
+    for name, wanted in priced.items():
+        row = teams[name]
+        assert row["month_to_date_amount"] == wanted["total"], name
+        assert row["month_to_date_lines"] == wanted["lines"], name
+        assert row["month_to_date_stale"] is False and row["month_to_date_error"] is None
+    alpha = teams["alpha"]  # inference: its statement carries the reserve's baseline
+    assert Decimal(alpha["month_to_date_lines"]["baseline"]) > 0
+    assert alpha["month_to_date_amount"] != alpha["list_price_estimate"]
+    assert alpha["remaining_money_basis"] == "month_to_date_amount"
+    assert alpha["remaining_money"] == str(
+        Decimal("1000.00") - Decimal(alpha["month_to_date_amount"])
+    )
+
+
+def test_it_lists_a_team_with_usage_this_month_and_no_quota(pool, callers):
+    UsageInterval.objects.create(
+        task=pool.tasks["charlie-chat"],
+        interval_start=pool.month_start,
+        alloc_gpu_seconds=Decimal("100"),
+    )
+    month_to_date_draft_refresh()
+    client = callers["token_quota"].client
+
+    teams = exported(client)
+
+    assert sorted(teams) == ["alpha", "bravo", "charlie"]
+    charlie = teams["charlie"]
+    assert charlie["used_gpu_hours"] == "0.03"  # 100 GPU-seconds
+    assert Decimal(charlie["month_to_date_amount"]) > 0
+    for field in (
+        "allowance_gpu_hours",
+        "remaining_gpu_hours",
+        "allowance_money",
+        "remaining_money",
+        "remaining_money_basis",
+        "concurrent_gpu_cap",
+    ):
+        assert charlie[field] is None, field
+    assert charlie["over_quota"] is False and charlie["io_caps"] == {}
+    assert sorted(exported(client, quota_only="true")) == ["alpha", "bravo"]
+    assert sorted(exported(client, team="charlie")) == ["charlie"]
 
 
 def test_it_exports_only_a_team_leads_own_quota(pool, callers):
@@ -144,6 +226,46 @@ def test_it_answers_304_while_the_quota_numbers_stay_the_same(pool, callers):
     assert client.get(reverse("api-quota-export"), HTTP_IF_NONE_MATCH="*").status_code == 304
     stale = client.get(reverse("api-quota-export"), HTTP_IF_NONE_MATCH='W/"something-else"')
     assert stale.status_code == 200
+
+
+def test_it_changes_the_etag_when_the_draft_is_refreshed(pool, callers):
+    client = callers["token_quota"].client
+    url = reverse("api-quota-export")
+    before = client.get(url).headers["ETag"]
+
+    month_to_date_draft_refresh()
+    drafted = client.get(url, HTTP_IF_NONE_MATCH=before)
+
+    assert drafted.status_code == 200 and drafted.headers["ETag"] != before
+    etag = drafted.headers["ETag"]
+    assert client.get(url, HTTP_IF_NONE_MATCH=etag).status_code == 304
+    # New data for the month: the draft is served stale (a new ETag) until a refresh.
+    UsageInterval.objects.filter(
+        task=pool.tasks["bravo-pretrain"], interval_start__gte=pool.month_start
+    ).update(alloc_gpu_seconds=Decimal("1"))
+    IngestWindow.objects.filter(start=pool.month_start).update(updated=timezone.now())
+    stale = client.get(url, HTTP_IF_NONE_MATCH=etag)
+    assert stale.status_code == 200 and stale.headers["ETag"] != etag
+    drafted_bravo = bravo_of(drafted)
+    assert bravo_of(stale)["month_to_date_stale"] is True
+    assert bravo_of(stale)["month_to_date_amount"] == drafted_bravo["month_to_date_amount"]
+    month_to_date_draft_refresh()
+    fresh = client.get(url, HTTP_IF_NONE_MATCH=stale.headers["ETag"])
+    assert fresh.status_code == 200
+    assert bravo_of(fresh)["month_to_date_stale"] is False
+    assert bravo_of(fresh)["month_to_date_amount"] != drafted_bravo["month_to_date_amount"]
+
+
+def bravo_of(response) -> dict:
+    return {row["team"]: row for row in response.json()["teams"]}["bravo"]
+
+
+def test_it_answers_400_naming_a_bad_quota_parameter_in_prometheus_text(pool, callers):
+    response = callers["token_quota"].client.get(
+        reverse("api-quota-metrics"), {"quota_only": "perhaps"}
+    )
+    assert response.status_code == 400
+    assert response.content.decode().startswith('# error: {"quota_only": ')
 
 
 def test_it_changes_the_etag_when_usage_changes(pool, callers):
@@ -178,6 +300,7 @@ def parse_metrics(text: str) -> dict[tuple[str, str], str]:
 
 
 def test_it_serves_the_same_numbers_as_valid_prometheus_text(pool, callers):
+    month_to_date_draft_refresh()
     client = callers["token_quota"].client
     export = {row["team"]: row for row in client.get(reverse("api-quota-export")).json()["teams"]}
     response = client.get(reverse("api-quota-metrics"), HTTP_ACCEPT="application/openmetrics-text")
@@ -192,7 +315,16 @@ def test_it_serves_the_same_numbers_as_valid_prometheus_text(pool, callers):
     for team, row in export.items():
         used_gpu_seconds = Decimal(samples[("tandem_quota_used_gpu_seconds", team)])
         assert used_gpu_seconds == Decimal(row["used_gpu_hours"]) * 3600
-        assert samples[("tandem_quota_used_money", team)] == row["used_money"]
+        estimate = samples[("tandem_quota_list_price_estimate_money", team)]
+        assert estimate == row["list_price_estimate"]
+        assert samples[("tandem_quota_month_to_date_money", team)] == row["month_to_date_amount"]
+        assert samples[("tandem_quota_month_to_date_stale", team)] == "0"
+        as_of = dt.datetime.fromisoformat(row["month_to_date_as_of"])
+        timestamp = samples[("tandem_quota_month_to_date_as_of_timestamp_seconds", team)]
+        assert timestamp == str(int(as_of.timestamp()))
+        for kind, amount in row["month_to_date_lines"].items():
+            labels = f'team="{team}",period="{row["period"]}",kind="{kind}",currency="CNY"'
+            assert f"tandem_quota_month_to_date_line_money{{{labels}}} {amount}\n" in text
         assert samples[("tandem_quota_over", team)] == ("1" if row["over_quota"] else "0")
     assert ("tandem_quota_allowance_money", "bravo") not in samples  # no allowance, no sample
     assert samples[("tandem_quota_io_cap_operations_per_second", "bravo")] in ("5000", "250.5")
@@ -208,3 +340,18 @@ def test_it_escapes_label_values_in_prometheus_text(pool, callers):
         ["promtool", "check", "metrics"], input=text, capture_output=True, text=True
     )
     assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_it_exports_in_a_fixed_number_of_queries(pool, callers, django_assert_num_queries):
+    # What a scheduler polls: the same queries however many teams, and never the pricing.
+    for number in range(5):
+        UsageInterval.objects.create(
+            task=f.TaskFactory(team=f.TeamFactory(name=f"extra{number}"), kind="inference"),
+            interval_start=pool.month_start,
+            alloc_gpu_seconds=Decimal("10"),
+        )
+    month_to_date_draft_refresh()
+    client = callers["token_quota"].client
+    with django_assert_num_queries(9):
+        response = client.get(reverse("api-quota-export"))
+    assert len(response.json()["teams"]) == 7

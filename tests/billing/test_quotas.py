@@ -69,7 +69,7 @@ def test_it_counts_the_month_so_far_like_a_hand_computation(teams):
     # rest (900 s) at 14.374: (7244.4 + 12936.6) / 3600 = 5.605833… → 5.61
     assert status.period == "2026-10"
     assert status.used_gpu_hours == Decimal("0.42")
-    assert status.used_money == Decimal("5.61")
+    assert status.list_price_estimate == Decimal("5.61")
     assert status.remaining_gpu_hours == Decimal("-0.02")
     assert status.remaining_money == Decimal("4.39")
     assert status.over_quota is True
@@ -84,7 +84,7 @@ def test_it_reports_a_team_without_quota_as_never_over(teams):
     status = quota_status(teams["other"], AT)
 
     assert status.used_gpu_hours == Decimal("1.00")
-    assert status.used_money == Decimal("14.37")  # 3600 s at 14.374
+    assert status.list_price_estimate == Decimal("14.37")  # 3600 s at 14.374
     assert status.allowance_gpu_hours is None and status.remaining_gpu_hours is None
     assert status.over_quota is False
 
