@@ -36,18 +36,8 @@ LAST_HOUR = dt.datetime(2026, 10, 31, 15, 30, tzinfo=UTC)  # 23:30 on 31 October
 @pytest.fixture
 def october(pool):
     """The small pool (its October part: 1 October 00:00 to 12:00 local), with every hour of
-    October after it ingested, empty, so a close of October prices the same rows."""
-    IngestWindow.objects.bulk_create(
-        IngestWindow(
-            source=pool.source,
-            start=start,
-            end=start + dt.timedelta(hours=1),
-            status=IngestWindow.Status.DONE,
-            completeness=Decimal(1),
-            first_written=start + dt.timedelta(hours=1),
-        )
-        for start in hours_between(pool.end, OCTOBER_END)
-    )
+    October after it ingested, empty (the pool fixture's), so a close of October prices the
+    same rows."""
     QuotaFactory(team=pool.teams["search"], allowance_money=Decimal("100.00"))
     return pool
 
