@@ -18,6 +18,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from simulator.prometheus import die_with_parent as die_with_parent_process
+from simulator.prometheus import free_port
+
 REDIS_READY_SECONDS = 20
 
 
@@ -63,9 +66,12 @@ class PrivateRedis:
                 self.process.wait()
 
 
-def private_redis_start(var_dir: Path, *, attempts: int = 3) -> PrivateRedis:
+def private_redis_start(
+    var_dir: Path, *, attempts: int = 3, die_with_parent: bool = False
+) -> PrivateRedis:
     """Debian's redis-server for this checkout alone: loopback, a free port, files under
     var/redis, nothing persisted (a restart starts with empty queues, never stale tasks).
+    `die_with_parent`: the kernel stops it when the calling process dies (a test run).
 
     Raises RuntimeError naming the log file when it does not come up."""
     executable = shutil.which("redis-server")
@@ -75,13 +81,14 @@ def private_redis_start(var_dir: Path, *, attempts: int = 3) -> PrivateRedis:
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / "redis.log"
     for _ in range(attempts):  # another process may take the free port before redis binds it
-        port = _free_port()
+        port = free_port()
         process = subprocess.Popen(
             [
                 executable, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(folder),
                 "--save", "", "--appendonly", "no", "--logfile", str(log),
             ],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=die_with_parent_process if die_with_parent else None,
         )  # fmt: skip
         deadline = time.monotonic() + REDIS_READY_SECONDS
         while process.poll() is None and time.monotonic() < deadline:
@@ -90,12 +97,6 @@ def private_redis_start(var_dir: Path, *, attempts: int = 3) -> PrivateRedis:
             time.sleep(0.05)
         PrivateRedis(process=process, port=port).stop()
     raise RuntimeError(f"the demo's redis-server did not start; see {log}")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def filesystem_broker_options(var_dir: Path) -> dict:

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import PrivateRedis
+from config.embedded import private_redis_start
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     folder = Path(tempfile.mkdtemp(prefix="tandem-test-redis-"))
-    redis = PrivateRedis(folder)
+    redis = private_redis_start(folder, die_with_parent=True)
     os.environ["CELERY_BROKER_URL"] = redis.url
     early_config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
     early_config.add_cleanup(redis.stop)

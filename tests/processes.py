@@ -10,15 +10,11 @@ server (or at none).
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import time
-from pathlib import Path
 from urllib.parse import quote, urlencode
 
-from simulator.prometheus import die_with_parent, free_port
+from simulator.prometheus import die_with_parent
 
-__all__ = ["PrivateRedis", "child_environment", "database_url", "die_with_parent", "free_port"]
+__all__ = ["child_environment", "database_url", "die_with_parent"]
 
 # PostgreSQL options that settings.py sets itself in every process; not part of the address.
 SETTINGS_OWN_OPTIONS = {"options"}
@@ -50,60 +46,6 @@ def database_url_of(settings_dict: dict) -> str:
     port = f":{settings_dict['PORT']}" if settings_dict.get("PORT") else ""
     query = f"?{urlencode(options)}" if options else ""
     return f"postgres://{credentials}{host}{port}/{quote(settings_dict['NAME'], safe='')}{query}"
-
-
-class PrivateRedis:
-    """A redis-server of the test session's own on a free loopback port, keeping nothing on
-    disk. The tests never read, write or flush a Redis they did not start."""
-
-    def __init__(self, folder: Path) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        command = [
-            "redis-server",
-            "--port", str(self.port), "--bind", "127.0.0.1",
-            "--save", "", "--appendonly", "no", "--dir", str(folder),
-            "--logfile", str(folder / "redis.log"),
-        ]  # fmt: skip
-        try:
-            self.process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                preexec_fn=die_with_parent,
-            )
-        except FileNotFoundError:
-            raise RuntimeError(
-                "redis-server is not installed: the tests run a Redis of their own "
-                "(`make test` installs Debian's redis-server)"
-            ) from None
-        self._wait_until_ready(folder)
-
-    def _wait_until_ready(self, folder: Path) -> None:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                log = folder / "redis.log"
-                raise RuntimeError(f"redis-server exited: {log.read_text()[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as link:
-                    link.sendall(b"PING\r\n")
-                    if link.recv(16).startswith(b"+PONG"):
-                        return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"redis-server did not answer on port {self.port} within 20 s")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
 
 def child_environment(**overrides: str) -> dict[str, str]:
