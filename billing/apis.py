@@ -155,7 +155,7 @@ class StatementDetailApi(generics.RetrieveAPIView):
 
 @extend_schema_serializer(component_name="PriceBookGpuClass")
 class PriceBookGpuClassOutput(serializers.ModelSerializer):
-    """A GPU class of the book (pricing.md v2); a null share means the book's."""
+    """A GPU class of the book (docs/pricing.md v2); a null share means the book's."""
 
     models = serializers.ListField(child=serializers.CharField())
 

@@ -1,4 +1,4 @@
-"""The default price book (version 1): the example values of pricing.md.
+"""The default price book (version 1): the example values of docs/pricing.md.
 
 Kept in a module of its own, free of models, because the data migration that creates the
 book on a fresh database and the service `price_book_ensure_default` both read it.

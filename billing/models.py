@@ -65,7 +65,7 @@ class PlatformLineName(models.TextChoices):
 
 
 class PriceBook(models.Model):
-    """One version of the prices (pricing.md "Price book"). Published versions never change."""
+    """One version of the prices (docs/pricing.md "Price book"). Published versions never change."""
 
     class Status(models.TextChoices):
         DRAFT = "draft"
@@ -142,7 +142,7 @@ class PriceBook(models.Model):
         return self.status == self.Status.PUBLISHED
 
     def to_scenario_dict(self, gpu_classes: list[PriceBookGpuClass] | None = None) -> dict:
-        """The `price_book` object of a scenario file (pricing.md), amounts as strings.
+        """The `price_book` object of a scenario file (docs/pricing.md), amounts as strings.
 
         `gpu_classes` defaults to the book's stored classes (pass unsaved ones to validate a
         draft before it is stored). A book without classes writes no `gpu_classes` at all:
@@ -171,7 +171,7 @@ class PriceBook(models.Model):
 
 
 class PriceBookGpuClass(models.Model):
-    """A GPU class of a price book version (pricing.md "GPU classes"): the GPU models it
+    """A GPU class of a price book version (docs/pricing.md "GPU classes"): the GPU models it
     takes and their own depreciation, facility share, power and, optionally, reserve share.
 
     Part of its book: editable while the book is a draft, never changed once it is published
@@ -265,7 +265,7 @@ class PriceBookGpuClass(models.Model):
 
 
 def decimal_text(value: Decimal) -> str:
-    """A stored decimal as pricing.md writes it: no padding zeros beyond two places.
+    """A stored decimal as docs/pricing.md writes it: no padding zeros beyond two places.
 
     `Decimal("11.500000")` becomes "11.50", `Decimal("0.820000")` "0.82", so a book stored in
     the database yields the same scenario text (and hash) as the same book typed by hand.
@@ -344,7 +344,7 @@ class PeriodClose(ImmutableModel):
                 condition=models.Q(period__regex=PERIOD_REGEX), name="period_close_period_format"
             ),
             models.CheckConstraint(
-                # Conservation, pricing.md "Rounding": every cent of the pool is accounted for.
+                # Conservation, docs/pricing.md "Rounding": every cent of the pool is accounted for.
                 condition=models.Q(
                     teams_total=models.F("pool_cost")
                     + models.F("pool_cost_corrections")
@@ -481,7 +481,7 @@ class StatementLineTask(ImmutableModel):
 
 
 class PlatformLine(ImmutableModel):
-    """One named part of the platform balance (pricing.md rule 6)."""
+    """One named part of the platform balance (docs/pricing.md rule 6)."""
 
     period_close = models.ForeignKey(
         PeriodClose, on_delete=models.PROTECT, related_name="platform_lines"

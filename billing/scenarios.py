@@ -1,4 +1,4 @@
-"""Build a period's scenario (pricing.md "Scenario files") straight from the metering tables.
+"""Build a period's scenario (docs/pricing.md "Scenario files") straight from the metering tables.
 
 A month of a 1,000-GPU pool is about 4 million usage rows, so usage is read packed per
 interval by PostgreSQL and handed to the engine as its plain `(interval, task, alloc)` tuples,
@@ -13,7 +13,7 @@ source and a name within the period (two namespaces' Jobs `trainer`, or one key'
 two teams after a relabel) are named `<source>/<namespace>/<name>`, then with ` (<team>)`.
 Only the tasks of the period count, so a month's ids never change with later months' tasks.
 
-GPU classes (pricing.md v2): the book's classes travel in `price_book.gpu_classes`, but the
+GPU classes (docs/pricing.md v2): the book's classes travel in `price_book.gpu_classes`, but the
 metering tables do not record GPU models yet, so every capacity, usage and preemption row is
 written without a class (the class `default`, priced with the book's own figures).
 """

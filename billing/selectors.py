@@ -266,7 +266,7 @@ class QuotaStatus:
 
     Two money figures, labelled apart:
 
-    - `month_to_date_amount`: the month so far as the engine prices it (pricing.md in full:
+    - `month_to_date_amount`: the month so far as the engine prices it (docs/pricing.md in full:
       baseline, usage, SLA penalties and credits, compensation), from the latest
       month-to-date draft (`MonthToDateDraft`); its lines in `month_to_date_lines`, the end of
       the data it priced in `month_to_date_as_of`. `month_to_date_stale` says that metering
@@ -275,7 +275,7 @@ class QuotaStatus:
       why). It is what the statement will say for the same data, less any corrections of
       earlier months that the close adds.
     - `list_price_estimate`: the book in force's rates applied to the month's usage rows
-      (pricing.md rule 3 without the baseline split): training kinds in off-peak hours at the
+      (docs/pricing.md rule 3 without the baseline split): training kinds in off-peak hours at the
       off-peak rate, all other usage at the standard rate. Live, but without the baseline,
       penalties and credits: an inference team's statement is well above it.
 

@@ -137,7 +137,7 @@ def price_book_create_draft(
     **prices: object,
 ) -> PriceBook:
     """A new draft version: the fields and GPU classes of `based_on` (default: the newest
-    book, else the defaults of pricing.md, without classes) with `prices` changed, and
+    book, else the defaults of docs/pricing.md, without classes) with `prices` changed, and
     `gpu_classes` instead of the base's classes when given (a list of
     `{name, models, depreciation_per_gpu_hour, facility_per_gpu_hour, gpu_average_power_kw,
     reserved_inference_share?}`). Amounts are Decimals, ints or decimal strings; floats are
@@ -246,7 +246,7 @@ def price_book_publish(*, price_book_id: int, now: dt.datetime | None = None) ->
 
 
 def price_book_ensure_default() -> PriceBook | None:
-    """Create the published default book v1 (pricing.md's example) when there is no book."""
+    """Create the published default book v1 (docs/pricing.md's example) when there is no book."""
     with transaction.atomic():
         _lock(PERIOD_CLOSE_LOCK + 1)
         if PriceBook.objects.exists():
@@ -257,7 +257,7 @@ def price_book_ensure_default() -> PriceBook | None:
             status=PriceBook.Status.PUBLISHED,
             published_at=timezone.now(),
             timezone=settings.TANDEM_TIMEZONE,
-            notes="Default book: the example values of pricing.md.",
+            notes="Default book: the example values of docs/pricing.md.",
             **_coerced(DEFAULT_PRICE_BOOK),
         )
 

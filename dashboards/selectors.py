@@ -67,7 +67,7 @@ from reports.models import ReportFile, ReportRun
 ZERO = Decimal(0)
 GIB = Decimal(1024**3)
 MIB = Decimal(1024**2)
-DEFAULT_SLA_MIN_REQUESTS = 100  # pricing.md's example book, when no book is in force
+DEFAULT_SLA_MIN_REQUESTS = 100  # docs/pricing.md's example book, when no book is in force
 DEFAULT_PEAK_HOURS = (9, 22)
 
 
@@ -459,7 +459,7 @@ def service_intervals(
     *, service: Service, start: dt.datetime, end: dt.datetime, min_requests: int
 ) -> list[dict]:
     """P99 per interval (stored at ingest from that interval's own buckets) and whether it
-    breached its SLO (pricing.md rule 4, decided in SQL). Rows written without a stored P99
+    breached its SLO (docs/pricing.md rule 4, decided in SQL). Rows written without a stored P99
     (raw SQL loads) get it from their buckets, in one more query.
 
     NULL P99s make the SQL test NULL, read as not breached: no quantile, no breach."""
@@ -539,7 +539,7 @@ def sla_money(*, teams: QuerySet[Team], periods: list[str]) -> list[dict]:
 
 
 def breaches(*, services: list[Service], start: dt.datetime, end: dt.datetime) -> list[SlaBreach]:
-    """Breaches as the closes recorded them (pricing.md rule 4), for the given services."""
+    """Breaches as the closes recorded them (docs/pricing.md rule 4), for the given services."""
     return list(
         SlaBreach.objects.filter(
             service__in=services, interval_start__gte=start, interval_start__lt=end

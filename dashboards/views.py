@@ -936,7 +936,7 @@ def price_books(request: HttpRequest) -> HttpResponse:
                 "offpeak": offpeak,
                 "peak": hours_label(book.peak_hours),
                 "in_force": book == in_force,
-                # pricing.md v2: each listed class with its own rates (the book's own
+                # docs/pricing.md v2: each listed class with its own rates (the book's own
                 # figures above are the class `default`).
                 "classes": [
                     {

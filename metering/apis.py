@@ -188,7 +188,7 @@ def amount_field(places: int, **kwargs) -> serializers.DecimalField:
 
 
 class GpuHoursField(serializers.DecimalField):
-    """GPU-seconds shown as GPU-hours, rounded half up to 2 places (pricing.md "Rounding")."""
+    """GPU-seconds shown as GPU-hours, rounded half up to 2 places (docs/pricing.md "Rounding")."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(

@@ -1,7 +1,7 @@
 """Explain a charge: for one statement line, the tasks behind it, the metered intervals that
 made their share, and the PromQL and time range those intervals were read with.
 
-Which intervals belong to a line follows pricing.md: the baseline and inference usage come
+Which intervals belong to a line follows docs/pricing.md: the baseline and inference usage come
 from every interval of inference tasks; training usage at the standard rate from peak
 intervals, at the off-peak rate from off-peak intervals; an SLA penalty from the penalized
 breach intervals; compensation from the task's preemptions. A correction line is explained by
@@ -10,7 +10,7 @@ the month it corrects.
 The PromQL is what the ingest windows recorded when they ran (IngestWindow.queries); for
 windows that recorded none, the meter's query is rebuilt from the source's mapping.
 `query_range` names the evaluation times: a value at T covers the interval (T - step, T] and
-is stored under T - step (telemetry.md), so the range runs from the first interval's end to
+is stored under T - step (docs/telemetry.md), so the range runs from the first interval's end to
 the last one's.
 """
 

@@ -6,7 +6,7 @@ the same way, and tests can check the arithmetic on hand-made inputs.
 
 - Effective utilization = busy GPU-seconds / capacity GPU-seconds.
 - P99 of a service over a period comes from the period's *merged* histogram buckets (bucket
-  increments summed per `le`), with Prometheus' `histogram_quantile` semantics (pricing.md,
+  increments summed per `le`), with Prometheus' `histogram_quantile` semantics (docs/pricing.md,
   rule 4). Averaging per-interval P99s is wrong and never done.
 - Mean wait = mean of per-pod waits (one per scheduling attempt) whose pod was scheduled in the
   period, per task kind and overall (a mean of all waits, not a mean of the kinds' means).
@@ -157,7 +157,7 @@ def request_count(buckets: Buckets) -> Decimal:
 
 
 def interval_breached(buckets: Buckets, *, slo_p99_ms: int, min_requests: int) -> bool:
-    """pricing.md rule 4: enough requests, and the interval's own P99 above the SLO."""
+    """docs/pricing.md rule 4: enough requests, and the interval's own P99 above the SLO."""
     if request_count(buckets) < min_requests:
         return False
     p99 = histogram_quantile(P99, buckets)

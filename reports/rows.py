@@ -375,7 +375,7 @@ class ReportPage:
 
     @property
     def reconciles(self) -> bool:
-        """pricing.md: round(C) = Σ team totals + platform balance, to the cent."""
+        """docs/pricing.md: round(C) = Σ team totals + platform balance, to the cent."""
         return self.teams_total + self.platform_total == self.pool_cost_with_corrections
 
     @property

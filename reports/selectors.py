@@ -37,7 +37,7 @@ from metering.selectors import capacity_parts, range_split, team_usage_parts, us
 from metering.services import latency_p99
 from reports import health
 
-# pricing.md's example book: used when no price book is in force for the period.
+# docs/pricing.md's example book: used when no price book is in force for the period.
 DEFAULT_SLA_MIN_REQUESTS = 100
 DEFAULT_LOST_WORK_CAP_SECONDS = 1800
 
@@ -59,7 +59,7 @@ class PriceBookTerms:
 
 
 def price_book_terms(at: dt.datetime) -> PriceBookTerms:
-    """Terms of the book in force at `at`, or pricing.md's example values without one."""
+    """Terms of the book in force at `at`, or docs/pricing.md's example values without one."""
     try:
         book = price_book_in_force(at)
     except PriceBookNotFound:
@@ -106,7 +106,7 @@ def service_latencies(
     """Every key service (also those without traffic in the range), P99 from merged buckets.
 
     Three queries whatever the range, none of which sends an interval's buckets to Python:
-    intervals and breaches are counted in SQL on the P99 stored at ingest (pricing.md rule 4:
+    intervals and breaches are counted in SQL on the P99 stored at ingest (docs/pricing.md rule 4:
     enough requests and the interval's own P99 above the objective), and the buckets are
     summed in SQL per service and bound, leaving one quantile per service for Python. Rows
     written without a stored P99 (raw SQL loads) are judged from their buckets instead, one

@@ -3,7 +3,7 @@ simulator's OpenMetrics with `promtool`, then run `prometheus` on it on a loopba
 
 Back-filled blocks carry no staleness markers, so Prometheus runs with `--query.lookback-delta`
 just under the scrape interval: a series then ends where its samples end, as it would under
-live scraping (telemetry.md, "Series end").
+live scraping (docs/telemetry.md, "Series end").
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The work on the pool: tasks (a Job, a notebook, an inference service), their pods, and the
 kube-state-metrics series each pod carries.
 
-Identity follows telemetry.md: task = pod label `task` if present, else the owner's name; team =
-pod label `team` if present, else the namespace (namespaces are named after teams, so both agree).
+Identity follows docs/telemetry.md: task = pod label `task` if present, else the owner's name;
+team = pod label `team` if present, else the namespace (namespaces are named after teams, so both
+agree).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Triggers, not only model guards: a raw SQL UPDATE, another service or a manual fix in psql
 must not be able to edit what finance has been given. TRUNCATE is left alone (test database
 flushes), and draft price books stay editable. Also creates the default price book v1
-(pricing.md's example values) when the database has none, so a fresh install can close a month.
+(docs/pricing.md's example values) when the database has none, so a fresh install can close a month.
 """
 
 from django.conf import settings
@@ -76,7 +76,7 @@ def create_default_price_book(apps, schema_editor) -> None:
         status="published",
         published_at=timezone.now(),
         timezone=settings.TANDEM_TIMEZONE,
-        notes="Default book: the example values of pricing.md.",
+        notes="Default book: the example values of docs/pricing.md.",
         **DEFAULT_PRICE_BOOK,
     )
 

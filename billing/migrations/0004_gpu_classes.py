@@ -1,4 +1,4 @@
-"""GPU classes of a price book (pricing.md version 2), immutable with their published book.
+"""GPU classes of a price book (docs/pricing.md version 2), immutable with their published book.
 
 Triggers refuse any insert, update or delete of a class whose book (before or after the
 change) is published, as migration 0002 does for the book itself, and (at commit) a GPU

@@ -1,11 +1,11 @@
-"""The pricing engine: pricing.md version 2, to the cent, in plain Python.
+"""The pricing engine: docs/pricing.md version 2, to the cent, in plain Python.
 
 Design
 ------
 - **Pure.** Standard library only: no Django, no database, no clock, no network. The same
   scenario gives the same result on any machine at any time.
 - **Input** is a `Scenario` of frozen dataclasses (`scenario_from_dict` reads the JSON of
-  pricing.md "Scenario files"). A Scenario validates itself when built and groups usage by
+  docs/pricing.md "Scenario files"). A Scenario validates itself when built and groups usage by
   interval once; usage rows stay plain `(interval, task, alloc)` tuples because a month of a
   1,000-GPU pool has millions of them.
 - **Arithmetic** is `Decimal` only (a float raises TypeError) in a pinned context of 60
@@ -24,7 +24,7 @@ Design
   penalty, SLA credit, compensation) each with quantity, rate, unrounded and rounded amount,
   a plain-English description and the per-task contributions; the platform balance and its
   named lines; the SLA breaches; the rates and their derivation. `result_to_dict` gives the
-  JSON of pricing.md; `scenario_hash` pins a statement to its exact input.
+  JSON of docs/pricing.md; `scenario_hash` pins a statement to its exact input.
 
 Modules: `model` (input), `engine` (rules), `quantile` (Prometheus' histogram_quantile),
 `result` (output), `output` (JSON), `parsing` (scenario files, canonical JSON), `money`

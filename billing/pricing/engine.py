@@ -1,4 +1,4 @@
-"""The pricing rules of pricing.md, version 2 (GPU classes, preemptions across periods),
+"""The pricing rules of docs/pricing.md, version 2 (GPU classes, preemptions across periods),
 applied to one validated scenario. A scenario with one class and no earlier preemptions
 prices exactly as version 1."""
 
@@ -54,7 +54,7 @@ CLASSED_LINE_KINDS = ("baseline", "standard", "offpeak", "compensation")
 
 
 def price(scenario: Scenario) -> PricingResult:
-    """Price a scenario by pricing.md version 2 and return every figure a statement needs.
+    """Price a scenario by docs/pricing.md version 2 and return every figure a statement needs.
 
     Included: pool cost, the reserved inference baseline, usage at the standard and off-peak
     rates, SLA penalties and credits, starvation compensation, and the platform balance with

@@ -1,4 +1,4 @@
-"""The engine's input: a scenario (pricing.md "Scenario files") as frozen dataclasses.
+"""The engine's input: a scenario (docs/pricing.md "Scenario files") as frozen dataclasses.
 
 A `Scenario` validates itself when it is built, so a scenario that exists is one the engine can
 price: every error names the offending record (`usage[12]: unknown task 'x'`). Amounts and
@@ -17,7 +17,7 @@ from billing.pricing.money import ZERO
 from billing.pricing.times import format_instant, format_interval, zone
 
 INFERENCE = "inference"
-# The class every GPU belongs to unless a class of the book names its model (pricing.md v2).
+# The class every GPU belongs to unless a class of the book names its model (docs/pricing.md v2).
 DEFAULT_CLASS = "default"
 TASK_KINDS = ("inference", "training_interactive", "training_batch", "preprocessing")
 TRAINING_KINDS = frozenset(TASK_KINDS[1:])
@@ -55,7 +55,7 @@ def _check_text(name: str, value: object) -> None:
 
 @dataclass(frozen=True, slots=True)
 class GpuClass:
-    """A GPU class of a price book (pricing.md "GPU classes"): its own hardware figures.
+    """A GPU class of a price book (docs/pricing.md "GPU classes"): its own hardware figures.
 
     `reserved_inference_share` None means the book's share. The tariff, peak hours and the
     SLA and starvation figures are the book's, shared by every class.
@@ -105,7 +105,7 @@ class ClassFigures(NamedTuple):
 
 
 def _check_classes(classes: object) -> None:
-    """Unique names, and no model name in two classes (pricing.md "GPU classes")."""
+    """Unique names, and no model name in two classes (docs/pricing.md "GPU classes")."""
     if not isinstance(classes, tuple):
         raise ScenarioError(f"gpu_classes must be a tuple of GpuClass, got {classes!r}")
     names: set[str] = set()
@@ -127,7 +127,7 @@ def _check_classes(classes: object) -> None:
 
 @dataclass(frozen=True, slots=True)
 class PriceBook:
-    """One price book version (pricing.md "Price book"); rates are per GPU-hour."""
+    """One price book version (docs/pricing.md "Price book"); rates are per GPU-hour."""
 
     currency: str
     timezone: str
@@ -459,7 +459,7 @@ def _index_usage(
     capacity: dict[str, dict[int, Decimal]],
     known: tuple[str, ...],
 ) -> dict[str, dict[int, dict[str, Decimal]]]:
-    """Group usage by class and interval, refusing what pricing.md cannot price.
+    """Group usage by class and interval, refusing what docs/pricing.md cannot price.
 
     A row's class must have a capacity record in its interval, and the interval's
     allocations over all classes must fit its capacity over all classes (a task may run on

@@ -1,4 +1,4 @@
-"""The result as the JSON of pricing.md (and worked-example/expected.json)."""
+"""The result as the JSON of docs/pricing.md (and worked-example/expected.json)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scenario files (pricing.md "Scenario files") to and from the engine's dataclasses.
+"""Scenario files (docs/pricing.md "Scenario files") to and from the engine's dataclasses.
 
 `scenario_from_dict` refuses a bad scenario with a `ScenarioError` naming the record
 (`usage[12]: unknown task 'x'`). Price-book amounts must be strings or ints (a JSON float
@@ -67,7 +67,7 @@ class _FieldError(Exception):
 
 
 def scenario_from_dict(data: dict) -> Scenario:
-    """Parse and validate a scenario (the JSON object of pricing.md "Scenario files").
+    """Parse and validate a scenario (the JSON object of docs/pricing.md "Scenario files").
 
     `step_seconds` defaults to 300; `services`, `latency` and `preemptions` may be absent;
     so may the version-2 fields: the book's `gpu_classes`, a task's `preemptions_before` (0)
@@ -227,7 +227,7 @@ def _price_book(book: Any) -> PriceBook:
 
 
 def _gpu_class(row: dict) -> GpuClass:
-    """A class of the book (pricing.md "GPU classes"); its amounts are money: no floats."""
+    """A class of the book (docs/pricing.md "GPU classes"); its amounts are money: no floats."""
     name = _text("name", _field(row, "name", CLASS_FIELDS))
     models = _field(row, "models")
     if not isinstance(models, list):

@@ -35,7 +35,7 @@ class Rates:
     standard_per_gpu_hour: Decimal  # R = D + F + E * W
     offpeak_training_per_gpu_hour: Decimal  # R_off = D + E * W
     derivation: str
-    gpu_class: str = DEFAULT_CLASS  # the class these rates price (pricing.md v2)
+    gpu_class: str = DEFAULT_CLASS  # the class these rates price (docs/pricing.md v2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +80,7 @@ class Line:
     breached_intervals: Decimal | None = None
     rate_per_interval: Decimal | None = None
     contributions: tuple[Contribution, ...] = ()
-    # GPU-time lines: each class's part, by class name (pricing.md v2); sums to the line.
+    # GPU-time lines: each class's part, by class name (docs/pricing.md v2); sums to the line.
     by_class: tuple[ClassPart, ...] = ()
 
     @property

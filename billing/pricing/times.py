@@ -31,7 +31,7 @@ def epoch_seconds(moment: dt.datetime) -> int:
 
 
 def format_interval(epoch: int) -> str:
-    """An interval start as pricing.md writes it: `2026-10-01T01:00:00Z`."""
+    """An interval start as docs/pricing.md writes it: `2026-10-01T01:00:00Z`."""
     return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

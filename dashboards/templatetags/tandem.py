@@ -52,7 +52,7 @@ def number(value: object, places: int = 2) -> str:
 
 @register.filter
 def gpu_hours(gpu_seconds: object) -> str:
-    """GPU-seconds shown as GPU-hours, two places (pricing.md: quantities to 2 places)."""
+    """GPU-seconds shown as GPU-hours, two places (docs/pricing.md: quantities to 2 places)."""
     seconds = _decimal(gpu_seconds)
     return DASH if seconds is None else number(seconds / 3600, 2)
 

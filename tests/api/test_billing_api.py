@@ -18,7 +18,7 @@ from tests.api import expected
 from tests.api import factories as f
 from tests.api.conftest import ZONE
 
-# The default price book (pricing.md's example): R = D + F + E*W, R_off = D + E*W.
+# The default price book (docs/pricing.md's example): R = D + F + E*W, R_off = D + E*W.
 STANDARD = Decimal("11.50") + Decimal("2.30") + Decimal("0.82") * Decimal("0.70")
 OFFPEAK = Decimal("11.50") + Decimal("0.82") * Decimal("0.70")
 TRAINING = ("training_interactive", "training_batch", "preprocessing")

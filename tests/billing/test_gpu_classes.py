@@ -53,7 +53,7 @@ def drafted(*classes: dict, **changes) -> PriceBook:
 def test_it_drafts_a_book_with_classes_and_writes_them_into_its_scenario(default_book):
     book = drafted(L40S, H100)
 
-    # By name, amounts as pricing.md writes them; the worked example's classes exactly.
+    # By name, amounts as docs/pricing.md writes them; the worked example's classes exactly.
     assert book.to_scenario_dict()["gpu_classes"] == [H100, L40S]
     assert [item.name for item in engine_price_book(book).gpu_classes] == ["H100", "L40S"]
     assert rates_per_gpu_class(book) == {

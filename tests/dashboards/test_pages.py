@@ -297,7 +297,7 @@ def test_it_shows_a_task_with_its_preemptions_and_charges(client, people) -> Non
 def test_it_shows_derived_rates_of_each_price_book(client, people, draft_book) -> None:
     client.force_login(people.vision_lead)
     html = client.get(reverse("dashboards:price_books")).content.decode()
-    # pricing.md's example book: R = 11.50 + 2.30 + 0.82 x 0.70 = 14.374; R_off = 12.074.
+    # docs/pricing.md's example book: R = 11.50 + 2.30 + 0.82 x 0.70 = 14.374; R_off = 12.074.
     assert "14.3740" in html and "12.0740" in html
     # The draft: 9.50 + 2.30 + 0.574 = 12.374.
     assert "12.3740" in html

@@ -1,6 +1,6 @@
-"""Small scenario dicts for the pricing tests (pricing.md "Scenario files").
+"""Small scenario dicts for the pricing tests (docs/pricing.md "Scenario files").
 
-The book is pricing.md's example: R = 14.3740, R_off = 12.0740 CNY per GPU-hour, 30% reserved
+The book is docs/pricing.md's example: R = 14.3740, R_off = 12.0740 CNY per GPU-hour, 30% reserved
 for inference, peak 09:00-22:00 Asia/Shanghai (UTC+8), X = 20.00, M = 100, N = 3, cap 1800 s.
 One interval of 10 GPUs is 3,000 GPU-seconds, so C = 11.978333... per full interval.
 """

@@ -39,7 +39,7 @@ def billed(output: dict) -> dict:
 
 
 def team(total: str, lines: dict, hours: dict | None = None) -> dict:
-    # A book without GPU classes prices everything in the `default` class (pricing.md v2).
+    # A book without GPU classes prices everything in the `default` class (docs/pricing.md v2).
     return {
         "lines": lines,
         "quantities_gpu_hours": hours or {},

@@ -1,4 +1,4 @@
-"""The worked example of pricing.md reproduces exactly, through the engine and the command."""
+"""The worked example of docs/pricing.md reproduces exactly, through the engine and the command."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from billing.pricing import ScenarioError, price, result_to_dict, scenario_from_
 
 
 class Command(BaseCommand):
-    help = "Price a scenario file (pricing.md) with the pricing engine and print the result."
+    help = "Price a scenario file (docs/pricing.md) with the pricing engine and print the result."
     # Pure computation on a file: no database, URLs or models to check first.
     requires_system_checks: list[str] = []
 
