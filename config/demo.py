@@ -38,10 +38,11 @@ from config.embedded import (  # noqa: E402
     PrivateRedis,
     embedded_defaults_ensure,
     private_redis_start,
+    var_dir_from_environment,
 )
 from simulator.config import PoolConfig, previous_calendar_month  # noqa: E402
 
-VAR = Path(os.environ.get("TANDEM_VAR_DIR", REPO / "var"))
+VAR = var_dir_from_environment()
 PYTHON = sys.executable
 # Small enough to come up in minutes on a busy 2-core machine with two months: 8 GPUs at a
 # 150 s scrape write a third of the samples of 16 GPUs at 60 s, with every page still drawn

@@ -19,7 +19,6 @@ from django.core.exceptions import ImproperlyConfigured
 
 from config import embedded
 
-BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = embedded.var_dir_from_environment()
 
 
