@@ -110,7 +110,7 @@ def price_book_in_force(at: dt.date | dt.datetime) -> PriceBook:
 
 
 def min_completeness() -> Decimal:
-    return Decimal(str(getattr(settings, "TANDEM_MIN_COMPLETENESS", DEFAULT_MIN_COMPLETENESS)))
+    return settings.TANDEM_MIN_COMPLETENESS
 
 
 @dataclass(frozen=True)

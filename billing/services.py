@@ -979,7 +979,7 @@ def period_close_due(*, now: dt.datetime | None = None) -> str | None:
     if PeriodClose.objects.filter(period=period).exists():
         return None
     bounds = period_bounds(period)
-    lag = dt.timedelta(seconds=getattr(settings, "TANDEM_INGEST_LAG_SECONDS", 60))
+    lag = dt.timedelta(seconds=settings.TANDEM_INGEST_LAG_SECONDS)
     if now < bounds.end + lag:
         return None
     ingested = ingested_until(now)

@@ -1,7 +1,7 @@
 """Celery tasks for billing: close a month, close the previous month once it is complete, and
 price the current month so far for the quota export (the month-to-date draft).
 
-Beat entries for config/settings.py (see BEAT_SCHEDULE below). `close_previous_month` decides
+Beat runs both (CELERY_BEAT_SCHEDULE in config/settings.py). `close_previous_month` decides
 itself whether anything is due, so an hourly run closes the month on day 1 as soon as
 ingestion has passed the month's end. `refresh_month_to_date` runs every step; ingestion also
 queues it after every window it writes (metering/tasks.py), and beat catches what ingestion
@@ -14,24 +14,12 @@ import datetime as dt
 import logging
 
 from celery import shared_task
-from django.conf import settings
 from django.db import OperationalError
 
 from billing.selectors import period_bounds
 from billing.services import month_to_date_draft_refresh, period_close, period_close_due
 
 logger = logging.getLogger(__name__)
-
-BEAT_SCHEDULE = {
-    "billing-close-previous-month": {
-        "task": "billing.tasks.close_previous_month",
-        "schedule": 3600.0,
-    },
-    "billing-refresh-month-to-date": {
-        "task": "billing.tasks.refresh_month_to_date",
-        "schedule": settings.TANDEM_STEP_SECONDS,
-    },
-}
 
 
 @shared_task(

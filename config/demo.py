@@ -34,10 +34,15 @@ from zoneinfo import ZoneInfo
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from config.embedded import PrivateRedis, private_redis_start  # noqa: E402
+from config.embedded import (  # noqa: E402
+    PrivateRedis,
+    embedded_defaults_ensure,
+    private_redis_start,
+    var_dir_from_environment,
+)
 from simulator.config import PoolConfig, previous_calendar_month  # noqa: E402
 
-VAR = Path(os.environ.get("TANDEM_VAR_DIR", REPO / "var"))
+VAR = var_dir_from_environment()
 PYTHON = sys.executable
 # Small enough to come up in minutes on a busy 2-core machine with two months: 8 GPUs at a
 # 150 s scrape write a third of the samples of 16 GPUs at 60 s, with every page still drawn
@@ -116,10 +121,10 @@ def demo_environment() -> dict[str, str]:
     env["TANDEM_SCRAPE_INTERVAL_SECONDS"] = str(DEMO_SCRAPE_SECONDS)
     env["TANDEM_STEP_SECONDS"] = str(DEMO_STEP_SECONDS)
     if not env.get("DATABASE_URL"):
-        from config.embedded import embedded_database_url
-
         say("starting the embedded PostgreSQL under var/pgdata")
-        env["DATABASE_URL"] = embedded_database_url(VAR)
+    # Settings start and write nothing: the database and the key are the entry point's to give.
+    embedded_defaults_ensure(VAR)
+    env["DATABASE_URL"] = os.environ["DATABASE_URL"]
     return env
 
 

@@ -1,7 +1,9 @@
 """Embedded defaults for a machine with nothing configured.
 
-`make demo` must run on a fresh machine: with no DATABASE_URL we start a private PostgreSQL
-(the `pgserver` package) under var/, and with no CELERY_BROKER_URL Celery uses its filesystem
+`make demo` must run on a fresh machine: with no DATABASE_URL the entry points (manage.py,
+`celery -A config`, config.wsgi, the demo, the test plugin) start a private PostgreSQL (the
+`pgserver` package) under var/ before Django reads its settings, which only read the
+environment and start nothing; with no CELERY_BROKER_URL Celery uses its filesystem
 transport under var/. The demo starts a Redis of its own (`private_redis_start`) and hands its
 URL to its worker and beat: a Redis that happens to answer on the machine belongs to someone
 else, whose queues we must never read or flush. Production always sets both variables.
@@ -22,6 +24,32 @@ from simulator.prometheus import die_with_parent as die_with_parent_process
 from simulator.prometheus import free_port
 
 REDIS_READY_SECONDS = 20
+
+
+def var_dir_from_environment() -> Path:
+    """Where a checkout keeps its files: TANDEM_VAR_DIR, else var/ beside the code."""
+    return Path(os.environ.get("TANDEM_VAR_DIR", Path(__file__).resolve().parent.parent / "var"))
+
+
+def embedded_defaults_ensure(var_dir: Path | None = None) -> None:
+    """What an entry point calls before Django reads its settings: a DATABASE_URL (the
+    embedded PostgreSQL when none is set) and, without SECRET_KEY, a key kept in var/ so
+    sessions survive restarts. Settings themselves start nothing and write nothing."""
+    var_dir = var_dir or var_dir_from_environment()
+    database_url_ensure(var_dir)
+    if not os.environ.get("SECRET_KEY"):
+        demo_secret_key(var_dir)
+
+
+def database_url_ensure(var_dir: Path) -> str:
+    """The environment's DATABASE_URL; without one, the embedded PostgreSQL under
+    var/pgdata is started (or joined: pgserver shares one server per data directory between
+    processes) and its URL set in the environment, for settings and for child processes."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url:
+        url = embedded_database_url(var_dir)
+        os.environ["DATABASE_URL"] = url
+    return url
 
 
 def embedded_database_url(var_dir: Path) -> str:
@@ -111,10 +139,20 @@ def filesystem_broker_options(var_dir: Path) -> dict:
 
 
 def demo_secret_key(var_dir: Path) -> str:
-    """A key generated once into var/, so sessions survive restarts of the demo."""
+    """A key generated once into var/, so sessions survive restarts of the demo. Only entry
+    points call it; settings read the file with `demo_secret_key_read`."""
     path = var_dir / "secret_key"
     if not path.exists():
         var_dir.mkdir(parents=True, exist_ok=True)
         path.write_text(secrets.token_urlsafe(50))
         path.chmod(0o600)
     return path.read_text().strip()
+
+
+def demo_secret_key_read(var_dir: Path) -> str:
+    """The key an entry point generated into var/, or "" when there is none (settings read
+    it and never write it)."""
+    try:
+        return (var_dir / "secret_key").read_text().strip()
+    except FileNotFoundError:
+        return ""

@@ -7,6 +7,7 @@ variable; the defaults are those of the demo (`make demo`).
 from __future__ import annotations
 
 import os
+import secrets
 from datetime import timedelta
 from decimal import Decimal
 from ipaddress import IPv4Network, IPv6Network, ip_network
@@ -18,8 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from config import embedded
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("TANDEM_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR = embedded.var_dir_from_environment()
 
 
 def env_bool(name: str, default: bool) -> bool:
@@ -64,7 +64,10 @@ SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY must be set when TANDEM_DEBUG is off")
-    SECRET_KEY = embedded.demo_secret_key(VAR_DIR)
+    # The key the entry points (manage.py, celery, wsgi, the demo) keep in var/; a process
+    # started otherwise (a bare django.setup()) gets one of its own, since importing settings
+    # writes nothing.
+    SECRET_KEY = embedded.demo_secret_key_read(VAR_DIR) or secrets.token_urlsafe(50)
 
 ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
 
@@ -116,9 +119,15 @@ TEMPLATES = [
 ]
 
 # --- Database -------------------------------------------------------------------------
+# Read, never started here: manage.py, `celery -A config`, config.wsgi, the demo and the test
+# plugin start the embedded PostgreSQL and set DATABASE_URL before Django reads this module.
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
 if not DATABASE_URL:
-    DATABASE_URL = embedded.embedded_database_url(VAR_DIR)
+    raise ImproperlyConfigured(
+        "DATABASE_URL is not set: set it to a postgres:// URL, or start Tandem through"
+        " manage.py, `celery -A config`, config.wsgi or `make demo`, which start an embedded"
+        " PostgreSQL under var/pgdata when DATABASE_URL is unset"
+    )
 try:
     # Persistent connections, checked at the first query of each request: after PostgreSQL
     # drops them (a restart, a failover, an idle timeout) that request reconnects instead of

@@ -75,14 +75,14 @@ def source_default_ensure() -> Source | None:
     PROMETHEUS_URL defines it: when the variable names another address (Prometheus moved, or
     the demo started its Prometheus on another free port), the source follows, and the audit
     log records the change. Its other settings (auth, mapping) stay as the admin left them."""
-    url = getattr(settings, "PROMETHEUS_URL", "")
+    url = settings.PROMETHEUS_URL
     if not url:
         return Source.objects.filter(name="default").first()
     source, created = Source.objects.get_or_create(
         name="default",
         defaults={
             "url": url,
-            "scrape_interval_seconds": getattr(settings, "TANDEM_SCRAPE_INTERVAL_SECONDS", 15),
+            "scrape_interval_seconds": settings.TANDEM_SCRAPE_INTERVAL_SECONDS,
             "label_mapping": dict(DEFAULT_LABEL_MAPPING),
             "priority_class_kinds": dict(DEFAULT_PRIORITY_CLASS_KINDS),
         },
@@ -126,7 +126,7 @@ def window_newest_closed_create(*, source: Source, now: datetime | None = None) 
     """The newest window whose end is older than the ingest lag (created if missing)."""
     step = settings.TANDEM_STEP_SECONDS
     now = now or timezone.now()
-    lag = getattr(settings, "TANDEM_INGEST_LAG_SECONDS", 60)
+    lag = settings.TANDEM_INGEST_LAG_SECONDS
     end = (int(now.timestamp()) - lag) // step * step
     start = datetime.fromtimestamp(end - step, UTC)
     window, _ = IngestWindow.objects.get_or_create(
@@ -181,7 +181,7 @@ def _stale_before(now: datetime) -> datetime:
     """A pending or running window untouched since then was lost: a live one is retried (and
     touched) at least every TANDEM_INGEST_RETRY_BACKOFF_MAX_SECONDS."""
     step = timedelta(seconds=settings.TANDEM_STEP_SECONDS)
-    backoff = timedelta(seconds=getattr(settings, "TANDEM_INGEST_RETRY_BACKOFF_MAX_SECONDS", 600))
+    backoff = timedelta(seconds=settings.TANDEM_INGEST_RETRY_BACKOFF_MAX_SECONDS)
     return now - backoff - 2 * step
 
 
@@ -1016,7 +1016,7 @@ def _loses_samples(before: dict[str, Any], completeness: Decimal, content_hash: 
 
 def _kept_result(before: dict[str, Any], completeness: Decimal, now: datetime) -> tuple:
     """The window as it was, done, with a warning saying what was refused and how to force it."""
-    minimum = getattr(settings, "TANDEM_MIN_COMPLETENESS", Decimal("0.99"))
+    minimum = settings.TANDEM_MIN_COMPLETENESS
     warning = (
         f"{LOSS_REFUSED}: re-ingested at {now:%Y-%m-%dT%H:%M:%SZ}, Prometheus gave completeness"
         f" {completeness} (stored {before['completeness']}, minimum {minimum}); replace them"

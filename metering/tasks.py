@@ -5,7 +5,7 @@ acknowledged late, so a worker that dies mid-window gets the task redelivered. W
 Prometheus is unreachable or answering 5xx the task retries with exponential backoff; the
 windows stay `pending` with the error, never silently empty.
 
-Beat (add to config/settings.py, see BEAT_SCHEDULE below): every step, ingest the newest
+Beat (CELERY_BEAT_SCHEDULE in config/settings.py): every step, ingest the newest
 window that has closed for every enabled source, and catch up its missing or lost windows a
 bounded batch per tick (services.windows_due_create).
 """
@@ -26,20 +26,12 @@ logger = logging.getLogger(__name__)
 RETRY_POLICY = {
     "acks_late": True,
     "autoretry_for": (sources.PrometheusUnavailable,),
-    "retry_backoff": getattr(settings, "TANDEM_INGEST_RETRY_BACKOFF_SECONDS", 5),
-    "retry_backoff_max": getattr(settings, "TANDEM_INGEST_RETRY_BACKOFF_MAX_SECONDS", 600),
+    "retry_backoff": settings.TANDEM_INGEST_RETRY_BACKOFF_SECONDS,
+    "retry_backoff_max": settings.TANDEM_INGEST_RETRY_BACKOFF_MAX_SECONDS,
     "retry_jitter": True,
     # Prometheus may be down for days; a window keeps trying (every 10 minutes at most).
     "max_retries": 10_000,
 }
-
-BEAT_SCHEDULE = {
-    "metering-ingest-newest-windows": {
-        "task": "metering.tasks.ingest_newest_windows",
-        "schedule": settings.TANDEM_STEP_SECONDS,
-    },
-}
-
 
 # After new rows, billing prices the month so far again for the quota export. Queued by name
 # (metering imports nothing from billing) and a little later, so that windows finishing

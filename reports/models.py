@@ -17,8 +17,7 @@ PERIOD_PATTERN = r"^[0-9]{4}-(0[1-9]|1[0-2])$"
 
 def reports_dir() -> Path:
     """Where run files are written: TANDEM_REPORTS_DIR, else var/reports/."""
-    configured = getattr(settings, "TANDEM_REPORTS_DIR", None)
-    return Path(configured) if configured else Path(settings.VAR_DIR) / "reports"
+    return Path(settings.TANDEM_REPORTS_DIR)
 
 
 class ReportRun(models.Model):

@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import json
 
-from django.conf import settings
-
 from billing.models import LineKind, PeriodClose
 from reports.render_csv import Cell, csv_bytes
 from reports.rows import FocusCharge, close_period_bounds, focus_charges, gpu_hours, period_bounds
@@ -90,7 +88,7 @@ FOCUS_COLUMNS = [
 
 
 def pool_name() -> str:
-    return getattr(settings, "TANDEM_POOL_NAME", "") or "tandem-gpu-pool"
+    return "tandem-gpu-pool"
 
 
 def focus_row(charge: FocusCharge) -> list[Cell]:

@@ -46,7 +46,7 @@ class PdfRenderError(RuntimeError):
 
 
 def chromium_path() -> str:
-    return getattr(settings, "TANDEM_CHROMIUM", "") or "/usr/bin/chromium"
+    return "/usr/bin/chromium"  # Debian's package (make installs it)
 
 
 def _static_file(url_path: str) -> Path | None:

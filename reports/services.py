@@ -222,10 +222,7 @@ def report_run_execute(*, run_id: int) -> ReportRun:
 
 
 def report_recipients() -> list[str]:
-    configured = getattr(settings, "TANDEM_REPORT_EMAILS", None) or []
-    if isinstance(configured, str):
-        configured = configured.split(",")
-    return [address.strip() for address in configured if address.strip()]
+    return list(settings.TANDEM_REPORT_EMAILS)
 
 
 def report_run_email(*, run: ReportRun) -> list[str]:

@@ -6,6 +6,11 @@ is loaded; hence a plugin, whose hook runs first. Every pytest process (each xdi
 starts its own redis-server, so two test runs on one machine, or a test run beside the demo or
 another application, never read or flush each other's queues. A CELERY_BROKER_URL set in the
 environment is ignored on purpose: the tests flush their broker between tests.
+
+Settings only read DATABASE_URL, so this plugin is the test session's entry point for the
+database as manage.py is for a command: without DATABASE_URL it starts (or joins) the embedded
+PostgreSQL under var/pgdata and sets the URL. Under xdist every worker process runs this hook;
+pgserver shares one server per data directory between processes, so they all join one server.
 """
 
 from __future__ import annotations
@@ -17,11 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from config.embedded import private_redis_start
+from config.embedded import embedded_defaults_ensure, private_redis_start
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    embedded_defaults_ensure()
     folder = Path(tempfile.mkdtemp(prefix="tandem-test-redis-"))
     redis = private_redis_start(folder, die_with_parent=True)
     os.environ["CELERY_BROKER_URL"] = redis.url

@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import sys
 from ipaddress import ip_network
+from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 from django.contrib.auth.models import User
@@ -49,6 +51,59 @@ def test_it_refuses_to_start_with_a_bad_setting_and_names_it(overrides, named) -
     result = start_django(**overrides)
     assert result.returncode != 0
     assert named in result.stderr.splitlines()[-1]
+
+
+def environment_without(*names: str) -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if key not in names}
+
+
+def test_it_refuses_without_a_database_url_and_starts_or_writes_nothing(tmp_path) -> None:
+    """Importing settings is free of side effects: no embedded PostgreSQL, no key file."""
+    var = tmp_path / "var"
+    var.mkdir()
+    env = environment_without("DATABASE_URL", "SECRET_KEY", "XDG_RUNTIME_DIR")
+    result = subprocess.run(
+        [sys.executable, "-c", "import config.settings"],
+        cwd=REPO,
+        env={**env, "TANDEM_VAR_DIR": str(var), "TANDEM_DEBUG": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    last = result.stderr.splitlines()[-1]
+    assert "ImproperlyConfigured: DATABASE_URL is not set" in last
+    assert "manage.py" in last  # says how to get the embedded one
+    assert list(var.iterdir()) == []  # no pgdata, no run/ lock directory, no secret_key
+    assert not (var / "pgdata").exists()
+
+
+def test_it_checks_with_manage_py_and_no_database_url() -> None:
+    """manage.py is an entry point: without DATABASE_URL it starts (here: joins the test
+    session's) embedded PostgreSQL under var/pgdata and the check reaches the database."""
+    env = {**environment_without("DATABASE_URL"), "DJANGO_SETTINGS_MODULE": "config.settings"}
+
+    def manage(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    result = manage("check", "--database", "default")
+    assert result.returncode == 0, result.stderr
+    assert "System check identified no issues" in result.stdout
+    connected = manage(
+        "shell", "--no-imports", "-c",
+        "import os; from django.db import connection; connection.ensure_connection();"
+        " print(os.environ['DATABASE_URL'])",
+    )  # fmt: skip
+    assert connected.returncode == 0, connected.stderr
+    var = Path(env.get("TANDEM_VAR_DIR", REPO / "var"))
+    assert str(var / "pgdata") in unquote(connected.stdout)
 
 
 def test_it_starts_with_production_settings_from_the_environment() -> None:

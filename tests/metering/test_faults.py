@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 
 from metering import services, sources, tasks
@@ -131,7 +132,9 @@ def test_it_creates_the_newest_closed_window_for_beat() -> None:
         "2026-10-01T00:05:00Z",
     )
     assert services.window_newest_closed_create(source=source, now=now).pk == window.pk
-    assert tasks.BEAT_SCHEDULE["metering-ingest-newest-windows"]["schedule"] == 300
+    beat = settings.CELERY_BEAT_SCHEDULE["metering-ingest-newest-windows"]
+    assert beat["task"] == tasks.ingest_newest_windows.name
+    assert beat["schedule"] == timedelta(seconds=300)
 
 
 def test_it_ingests_through_a_celery_worker(start_worker, pool_prometheus, pool_truth) -> None:

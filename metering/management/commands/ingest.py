@@ -32,7 +32,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--batch",
             type=int,
-            default=getattr(settings, "TANDEM_INGEST_BATCH_WINDOWS", 12),
+            default=settings.TANDEM_INGEST_BATCH_WINDOWS,
             help="consecutive windows per range query (default 12)",
         )
         parser.add_argument(
