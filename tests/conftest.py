@@ -16,6 +16,8 @@ def fixtures_dir() -> Path:
     return FIXTURES
 
 
+# tryfirst: xdist's own hook turns the mark into the node id's `@group` suffix, so it must see it.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under xdist (`--dist loadgroup`), each test area runs on one worker, so the pools its
     session-scoped fixtures simulate, back-fill and serve are built once, not once a worker."""
