@@ -107,7 +107,7 @@ def scenario_build(*, start: dt.datetime, end: dt.datetime, price_book: PriceBoo
     usage = _usage_rows(start, end, task_ids, classes)
     preemptions = _preemption_rows(start, end, task_ids)
     used = {row["task"] for row in preemptions}
-    used.update(task for _, task, _ in usage)
+    used.update(row[1] for row in usage)
     all_services = list(
         Service.objects.values_list("pk", "external_id", "source__name", "team__name", "slo_p99_ms")
     )

@@ -134,9 +134,9 @@ def fake_uuid(rng: random.Random) -> str:
     return "-".join(parts)
 
 
-def node_sizes(gpus: int) -> list[int]:
-    """GPUs per node: at least two nodes (both exporter variants), at most eight GPUs each."""
-    nodes = max(2 if gpus >= 2 else 1, -(-gpus // 8))
+def node_sizes(gpus: int, most: int = 8) -> list[int]:
+    """GPUs per node: at least two nodes (both exporter variants), at most `most` GPUs each."""
+    nodes = max(2 if gpus >= 2 else 1, -(-gpus // most))
     base, extra = divmod(gpus, nodes)
     return [base + (1 if i < extra else 0) for i in range(nodes)]
 
@@ -154,7 +154,9 @@ def build_layout(
     model MIXED_MODELS[n % 3], and every node of three GPUs or more one time-sliced GPU and,
     where the model allows, one MIG GPU (the uniform pool's layout is unchanged)."""
     nodes = []
-    for index, size in enumerate(node_sizes(gpus), start=first_node):
+    # A mixed pool's nodes are smaller (four GPUs at most), so a few GPUs show every model.
+    sizes = node_sizes(gpus, 4 if mixed_models else 8)
+    for index, size in enumerate(sizes, start=first_node):
         hostname_label, pod_style, container_level = NODE_VARIANTS[index % len(NODE_VARIANTS)]
         node = Node(
             index=index,
