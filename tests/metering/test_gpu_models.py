@@ -135,6 +135,12 @@ def test_it_meters_capacity_and_usage_per_gpu_model_exactly(mixed_source, mixed_
     assert found_capacity == capacity
     assert found_usage == usage
     assert len({model for _, model in usage}) == 3
+    # Replicas of one service on nodes of two models: one row per model in one interval.
+    per_interval = defaultdict(set)
+    for (task, model), values in found_usage.items():
+        for interval in values:
+            per_interval[(task, interval)].add(model)
+    assert any(len(models) == 2 for models in per_interval.values())
     # The hourly rollup keeps the model: its sums per model equal the intervals'.
     for model, values in capacity.items():
         hours = CapacityHour.objects.filter(gpu_model=model).values_list(
