@@ -13,9 +13,12 @@ source and a name within the period (two namespaces' Jobs `trainer`, or one key'
 two teams after a relabel) are named `<source>/<namespace>/<name>`, then with ` (<team>)`.
 Only the tasks of the period count, so a month's ids never change with later months' tasks.
 
-GPU classes (docs/pricing.md v2): the book's classes travel in `price_book.gpu_classes`, but the
-metering tables do not record GPU models yet, so every capacity, usage and preemption row is
-written without a class (the class `default`, priced with the book's own figures).
+GPU classes (docs/pricing.md v2): the book's classes travel in `price_book.gpu_classes`.
+Capacity and usage rows carry their GPU model (dcgm-exporter's `modelName`); each model goes
+to the class of the book that lists it, else to `default`, and the rows of one interval (and
+task) and class are summed. `default` is written without `gpu_class`, so a book without
+classes gives version 1's scenario text and hash. Preemptions carry no model yet: they are
+written without a class.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from django.db import connection
 
 from billing.models import PriceBook
 from billing.pricing import (
+    DEFAULT_CLASS,
     Latency,
     PricingResult,
     Scenario,
@@ -99,10 +103,11 @@ def scenario_build(*, start: dt.datetime, end: dt.datetime, price_book: PriceBoo
         )
     )
     task_ids = _task_names(all_tasks)
-    usage = _usage_rows(start, end, task_ids)
+    classes = _classes_by_model(price_book)
+    usage = _usage_rows(start, end, task_ids, classes)
     preemptions = _preemption_rows(start, end, task_ids)
     used = {row["task"] for row in preemptions}
-    used.update(task for _, task, _ in usage)
+    used.update(row[1] for row in usage)
     all_services = list(
         Service.objects.values_list("pk", "external_id", "source__name", "team__name", "slo_p99_ms")
     )
@@ -122,7 +127,7 @@ def scenario_build(*, start: dt.datetime, end: dt.datetime, price_book: PriceBoo
             for pk, _, _, team, slo in all_services
             if service_ids[pk] in measured
         ],
-        "capacity": _capacity_rows(start, end),
+        "capacity": _capacity_rows(start, end, classes),
         "usage": [],
         "latency": [],
         "preemptions": preemptions,
@@ -146,55 +151,90 @@ def _interval_name(epoch: int) -> str:
     return dt.datetime.fromtimestamp(epoch, tz=dt.UTC).strftime(ISO_FORMAT)
 
 
-def _usage_rows(
-    start: dt.datetime, end: dt.datetime, task_ids: dict[int, str]
-) -> list[tuple[int, str, Decimal]]:
-    """(interval start in Unix seconds, task id, allocated GPU-seconds), one tuple per row.
+def _classes_by_model(price_book: PriceBook) -> dict[str, str]:
+    """GPU model -> the book's class that lists it (a book refuses a model in two classes)."""
+    return {
+        model: gpu_class.name
+        for gpu_class in price_book.gpu_classes.all()
+        for model in gpu_class.models
+    }
 
-    PostgreSQL packs each interval's rows into one text ("task_pk alloc task_pk alloc ..."):
-    a few thousand result rows instead of millions keeps per-row driver overhead out of the
-    hot path, and the split below runs in C (maps and zip, no Python code per row).
+
+# Each row's class, from its GPU model: `%(models)s` and `%(classes)s` are parallel arrays.
+CLASS_OF_ROW = (
+    " LEFT JOIN unnest(%(models)s::text[], %(classes)s::text[]) AS m(model, gpu_class)"
+    " ON m.model = r.gpu_model"
+)
+
+
+def _class_parameters(
+    start: dt.datetime, end: dt.datetime, classes: dict[str, str]
+) -> dict[str, object]:
+    return {
+        "start": start,
+        "end": end,
+        "models": list(classes),
+        "classes": list(classes.values()),
+        "default": DEFAULT_CLASS,
+    }
+
+
+def _usage_rows(
+    start: dt.datetime, end: dt.datetime, task_ids: dict[int, str], classes: dict[str, str]
+) -> list[tuple]:
+    """(interval start in Unix seconds, task id, allocated GPU-seconds[, GPU class]), one tuple
+    per task, interval and class (a task's rows of models of one class summed); `default`
+    rows have no class, as version 1's.
+
+    PostgreSQL packs each interval's and class's rows into one text ("task_pk alloc task_pk
+    alloc ..."): a few thousand result rows instead of millions keeps per-row driver overhead
+    out of the hot path, and the split below runs in C (maps and zip, no Python code per row).
     """
     with connection.cursor() as cursor:
         cursor.execute(
             # trim_scale: "150.000000" -> "150", the same value in shorter canonical text.
-            "SELECT extract(epoch FROM interval_start)::bigint,"
-            " string_agg(task_id::text || ' ' || trim_scale(alloc_gpu_seconds)::text, ' ')"
-            " FROM metering_usageinterval WHERE interval_start >= %s AND interval_start < %s"
-            " GROUP BY interval_start",
-            [start, end],
+            "SELECT epoch, gpu_class,"
+            " string_agg(task_id::text || ' ' || trim_scale(alloc)::text, ' ')"
+            " FROM (SELECT extract(epoch FROM r.interval_start)::bigint AS epoch,"
+            " coalesce(m.gpu_class, %(default)s) AS gpu_class, r.task_id,"
+            " sum(r.alloc_gpu_seconds) AS alloc FROM metering_usageinterval r"
+            + CLASS_OF_ROW
+            + " WHERE r.interval_start >= %(start)s AND r.interval_start < %(end)s"
+            " GROUP BY 1, 2, 3) AS per_class GROUP BY epoch, gpu_class",
+            _class_parameters(start, end, classes),
         )
         packed = cursor.fetchall()
     tasks: dict[str, str] = {}
-    rows: list[tuple[int, str, Decimal]] = []
-    for epoch, text in packed:
+    rows: list[tuple] = []
+    for epoch, gpu_class, text in packed:
         fields = text.split(" ")
         task_pks = fields[0::2]
         for task_pk in set(task_pks).difference(tasks):
             tasks[task_pk] = task_ids[int(task_pk)]
-        rows.extend(
-            zip(
-                repeat(epoch),
-                map(tasks.__getitem__, task_pks),
-                map(Decimal, fields[1::2]),
-                strict=False,  # repeat() is endless; the other two have one item per row
-            )
-        )
+        # repeat() is endless; the other two have one item per row
+        columns = [repeat(epoch), map(tasks.__getitem__, task_pks), map(Decimal, fields[1::2])]
+        if gpu_class != DEFAULT_CLASS:
+            columns.append(repeat(gpu_class))
+        rows.extend(zip(*columns, strict=False))
     return rows
 
 
-def _capacity_rows(start: dt.datetime, end: dt.datetime) -> list[dict]:
-    """Capacity per interval, summed over sources and fault domains."""
+def _capacity_rows(start: dt.datetime, end: dt.datetime, classes: dict[str, str]) -> list[dict]:
+    """Capacity per interval and GPU class, summed over sources, fault domains and models."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT extract(epoch FROM interval_start)::bigint,"
-            " trim_scale(sum(capacity_gpu_seconds))::text FROM metering_capacityinterval"
-            " WHERE interval_start >= %s AND interval_start < %s GROUP BY interval_start",
-            [start, end],
+            "SELECT extract(epoch FROM r.interval_start)::bigint,"
+            " coalesce(m.gpu_class, %(default)s),"
+            " trim_scale(sum(r.capacity_gpu_seconds))::text FROM metering_capacityinterval r"
+            + CLASS_OF_ROW
+            + " WHERE r.interval_start >= %(start)s AND r.interval_start < %(end)s"
+            " GROUP BY 1, 2",
+            _class_parameters(start, end, classes),
         )
         return [
             {"interval": _interval_name(epoch), "capacity_gpu_seconds": capacity}
-            for epoch, capacity in cursor.fetchall()
+            | ({} if gpu_class == DEFAULT_CLASS else {"gpu_class": gpu_class})
+            for epoch, gpu_class, capacity in cursor.fetchall()
         ]
 
 

@@ -65,6 +65,7 @@ class SeriesTicks:
     fault_domain: str = ""
     target: Target = ("", "")
     node: str = ""
+    model: str = ""  # dcgm-exporter's `modelName`: a MIG instance's is its physical GPU's
     memory_peak: Decimal | None = None  # MiB, as exporters write it
     memory_avg: Decimal | None = None
     busy: Decimal | Fraction | None = None
@@ -105,6 +106,10 @@ class GpuInfo:
     target: Target = ("", "")
     node: str = ""
     fault_domain: str = ""
+    model: str = ""
+
+
+ModelKey = tuple[str, str, str]  # (namespace, pod, GPU model)
 
 
 @dataclass
@@ -115,6 +120,16 @@ class IntervalFacts:
     memory_avg: dict[PodKey, int] = field(default_factory=dict)
     io: dict[PodKey, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
     capacity: dict[str, Fraction] = field(default_factory=lambda: defaultdict(Fraction))
+    # The same GPU-seconds by GPU model (pricing by GPU class): allocation and busy time per
+    # (namespace, pod, model), memory per (namespace, pod, model) over that model's devices,
+    # capacity per (fault domain, model). The per-pod and per-domain sums above stay.
+    alloc_by_model: dict[ModelKey, Fraction] = field(default_factory=lambda: defaultdict(Fraction))
+    busy_by_model: dict[ModelKey, Fraction] = field(default_factory=lambda: defaultdict(Fraction))
+    memory_peak_by_model: dict[ModelKey, int] = field(default_factory=dict)
+    memory_avg_by_model: dict[ModelKey, int] = field(default_factory=dict)
+    capacity_by_model: dict[tuple[str, str], Fraction] = field(
+        default_factory=lambda: defaultdict(Fraction)
+    )
     samples_seen: int = 0
     samples_expected: int = 0
     completeness: Fraction = Fraction(0)
@@ -320,6 +335,7 @@ def _parse_devices(
                 ticks.fault_domain = domain
                 ticks.target = (labels.get("job", ""), labels.get("instance", ""))
                 ticks.node = labels.get("Hostname") or labels.get("hostname", "")
+                ticks.model = labels.get("modelName", "")
                 continue
             value = sources.finite_non_negative(text)
             if value is None:
@@ -539,6 +555,7 @@ def _gpu_presence(observed: Observed, plan: sources.QueryPlan, shared: set[str])
             gpu = observed.gpus.setdefault(uuid, GpuInfo())
             gpu.target, gpu.node = series.target, series.node
             gpu.fault_domain = series.fault_domain
+            gpu.model = gpu.model or series.model
             if uuid not in shared:
                 devices[(uuid, instance)] += series.ticks
             elif (uuid, instance) not in observed.present:
@@ -653,6 +670,7 @@ def _derive_gpus(
     """Allocation, busy time and memory per pod; capacity and completeness per interval."""
     seconds = plan.scrape_seconds
     averages: dict[PodKey, list[Decimal]] = defaultdict(list)
+    model_averages: dict[ModelKey, list[Decimal]] = defaultdict(list)
     for (uuid, _, profile, namespace, pod), series in now.series.items():
         time_sliced = uuid in shared
         if not pod or series.bad:
@@ -673,20 +691,33 @@ def _derive_gpus(
             facts.warnings.append(f"devices: {uuid} of {namespace}/{pod} has unusable samples")
             continue
         key = (namespace, pod)
+        # A pod series without the label (a partial scrape) takes its GPU's model.
+        gpu = now.gpus.get(uuid)
+        model_key = (namespace, pod, series.model or (gpu.model if gpu else ""))
         facts.alloc[key] += ticks * share
+        facts.alloc_by_model[model_key] += ticks * share
         if busy is not None:
-            facts.busy[key] += (Fraction(busy) if isinstance(busy, Decimal) else busy) * share
+            busy_seconds = (Fraction(busy) if isinstance(busy, Decimal) else busy) * share
+            facts.busy[key] += busy_seconds
+            facts.busy_by_model[model_key] += busy_seconds
         if series.memory_peak is not None:
             peak = round(series.memory_peak * sources.MIB)
             facts.memory_peak[key] = max(facts.memory_peak.get(key, 0), peak)
+            facts.memory_peak_by_model[model_key] = max(
+                facts.memory_peak_by_model.get(model_key, 0), peak
+            )
         if series.memory_avg is not None:
             averages[key].append(series.memory_avg)
+            model_averages[model_key].append(series.memory_avg)
     # Per GPU: the mean over the pod's devices (a sum would count a time-sliced GPU's memory
     # once per pod).
     for key, values in averages.items():
         facts.memory_avg[key] = round(sum(values) * sources.MIB / len(values))
+    for model_key, values in model_averages.items():
+        facts.memory_avg_by_model[model_key] = round(sum(values) * sources.MIB / len(values))
     for gpu in now.gpus.values():
         facts.capacity[gpu.fault_domain] += gpu.ticks * seconds
+        facts.capacity_by_model[(gpu.fault_domain, gpu.model)] += gpu.ticks * seconds
 
 
 def _derive_completeness(

@@ -143,10 +143,15 @@ class UsageInterval(models.Model):
     write_operations = models.BigIntegerField(default=0)
     read_bytes = models.BigIntegerField(default=0)
     write_bytes = models.BigIntegerField(default=0)
+    # dcgm-exporter's `modelName` ("" when the GPU has none), priced by GPU class; in the
+    # database's default too, so writers that predate it (and COPY) need not name it.
+    gpu_model = models.CharField(max_length=200, blank=True, default="", db_default="")
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["task", "interval_start"], name="usage_unique"),
+            models.UniqueConstraint(
+                fields=["task", "interval_start", "gpu_model"], name="usage_unique"
+            ),
             models.CheckConstraint(
                 condition=models.Q(alloc_gpu_seconds__gte=0), name="usage_alloc_not_negative"
             ),
@@ -163,11 +168,15 @@ class CapacityInterval(models.Model):
     interval_start = models.DateTimeField()
     gpus_present = models.DecimalField(max_digits=12, decimal_places=6)
     capacity_gpu_seconds = models.DecimalField(max_digits=20, decimal_places=6)
+    # dcgm-exporter's `modelName` ("" when the GPU has none), priced by GPU class; in the
+    # database's default too, so writers that predate it (and COPY) need not name it.
+    gpu_model = models.CharField(max_length=200, blank=True, default="", db_default="")
 
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["source", "fault_domain", "interval_start"], name="capacity_unique"
+                fields=["source", "fault_domain", "interval_start", "gpu_model"],
+                name="capacity_unique",
             ),
         ]
         indexes = [models.Index(fields=["interval_start"])]
@@ -314,10 +323,13 @@ class UsageHour(models.Model):
     write_operations = models.DecimalField(max_digits=30, decimal_places=0)
     read_bytes = models.DecimalField(max_digits=30, decimal_places=0)
     write_bytes = models.DecimalField(max_digits=30, decimal_places=0)
+    gpu_model = models.CharField(max_length=200, blank=True, default="", db_default="")
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["task", "hour_start"], name="usagehour_unique"),
+            models.UniqueConstraint(
+                fields=["task", "hour_start", "gpu_model"], name="usagehour_unique"
+            ),
         ]
         indexes = [models.Index(fields=["hour_start"])]
 
@@ -356,10 +368,13 @@ class CapacityHour(models.Model):
     source = models.ForeignKey(Source, on_delete=models.DO_NOTHING, related_name="capacity_hours")
     hour_start = models.DateTimeField()
     capacity_gpu_seconds = models.DecimalField(max_digits=24, decimal_places=6)
+    gpu_model = models.CharField(max_length=200, blank=True, default="", db_default="")
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["source", "hour_start"], name="capacityhour_unique"),
+            models.UniqueConstraint(
+                fields=["source", "hour_start", "gpu_model"], name="capacityhour_unique"
+            ),
         ]
         indexes = [models.Index(fields=["hour_start"])]
 

@@ -735,21 +735,33 @@ def _window_rows(
     start = int(window.start.timestamp())
     facts = measured.intervals[start]
     rows = WindowRows(warnings=list(facts.warnings))
-    usage: dict[int, dict[str, Any]] = {}
+    # One row per task and GPU model (a task holding GPUs of two models gets two).
+    models_of: dict[PodKey, list[str]] = defaultdict(list)
+    for namespace, pod, model in sorted(facts.alloc_by_model):
+        models_of[(namespace, pod)].append(model)
+    usage: dict[tuple[int, str], dict[str, Any]] = {}
     for pod in _active_pods(facts):
         task_id = task_ids[(start, pod)]
-        row = usage.setdefault(task_id, defaultdict(int, alloc=Fraction(0), busy=Fraction(0)))
-        row["alloc"] += facts.alloc.get(pod, 0)
-        row["busy"] += facts.busy.get(pod, 0)
-        # Memory is per GPU (see sources.devices_query): the task's peak is its pods' highest,
-        # its average the mean over its pods; GPU-time and I/O of several pods add up.
-        if pod in facts.memory_avg:
-            row["memory_avgs"] = [*row.get("memory_avgs", []), facts.memory_avg[pod]]
-        row["memory_peak"] = max(row["memory_peak"], facts.memory_peak.get(pod, 0))
+        models = models_of.get(pod) or [""]
+        for model in models:
+            key = (*pod, model)
+            row = usage.setdefault(
+                (task_id, model), defaultdict(int, alloc=Fraction(0), busy=Fraction(0))
+            )
+            row["alloc"] += facts.alloc_by_model.get(key, 0)
+            row["busy"] += facts.busy_by_model.get(key, 0)
+            # Memory is per GPU (see sources.devices_query): the task's peak is its pods'
+            # highest, its average the mean over its pods; GPU-time and I/O of several pods
+            # add up.
+            if key in facts.memory_avg_by_model:
+                row["memory_avgs"] = [*row.get("memory_avgs", []), facts.memory_avg_by_model[key]]
+            row["memory_peak"] = max(row["memory_peak"], facts.memory_peak_by_model.get(key, 0))
+        # I/O is the pod's, not a GPU's: counted once, on the row of its first model.
+        row = usage[(task_id, models[0])]
         for meter, value in facts.io.get(pod, {}).items():
             row[meter] += value
     moment = window.start.isoformat()
-    for task_id, row in sorted(usage.items()):
+    for (task_id, model), row in sorted(usage.items()):
         if not any(row[key] for key in ("alloc", "busy", "memory_peak", *sources.IO_METRICS)):
             continue
         averages = row.get("memory_avgs") or [0]
@@ -758,13 +770,14 @@ def _window_rows(
             f"{task_id}\t{moment}\t{_quantize(row['alloc'])}\t{_quantize(row['busy'])}\t"
             f"{round(sum(averages) / len(averages))}\t{row['memory_peak']}\t"
             f"{row['read_operations']}\t{row['write_operations']}\t"
-            f"{row['read_bytes']}\t{row['write_bytes']}\n"
+            f"{row['read_bytes']}\t{row['write_bytes']}\t{_copy_text(model)}\n"
         )
-    for domain, gpu_seconds in sorted(facts.capacity.items()):
+    for (domain, model), gpu_seconds in sorted(facts.capacity_by_model.items()):
         rows.capacity.append(
             CapacityInterval(
                 source_id=window.source_id,
                 fault_domain=domain,
+                gpu_model=model,
                 interval_start=window.start,
                 gpus_present=_quantize(gpu_seconds / measured.plan.step_seconds),
                 capacity_gpu_seconds=_quantize(gpu_seconds),
@@ -879,7 +892,11 @@ def _content_hash(rows: WindowRows) -> str:
     digest = hashlib.sha256()
     payload = {
         "usage": rows.usage,
-        "capacity": [[r.fault_domain, str(r.capacity_gpu_seconds)] for r in rows.capacity],
+        # The model only where there is one, so rows without it hash as they did before.
+        "capacity": [
+            [r.fault_domain, str(r.capacity_gpu_seconds), *([r.gpu_model] if r.gpu_model else [])]
+            for r in rows.capacity
+        ],
         "latency": [[r.service_id, r.buckets] for r in rows.latency],
         "preemptions": [
             [r.task_id, r.pod, r.at.isoformat(), str(r.gpus), r.seconds_since_start]
@@ -902,7 +919,15 @@ USAGE_COLUMNS = (
     "write_operations",
     "read_bytes",
     "write_bytes",
+    "gpu_model",
 )
+
+
+def _copy_text(value: str) -> str:
+    """A text value as COPY's text format reads it (an exporter's label may hold anything)."""
+    return (
+        value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    )
 
 
 def _run_write(

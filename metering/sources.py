@@ -228,6 +228,7 @@ DEVICE_SERIES_LABELS = f"UUID, GPU_I_ID, GPU_I_PROFILE, {POD_LABELS}"
 # Which exporter answered for a device (Prometheus' target labels) and on which node.
 TARGET_LABELS = "job, instance"
 NODE_LABELS = "Hostname, hostname"
+MODEL_LABEL = "modelName"
 # How far back a silent exporter's GPUs are looked up when the batch never saw them.
 SILENT_LOOKBACK = "24h"
 
@@ -268,7 +269,9 @@ def devices_query(plan: QueryPlan) -> str:
     """
     by = DEVICE_SERIES_LABELS + (f", {plan.fault_domain_label}" if plan.fault_domain_label else "")
     frame_buffer = selector(plan, "DCGM_FI_DEV_FB_USED")
-    by_target = f"{by}, {TARGET_LABELS}, {NODE_LABELS}"
+    # The GPU model (dcgm-exporter's `modelName`, the same on every series of a physical GPU
+    # and its MIG instances) rides along with the ticks: it never splits a series.
+    by_target = f"{by}, {TARGET_LABELS}, {NODE_LABELS}, {MODEL_LABEL}"
     return tagged(
         {
             "ticks": f"max by ({by_target}) (count_over_time({frame_buffer}{plan.window}))",

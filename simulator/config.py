@@ -16,6 +16,8 @@ MAX_DAYS = 400
 # shared: training and inference on one pool; separate: the same workloads, with inference on
 # GPUs of its own sized for its peak and training alone on the pool's GPUs (the "before").
 POOL_MODES = ("shared", "separate")
+# uniform: every GPU an H100; mixed: nodes cycle through H100, A100 and L40S (see layout).
+GPU_MODEL_MIXES = ("uniform", "mixed")
 
 
 class SimulatorConfigError(ValueError):
@@ -85,6 +87,7 @@ class PoolConfig:
     timezone: str = "Asia/Shanghai"
     pools: str = "shared"
     silent_exporters: tuple[SilentExporter, ...] = ()
+    gpu_models: str = "uniform"
 
     def __post_init__(self) -> None:
         _check_whole("--gpus", self.gpus, 1, MAX_GPUS)
@@ -104,6 +107,10 @@ class PoolConfig:
         if self.pools not in POOL_MODES:
             raise SimulatorConfigError(
                 f"--pools must be one of {', '.join(POOL_MODES)}, got {self.pools!r}"
+            )
+        if self.gpu_models not in GPU_MODEL_MIXES:
+            raise SimulatorConfigError(
+                f"--gpu-models must be one of {', '.join(GPU_MODEL_MIXES)}, got {self.gpu_models!r}"
             )
         if not all(isinstance(silent, SilentExporter) for silent in self.silent_exporters):
             raise SimulatorConfigError("silent_exporters must hold SilentExporter values")

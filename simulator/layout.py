@@ -22,6 +22,13 @@ if TYPE_CHECKING:
 
 MODEL_NAME = "NVIDIA H100 80GB HBM3"
 GPU_MEMORY_MIB = 81559
+# A mixed pool's nodes cycle through these (model, MiB, can be cut into MIG instances): MIG
+# on the H100 and A100 nodes, time-slicing on all (an L40S has no MIG).
+MIXED_MODELS = (
+    (MODEL_NAME, GPU_MEMORY_MIB, True),
+    ("NVIDIA A100-SXM4-80GB", 81920, True),
+    ("NVIDIA L40S", 46068, False),
+)
 SHARE_UNITS = 84
 TIME_SLICE_REPLICAS = 4
 IDLE_POWER_W = 70.0
@@ -94,6 +101,8 @@ class Gpu:
     uuid: str
     mode: str
     devices: list[Device] = field(default_factory=list)
+    model: str = MODEL_NAME
+    memory_mib: int = GPU_MEMORY_MIB
     present: bool = True
     down_until: int = 0
 
@@ -125,20 +134,29 @@ def fake_uuid(rng: random.Random) -> str:
     return "-".join(parts)
 
 
-def node_sizes(gpus: int) -> list[int]:
-    """GPUs per node: at least two nodes (both exporter variants), at most eight GPUs each."""
-    nodes = max(2 if gpus >= 2 else 1, -(-gpus // 8))
+def node_sizes(gpus: int, most: int = 8) -> list[int]:
+    """GPUs per node: at least two nodes (both exporter variants), at most `most` GPUs each."""
+    nodes = max(2 if gpus >= 2 else 1, -(-gpus // most))
     base, extra = divmod(gpus, nodes)
     return [base + (1 if i < extra else 0) for i in range(nodes)]
 
 
 def build_layout(
-    gpus: int, rng: random.Random, *, first_node: int = 0, whole_only: bool = False
+    gpus: int,
+    rng: random.Random,
+    *,
+    first_node: int = 0,
+    whole_only: bool = False,
+    mixed_models: bool = False,
 ) -> list[Node]:
     """Nodes numbered from `first_node`; `whole_only` leaves out the MIG and time-sliced GPUs
-    (an inference pool of its own serves from whole GPUs only)."""
+    (an inference pool of its own serves from whole GPUs only). `mixed_models`: node n has
+    model MIXED_MODELS[n % 3], and every node of three GPUs or more one time-sliced GPU and,
+    where the model allows, one MIG GPU (the uniform pool's layout is unchanged)."""
     nodes = []
-    for index, size in enumerate(node_sizes(gpus), start=first_node):
+    # A mixed pool's nodes are smaller (four GPUs at most), so a few GPUs show every model.
+    sizes = node_sizes(gpus, 4 if mixed_models else 8)
+    for index, size in enumerate(sizes, start=first_node):
         hostname_label, pod_style, container_level = NODE_VARIANTS[index % len(NODE_VARIANTS)]
         node = Node(
             index=index,
@@ -148,15 +166,26 @@ def build_layout(
             pod_label_style=pod_style,
             cadvisor_container_level=container_level,
         )
-        # Every third node (the first one included) has one MIG and one time-sliced GPU.
-        mixed = size >= 3 and index % 3 == 0 and not whole_only
+        model, memory, can_mig = MIXED_MODELS[index % len(MIXED_MODELS)]
+        if not mixed_models:
+            model, memory, can_mig = MODEL_NAME, GPU_MEMORY_MIB, True
+        # Every third node (the first one included) has one MIG and one time-sliced GPU; in a
+        # mixed pool every node of three GPUs or more does, but an L40S none.
+        mixed = size >= 3 and (mixed_models or index % 3 == 0) and not whole_only
         for gpu_index in range(size):
             mode = "whole"
             if mixed and gpu_index == size - 1:
-                mode = "mig"
+                mode = "mig" if can_mig else "timesliced"
             elif mixed and gpu_index == size - 2:
                 mode = "timesliced"
-            gpu = Gpu(node=node, index=gpu_index, uuid=f"GPU-{fake_uuid(rng)}", mode=mode)
+            gpu = Gpu(
+                node=node,
+                index=gpu_index,
+                uuid=f"GPU-{fake_uuid(rng)}",
+                mode=mode,
+                model=model,
+                memory_mib=memory,
+            )
             _add_devices(gpu, layout=MIG_LAYOUTS[index % len(MIG_LAYOUTS)], rng=rng)
             node.gpus.append(gpu)
         nodes.append(node)
@@ -167,7 +196,7 @@ def _add_devices(gpu: Gpu, *, layout: tuple[tuple[str, str], ...], rng: random.R
     node = gpu.node
     base = (
         f'gpu="{gpu.index}",UUID="{gpu.uuid}",device="nvidia{gpu.index}",'
-        f'modelName="{MODEL_NAME}",{node.hostname_label}="{node.name}"'
+        f'modelName="{gpu.model}",{node.hostname_label}="{node.name}"'
     )
     target = f'job="dcgm-exporter",instance="{node.ip}:9400"'
     # Energy counters count since the GPU booted, not since the simulation started.
@@ -177,7 +206,7 @@ def _add_devices(gpu: Gpu, *, layout: tuple[tuple[str, str], ...], rng: random.R
             Device(
                 gpu=gpu,
                 mode=gpu.mode,
-                memory_mib=GPU_MEMORY_MIB,
+                memory_mib=gpu.memory_mib,
                 share_units=SHARE_UNITS,
                 labels=f"{base},{target}",
                 energy_mj=boot_energy,
@@ -212,6 +241,7 @@ def describe_nodes(nodes: list[Node]) -> list[dict]:
                     "UUID": gpu.uuid,
                     "gpu": str(gpu.index),
                     "mode": gpu.mode,
+                    "modelName": gpu.model,
                     "instances": [
                         {"GPU_I_ID": d.instance_id, "GPU_I_PROFILE": d.profile}
                         for d in gpu.devices

@@ -133,7 +133,8 @@ class Pool:
         self.s = config.scrape_interval_seconds
         self.d = config.step_seconds
         self.zone = config.zone
-        self.nodes: list[Node] = build_layout(config.gpus, self.rng)
+        self.mixed_models = config.gpu_models == "mixed"
+        self.nodes: list[Node] = build_layout(config.gpus, self.rng, mixed_models=self.mixed_models)
         self.gpus: list[Gpu] = [gpu for node in self.nodes for gpu in node.gpus]
         self.devices: list[Device] = [d for gpu in self.gpus for d in gpu.devices]
         self.whole_by_node = {
@@ -163,6 +164,8 @@ class Pool:
         self.tasks: dict[str, Task] = {}
         self.services: list[Service] = []
         self.capacity_gpu_seconds: dict[int, int] = {}
+        # GPU model -> interval -> GPU-seconds present (truth.json's `capacity_by_model`).
+        self.capacity_by_model: dict[str, dict[int, int]] = {}
         self.pending: list[Pod] = []
         self.running: list[Pod] = []
         self.lingering: list[Pod] = []
@@ -207,11 +210,13 @@ class Pool:
         live |= set(self.recreate) | {service.task for service in self.services}
         self.tasks = {task_id: task for task_id, task in self.tasks.items() if task in live}
         self.capacity_gpu_seconds.clear()
+        self.capacity_by_model.clear()
         for service in self.services:
             service.increments.clear()
         for task in self.tasks.values():
             for amounts in (task.alloc_units, task.busy_units, task.io_operations):
                 amounts.clear()
+            task.alloc_units_by_model.clear()
             task.pods.clear()
             task.preemptions.clear()
             task.waits.clear()
@@ -380,7 +385,13 @@ class Pool:
         for node in self.nodes:
             node.serves = "training"
         peak = sum(service.max_replicas for service in self.services)
-        added = build_layout(peak, self.rng, first_node=len(self.nodes), whole_only=True)
+        added = build_layout(
+            peak,
+            self.rng,
+            first_node=len(self.nodes),
+            whole_only=True,
+            mixed_models=self.mixed_models,
+        )
         for node in added:
             node.serves = "inference"
             devices = [d for gpu in node.gpus for d in gpu.devices]
@@ -766,6 +777,9 @@ class Pool:
         self.capacity_gpu_seconds[interval] = (
             self.capacity_gpu_seconds.get(interval, 0) + len(present) * self.s
         )
+        for gpu in present:
+            by_interval = self.capacity_by_model.setdefault(gpu.model, {})
+            by_interval[interval] = by_interval.get(interval, 0) + self.s
         for service in self.services:
             replicas = sum(1 for p in service.pods if p.devices) or 1
             service.utilization = service.rate_rps / (replicas * service.capacity_rps)
@@ -843,6 +857,7 @@ class Pool:
                     out += map(add, pod.device_prefixes[id(device)], values)
                     task = pod.task
                     task.alloc_units[interval] += units * s
+                    task.alloc_units_by_model[gpu.model][interval] += units * s
                     task.busy_units[interval] += engine * units * s
                     if used > task.memory_peak_mib and out is lines:
                         task.memory_peak_mib = used

@@ -40,15 +40,19 @@ Top level
           "timezone", "pools": "shared"|"separate" (separate adds inference-only nodes),
           "nodes": [{"name", "hostname_label": "Hostname"|"hostname",
           "pod_label_style": "pod"|"exported_pod", "gpus": [{"UUID", "gpu",
-          "mode": "whole"|"mig"|"timesliced", "instances": [{"GPU_I_ID", "GPU_I_PROFILE"}]}]}],
+          "mode": "whole"|"mig"|"timesliced", "modelName",
+          "instances": [{"GPU_I_ID", "GPU_I_PROFILE"}]}]}],
           "silent_exporters": [{"node", "start" (ISO Z), "seconds"}],
           "samples_written": N},
  "capacity": {"<interval>": "<gpu_seconds>"},   physical GPUs present x s, summed over the
                                                 interval's ticks (a MIG GPU's instances sum to 1)
+ "capacity_by_model": {"<modelName>": {"<interval>": "<gpu_seconds>"}},  the same per model
  "tasks": {"<task id>": {
      "team", "kind", "namespace", "priority_class", "owner", "pods": ["<pod>", ...],
      "alloc_gpu_seconds": {"<interval>": "<decimal>"},  sum over the task's pod-labelled
                                       DCGM_FI_DEV_FB_USED samples of share x s
+     "alloc_gpu_seconds_by_model": {"<modelName>": {"<interval>": "<decimal>"}},  the same
+                                      per model of the GPU (a slice or share: its GPU's)
      "busy_gpu_seconds": {"<interval>": "<decimal>"},   same samples, each weighted by its
                                       DCGM_FI_PROF_GR_ENGINE_ACTIVE value (as written, 2
                                       decimals) x share x s; a time-sliced GPU reports the
@@ -138,6 +142,11 @@ def build_truth(pool: Pool, *, samples_written: int) -> dict:
             "samples_written": samples_written,
         },
         "capacity": _interval_map(pool.capacity_gpu_seconds, 1),
+        # The same per GPU model (dcgm-exporter's modelName), for pricing by GPU class.
+        "capacity_by_model": {
+            model: _interval_map(values, 1)
+            for model, values in sorted(pool.capacity_by_model.items())
+        },
         "tasks": {task.id: _task_truth(task) for task in pool.tasks.values()},
         "services": {service.key: _service_truth(service) for service in pool.services},
     }
@@ -152,6 +161,10 @@ def _task_truth(task) -> dict:
         "owner": task.owner_name,
         "pods": list(task.pods),
         "alloc_gpu_seconds": _interval_map(task.alloc_units, SHARE_UNITS),
+        "alloc_gpu_seconds_by_model": {
+            model: _interval_map(values, SHARE_UNITS)
+            for model, values in sorted(task.alloc_units_by_model.items())
+        },
         "busy_gpu_seconds": _interval_map(task.busy_units, SHARE_UNITS * 100),
         "memory_peak_bytes": task.memory_peak_mib * 1048576,
         "io_operations": {iso(s): v for s, v in sorted(task.io_operations.items()) if v},

@@ -90,6 +90,10 @@ class Task:
     pods: list[str] = field(default_factory=list)
     alloc_units: defaultdict[int, int] = field(default_factory=lambda: defaultdict(int))
     busy_units: defaultdict[int, int] = field(default_factory=lambda: defaultdict(int))
+    # The same allocation by GPU model (dcgm-exporter's modelName) -> interval -> units.
+    alloc_units_by_model: defaultdict[str, defaultdict[int, int]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(int))
+    )
     io_operations: defaultdict[int, int] = field(default_factory=lambda: defaultdict(int))
     memory_peak_mib: int = 0
     preemptions: list[dict] = field(default_factory=list)

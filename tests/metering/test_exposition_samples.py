@@ -37,10 +37,14 @@ def test_it_reads_hostname_exported_pod_and_mib_from_the_dcgm_sample(edge_promet
     assert usage.task.kind == "training_batch"
     assert usage.alloc_gpu_seconds == 300  # one whole T4, 20 ticks x 15 s
     assert usage.memory_peak_bytes == exposition.VARIANT_MIB * 1_048_576
-    # GPUs present: the sample's T4 with FB_USED, the variant node's T4 and 4 edge GPUs.
-    capacity = CapacityInterval.objects.get(source=source, interval_start=FIRST)
-    assert capacity.capacity_gpu_seconds == 6 * 300
-    assert capacity.gpus_present == 6
+    assert usage.gpu_model == "Tesla T4"  # the sample's modelName
+    # GPUs present: the sample's T4 with FB_USED, the variant node's T4 and 4 edge GPUs
+    # without a model name, one capacity row per model.
+    capacity = {
+        row.gpu_model: (row.capacity_gpu_seconds, row.gpus_present)
+        for row in CapacityInterval.objects.filter(source=source, interval_start=FIRST)
+    }
+    assert capacity == {"Tesla T4": (2 * 300, 2), "": (4 * 300, 4)}
 
 
 @pytest.mark.django_db

@@ -42,6 +42,11 @@ class Command(BaseCommand):
             default="shared",
             help="shared (one pool), or separate: inference on GPUs of its own sized for its peak",
         )
+        parser.add_argument(
+            "--gpu-models",
+            default="uniform",
+            help="uniform (every GPU an H100), or mixed: nodes of H100, A100 and L40S",
+        )
         parser.add_argument("--serve", type=int, default=None, metavar="PORT")
         parser.add_argument("--host", default="127.0.0.1", help="address --serve binds to")
         parser.add_argument("--speed", type=float, default=1.0)
@@ -78,6 +83,7 @@ class Command(BaseCommand):
             step_seconds=options["step"],
             timezone=options["timezone"],
             pools=options["pools"],
+            gpu_models=options["gpu_models"],
             silent_exporters=tuple(
                 parse_silent_exporter(text) for text in options["silent_exporter"]
             ),
