@@ -16,6 +16,13 @@ Only the tasks of the period count, so a month's ids never change with later mon
 GPU classes (docs/pricing.md v2): the book's classes travel in `price_book.gpu_classes`, but the
 metering tables do not record GPU models yet, so every capacity, usage and preemption row is
 written without a class (the class `default`, priced with the book's own figures).
+
+Builder versions: a closed month's scenario is re-built to verify it and to find late data,
+so the builder's output for a closed month never changes. `SCENARIO_BUILDER_VERSION` is
+stored on each close and the month is re-built as that version built it:
+1. no `preemptions_before` (every task's count started with the period);
+2. each task preempted in the period carries `preemptions_before`, its preemptions before the
+   period start (docs/pricing.md "Preemptions across periods").
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from metering.models import Service, Task
 ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 INFINITY = Decimal("Infinity")
 INFINITY_SPELLINGS = ("+Inf", "Inf", "inf", "+inf")
+SCENARIO_BUILDER_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -86,8 +94,15 @@ def scenario_price(built: BuiltScenario, digest: tuple[str, str] | None = None) 
     return PricedScenario(built=built, text=text, sha256=sha256, result=price(built.scenario))
 
 
-def scenario_build(*, start: dt.datetime, end: dt.datetime, price_book: PriceBook) -> BuiltScenario:
-    """The validated engine input for intervals starting in [start, end), with `price_book`.
+def scenario_build(
+    *,
+    start: dt.datetime,
+    end: dt.datetime,
+    price_book: PriceBook,
+    builder_version: int = SCENARIO_BUILDER_VERSION,
+) -> BuiltScenario:
+    """The validated engine input for intervals starting in [start, end), with `price_book`,
+    as builder `builder_version` wrote it (a closed month's is stored on its close).
 
     Tasks and services are those that appear in the period's usage, preemptions or latency.
     Raises the engine's ScenarioError, naming the record, when metering holds data the rules
@@ -102,6 +117,7 @@ def scenario_build(*, start: dt.datetime, end: dt.datetime, price_book: PriceBoo
     usage = _usage_rows(start, end, task_ids)
     preemptions = _preemption_rows(start, end, task_ids)
     used = {row["task"] for row in preemptions}
+    earlier = _preemptions_before(start, task_ids, preempted=used) if builder_version >= 2 else {}
     used.update(task for _, task, _ in usage)
     all_services = list(
         Service.objects.values_list("pk", "external_id", "source__name", "team__name", "slo_p99_ms")
@@ -114,6 +130,7 @@ def scenario_build(*, start: dt.datetime, end: dt.datetime, price_book: PriceBoo
         "price_book": price_book.to_scenario_dict(),
         "tasks": [
             {"id": task_ids[pk], "team": team, "kind": kind}
+            | ({"preemptions_before": earlier[pk]} if earlier.get(pk) else {})
             for pk, _, _, team, kind, _ in all_tasks
             if task_ids[pk] in used
         ],
@@ -263,6 +280,22 @@ def _preemption_rows(start: dt.datetime, end: dt.datetime, task_ids: dict[int, s
             }
             for task_pk, pod, at, gpus, seconds_since_start, lost in cursor.fetchall()
         ]
+
+
+def _preemptions_before(
+    start: dt.datetime, task_ids: dict[int, str], preempted: set[str]
+) -> dict[int, int]:
+    """Task pk -> its preemptions before `start`, for the tasks preempted in the period (the
+    count only numbers those). An event is a task's interval with a preemption: rows stored
+    one per pod, before ingest recorded one per task, still count once per interval."""
+    pks = [pk for pk, name in task_ids.items() if name in preempted]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT task_id, count(DISTINCT floor(extract(epoch FROM at) / %s))"
+            " FROM metering_preemption WHERE at < %s AND task_id = ANY(%s) GROUP BY task_id",
+            [settings.TANDEM_STEP_SECONDS, start, pks],
+        )
+        return dict(cursor.fetchall())
 
 
 def _instant_name(moment: dt.datetime) -> str:
