@@ -460,7 +460,12 @@ def _ready_to_close(
 
 
 def _price_metering(bounds: PeriodBounds, book: PriceBook) -> PricedScenario:
-    built = scenario_build(start=bounds.start, end=bounds.end, price_book=book)
+    built = scenario_build(
+        start=bounds.start,
+        end=bounds.end,
+        price_book=book,
+        builder_version=SCENARIO_BUILDER_VERSION,  # the version _store_close records
+    )
     return scenario_price(built)
 
 
