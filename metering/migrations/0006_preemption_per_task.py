@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('metering', '0005_source_ingest_from'),
+        ("metering", "0005_source_ingest_from"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='preemption',
-            name='pods',
+            model_name="preemption",
+            name="pods",
             field=models.PositiveIntegerField(default=1),
         ),
     ]
