@@ -14,6 +14,5 @@ class Migration(migrations.Migration):
             model_name="periodclose",
             name="scenario_builder_version",
             field=models.PositiveSmallIntegerField(default=1),
-            preserve_default=False,
         ),
     ]
