@@ -321,6 +321,10 @@ class PeriodClose(ImmutableModel):
     price_book = models.ForeignKey(PriceBook, on_delete=models.PROTECT, related_name="closes")
     price_book_version = models.PositiveIntegerField()
     engine_version = models.CharField(max_length=32)
+    # How the scenario was built from metering (billing.scenarios.SCENARIO_BUILDER_VERSION):
+    # verify and corrections re-build the month the same way. period_close always sets it;
+    # closes from before version 2 (and rows written by hand) are builder 1's.
+    scenario_builder_version = models.PositiveSmallIntegerField(default=1)
     scenario_sha256 = models.CharField(max_length=64)
     currency = models.CharField(max_length=3)
     standard_rate = models.DecimalField(**EXACT)

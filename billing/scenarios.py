@@ -19,6 +19,13 @@ to the class of the book that lists it, else to `default`, and the rows of one i
 task) and class are summed. `default` is written without `gpu_class`, so a book without
 classes gives version 1's scenario text and hash. Preemptions carry no model yet: they are
 written without a class.
+
+Builder versions: a closed month's scenario is re-built to verify it and to find late data,
+so the builder's output for a closed month never changes. `SCENARIO_BUILDER_VERSION` is
+stored on each close and the month is re-built as that version built it:
+1. no `preemptions_before` (every task's count started with the period);
+2. each task preempted in the period carries `preemptions_before`, its preemptions before the
+   period start (docs/pricing.md "Preemptions across periods").
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from metering.models import Service, Task
 ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 INFINITY = Decimal("Infinity")
 INFINITY_SPELLINGS = ("+Inf", "Inf", "inf", "+inf")
+SCENARIO_BUILDER_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -90,8 +98,15 @@ def scenario_price(built: BuiltScenario, digest: tuple[str, str] | None = None) 
     return PricedScenario(built=built, text=text, sha256=sha256, result=price(built.scenario))
 
 
-def scenario_build(*, start: dt.datetime, end: dt.datetime, price_book: PriceBook) -> BuiltScenario:
-    """The validated engine input for intervals starting in [start, end), with `price_book`.
+def scenario_build(
+    *,
+    start: dt.datetime,
+    end: dt.datetime,
+    price_book: PriceBook,
+    builder_version: int = SCENARIO_BUILDER_VERSION,
+) -> BuiltScenario:
+    """The validated engine input for intervals starting in [start, end), with `price_book`,
+    as builder `builder_version` wrote it (a closed month's is stored on its close).
 
     Tasks and services are those that appear in the period's usage, preemptions or latency.
     Raises the engine's ScenarioError, naming the record, when metering holds data the rules
@@ -107,6 +122,7 @@ def scenario_build(*, start: dt.datetime, end: dt.datetime, price_book: PriceBoo
     usage = _usage_rows(start, end, task_ids, classes)
     preemptions = _preemption_rows(start, end, task_ids)
     used = {row["task"] for row in preemptions}
+    earlier = _preemptions_before(start, task_ids, preempted=used) if builder_version >= 2 else {}
     used.update(row[1] for row in usage)
     all_services = list(
         Service.objects.values_list("pk", "external_id", "source__name", "team__name", "slo_p99_ms")
@@ -119,6 +135,7 @@ def scenario_build(*, start: dt.datetime, end: dt.datetime, price_book: PriceBoo
         "price_book": price_book.to_scenario_dict(),
         "tasks": [
             {"id": task_ids[pk], "team": team, "kind": kind}
+            | ({"preemptions_before": earlier[pk]} if earlier.get(pk) else {})
             for pk, _, _, team, kind, _ in all_tasks
             if task_ids[pk] in used
         ],
@@ -303,6 +320,22 @@ def _preemption_rows(start: dt.datetime, end: dt.datetime, task_ids: dict[int, s
             }
             for task_pk, pod, at, gpus, seconds_since_start, lost in cursor.fetchall()
         ]
+
+
+def _preemptions_before(
+    start: dt.datetime, task_ids: dict[int, str], preempted: set[str]
+) -> dict[int, int]:
+    """Task pk -> its preemptions before `start`, for the tasks preempted in the period (the
+    count only numbers those). An event is a task's interval with a preemption: rows stored
+    one per pod, before ingest recorded one per task, still count once per interval."""
+    pks = [pk for pk, name in task_ids.items() if name in preempted]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT task_id, count(DISTINCT floor(extract(epoch FROM at) / %s))"
+            " FROM metering_preemption WHERE at < %s AND task_id = ANY(%s) GROUP BY task_id",
+            [settings.TANDEM_STEP_SECONDS, start, pks],
+        )
+        return dict(cursor.fetchall())
 
 
 def _instant_name(moment: dt.datetime) -> str:

@@ -755,7 +755,12 @@ def _metering_differences(close: PeriodClose, notes: list[str]) -> list[str]:
         )
     bounds = period_bounds(close.period)
     try:
-        built = scenario_build(start=bounds.start, end=bounds.end, price_book=close.price_book)
+        built = scenario_build(
+            start=bounds.start,
+            end=bounds.end,
+            price_book=close.price_book,
+            builder_version=close.scenario_builder_version,
+        )
     except pricing.ScenarioError as error:
         return [f"metering rows of {close.period} can no longer be priced: {error}"]
     digest = scenario_digest(built)[1]

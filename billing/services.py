@@ -43,7 +43,14 @@ from billing.models import (
 )
 from billing.pricing import ENGINE_VERSION, Line, ScenarioError
 from billing.pricing.money import hours, minor_unit
-from billing.scenarios import PricedScenario, scenario_build, scenario_digest, scenario_price
+from billing.scenarios import (
+    SCENARIO_BUILDER_VERSION,
+    BuiltScenario,
+    PricedScenario,
+    scenario_build,
+    scenario_digest,
+    scenario_price,
+)
 from billing.selectors import (
     MonthToDateState,
     PeriodBounds,
@@ -453,15 +460,30 @@ def _ready_to_close(
 
 
 def _price_metering(bounds: PeriodBounds, book: PriceBook) -> PricedScenario:
-    built = scenario_build(start=bounds.start, end=bounds.end, price_book=book)
+    built = scenario_build(
+        start=bounds.start,
+        end=bounds.end,
+        price_book=book,
+        builder_version=SCENARIO_BUILDER_VERSION,  # the version _store_close records
+    )
     return scenario_price(built)
+
+
+def _close_rebuild(close: PeriodClose, bounds: PeriodBounds) -> BuiltScenario:
+    """A closed month's scenario from today's metering, built as its close built it."""
+    return scenario_build(
+        start=bounds.start,
+        end=bounds.end,
+        price_book=close.price_book,
+        builder_version=close.scenario_builder_version,
+    )
 
 
 def _already_closed(close: PeriodClose, bounds: PeriodBounds) -> PeriodCloseOutcome:
     latest = PeriodScenario.objects.filter(period=close.period).order_by("-revision").first()
     try:
         with _metering_snapshot():
-            built = scenario_build(start=bounds.start, end=bounds.end, price_book=close.price_book)
+            built = _close_rebuild(close, bounds)
         changed = scenario_digest(built)[1] != latest.scenario_sha256
     except ScenarioError:
         changed = True  # the data changed into something unpriceable; verify_period says how
@@ -527,7 +549,7 @@ def _corrections_due(period: str, recheck: set[str]) -> tuple[list[_Correction],
             withheld.append(close.period)
             continue
         try:
-            built = scenario_build(start=bounds.start, end=bounds.end, price_book=close.price_book)
+            built = _close_rebuild(close, bounds)
             digest = scenario_digest(built)
             if digest[1] != latest.scenario_sha256:
                 due.append(_correction(close, latest, scenario_price(built, digest)))
@@ -711,6 +733,7 @@ def _store_close(
         price_book=book,
         price_book_version=book.version,
         engine_version=ENGINE_VERSION,
+        scenario_builder_version=SCENARIO_BUILDER_VERSION,
         scenario_sha256=priced.sha256,
         currency=book.currency,
         standard_rate=result.rates.standard_per_gpu_hour,

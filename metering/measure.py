@@ -655,13 +655,57 @@ def _derive(
         earlier = before.identity.get(pod)
         if identity.scheduled is not None and (earlier is None or earlier.scheduled is None):
             facts.waits[pod] = identity.scheduled
-    for pod in sorted(now.preempted - before.preempted):
+    _derive_preemptions(facts, now, before, plan, shared)
+    return facts
+
+
+def _derive_preemptions(
+    facts: IntervalFacts, now: Observed, before: Observed, plan: sources.QueryPlan, shared: set[str]
+) -> None:
+    """Pods whose reason turned 1 in this interval, with the GPUs they held as metered.
+
+    A pod's GPU request is no GPU count (kube-state-metrics reports MIG requests as
+    `nvidia_com_mig_*` resources, and 1 per time-sliced replica), so the GPUs lost are what
+    the devices series show the pod holding: in the interval before (it ran throughout),
+    else in this one up to its eviction, else (no device series at all) its request.
+    """
+    pods = now.preempted - before.preempted
+    held_before = _held_gpus(before, pods, plan, shared)
+    held_now = _held_gpus(now, pods, plan, shared)
+    for pod in sorted(pods):
         at, identity = now.preempted_at.get(pod), now.identity.get(pod)
         if at is None or identity is None:
             facts.warnings.append(f"preemptions: pod {pod[0]}/{pod[1]} has no preempted tick")
             continue
-        facts.preemptions[pod] = {"at": at, "gpus": identity.gpus, "scheduled": identity.scheduled}
-    return facts
+        gpus = held_before.get(pod, held_now.get(pod))
+        if gpus is None:
+            facts.warnings.append(
+                f"preemptions: pod {pod[0]}/{pod[1]} has no metered GPUs; its request counts"
+            )
+            gpus = identity.gpus
+        facts.preemptions[pod] = {"at": at, "gpus": gpus, "scheduled": identity.scheduled}
+
+
+def _held_gpus(
+    observed: Observed, pods: set[PodKey], plan: sources.QueryPlan, shared: set[str]
+) -> dict[PodKey, Fraction]:
+    """GPUs each of `pods` held while it was there: its allocated GPU-seconds over the
+    seconds it was seen (a MIG slice counts slices/7, a time-sliced replica its share)."""
+    seconds: dict[PodKey, Fraction] = defaultdict(Fraction)
+    ticks: dict[PodKey, int] = defaultdict(int)
+    for (uuid, _, profile, namespace, pod), series in observed.series.items():
+        key = (namespace, pod)
+        if key not in pods or series.bad or not series.ticks:
+            continue
+        held = series.shared_alloc if uuid in shared else Fraction(series.ticks)
+        try:
+            share = mig_share(profile)
+        except ValueError:
+            continue  # _derive_gpus warns about the profile
+        if held is not None:
+            seconds[key] += held * share
+            ticks[key] = max(ticks[key], series.ticks)
+    return {key: seconds[key] / ticks[key] for key in seconds if ticks[key]}
 
 
 def _derive_gpus(

@@ -209,7 +209,9 @@ class LatencyInterval(models.Model):
 
 class Preemption(models.Model):
     task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="preemptions")
+    # One row per task and interval: the first of its pods evicted, and how many were.
     pod = models.CharField(max_length=300, blank=True)
+    pods = models.PositiveIntegerField(default=1)
     at = models.DateTimeField()
     gpus = models.DecimalField(max_digits=12, decimal_places=6)
     seconds_since_start = models.PositiveIntegerField()

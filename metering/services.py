@@ -784,24 +784,7 @@ def _window_rows(
             )
         )
     rows.latency = _latency_rows(window, facts, service_ids)
-    for pod, event in sorted(facts.preemptions.items()):
-        if "at" not in event:
-            continue
-        scheduled = event.get("scheduled")
-        since_start = event["at"] - scheduled if scheduled is not None else 0
-        if since_start < 0:
-            rows.warnings.append(f"preemptions: pod {pod[0]}/{pod[1]} preempted before scheduled")
-            since_start = 0
-        rows.preemptions.append(
-            Preemption(
-                task_id=task_ids[(start, pod)],
-                pod=pod[1],
-                at=datetime.fromtimestamp(event["at"], UTC),
-                gpus=_quantize(event.get("gpus", Fraction(0))),
-                seconds_since_start=since_start,
-                lost_gpu_seconds=None,  # exporters do not report lost work
-            )
-        )
+    rows.preemptions = _preemption_rows(facts, start, task_ids, rows.warnings)
     for pod, scheduled in sorted(facts.waits.items()):
         created = _pod_identity(measured, start, pod).created
         if created is None or scheduled < created:
@@ -819,6 +802,50 @@ def _window_rows(
             )
         )
     return rows
+
+
+def _preemption_rows(
+    facts: IntervalFacts,
+    start: int,
+    task_ids: dict[tuple[int, PodKey], int],
+    warnings: list[str],
+) -> list[Preemption]:
+    """One preemption per task in the interval (docs/pricing.md "Preemptions across periods"):
+    a gang's pods evicted together are one eviction of the task, so the engine counts it
+    once. Its GPUs (and lost work, when reported) add up the pods', it ran as long as the
+    longest-running pod, happened at the first pod's tick and is named by the first pod."""
+    events: dict[int, Preemption] = {}
+    for pod, event in sorted(facts.preemptions.items()):
+        if "at" not in event:
+            continue
+        scheduled = event.get("scheduled")
+        since_start = event["at"] - scheduled if scheduled is not None else 0
+        if since_start < 0:
+            warnings.append(f"preemptions: pod {pod[0]}/{pod[1]} preempted before scheduled")
+            since_start = 0
+        at = datetime.fromtimestamp(event["at"], UTC)
+        gpus = Fraction(event.get("gpus", 0))
+        task_id = task_ids[(start, pod)]
+        found = events.get(task_id)
+        if found is None:
+            events[task_id] = Preemption(
+                task_id=task_id,
+                pod=pod[1],
+                pods=1,
+                at=at,
+                gpus=gpus,
+                seconds_since_start=since_start,
+                lost_gpu_seconds=None,  # exporters do not report lost work
+            )
+            continue
+        if (at, pod[1]) < (found.at, found.pod):
+            found.at, found.pod = at, pod[1]
+        found.pods += 1
+        found.gpus += gpus
+        found.seconds_since_start = max(found.seconds_since_start, since_start)
+    for event in events.values():
+        event.gpus = _quantize(event.gpus)  # the pods' sum, rounded once
+    return [events[task_id] for task_id in sorted(events)]
 
 
 def _latency_rows(

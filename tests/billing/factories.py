@@ -233,7 +233,7 @@ def _preemptions(tasks: dict[str, Task], start: dt.datetime) -> None:
         ("vit-pretrain", 9, 5400, None),
         ("vit-pretrain", 14, 900, None),  # 4th: earns compensation at the peak rate
         ("vit-pretrain", 22, 2400, Decimal("600.5")),  # 5th: off-peak, reported loss
-        ("vit-pretrain", 30, 2400, None),  # October's first: no compensation
+        ("vit-pretrain", 30, 2400, None),  # October's first, the 6th ever: compensated
         ("llm-sft", 3, 4000, None),
         ("llm-sft", 20, 100, None),
     ]
