@@ -5,8 +5,9 @@ Two kinds of rows never change once written, and the database enforces it with t
 
 - a *published* price book and its GPU classes (a change is a new version);
 - everything a period close writes: the close itself, its scenario snapshots, statements,
-  their lines and per-task contributions, platform lines and SLA breaches. Late data never
-  edits them: the next close adds correction lines instead.
+  their lines, per-task contributions and per-GPU-class parts (migration 0006), platform
+  lines and SLA breaches. Late data never edits them: the next close adds correction lines
+  instead.
 """
 
 from __future__ import annotations
@@ -456,6 +457,39 @@ class StatementLine(ImmutableModel):
 
     def __str__(self) -> str:
         return f"{self.statement} {self.kind} {self.amount}"
+
+
+class StatementLineClass(ImmutableModel):
+    """The part of a GPU-time line that one GPU class priced (docs/pricing.md "GPU classes").
+
+    Exact, as the engine computes it: a line rounds the sum of its class parts once, so a
+    part keeps no rounded amount of its own (reports that need one share the line's rounded
+    amount out to the cent, reports.rows.apportion). Latency lines and corrections have none.
+    """
+
+    line = models.ForeignKey(StatementLine, on_delete=models.PROTECT, related_name="classes")
+    gpu_class = models.CharField(max_length=64)
+    quantity_gpu_seconds = models.DecimalField(**EXACT)
+    quantity_gpu_hours = models.DecimalField(max_digits=20, decimal_places=2)
+    # The class's book rate on standard and off-peak lines; none on baseline and compensation,
+    # whose amounts are shares of a reserve and lost work, not hours at a rate.
+    rate_per_gpu_hour = models.DecimalField(**EXACT, null=True, blank=True)
+    amount_unrounded = models.DecimalField(**EXACT)
+
+    class Meta:
+        ordering = ["line", "gpu_class"]
+        verbose_name = "statement line class part"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["line", "gpu_class"], name="statement_line_class_unique"
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(gpu_class=""), name="statement_line_class_named"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.line} {self.gpu_class}: {self.amount_unrounded}"
 
 
 class StatementLineTask(ImmutableModel):
