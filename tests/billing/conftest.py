@@ -139,6 +139,11 @@ def classes_close(worked_example, fixtures_dir: Path, monkeypatch) -> PeriodClos
     their place: everything after pricing (storing, reports, pages) runs as in production.
     """
     scenario = json.loads((fixtures_dir / "worked-example/classes-scenario.json").read_text())
+    # The book in force for October: v1's prices with the example's classes, published.
+    book = services.price_book_create_draft(
+        effective_from=dt.date(2026, 10, 1), gpu_classes=scenario["price_book"]["gpu_classes"]
+    )
+    services.price_book_publish(price_book_id=book.pk)
     real_price = services._price_metering
 
     def price_classes(bounds, book) -> PricedScenario:
