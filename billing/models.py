@@ -21,6 +21,8 @@ from django.db.models import Q
 
 from metering.models import TASK_KINDS, Service, Task, Team
 
+# The class of every GPU no class of the book names (docs/pricing.md "GPU classes").
+DEFAULT_GPU_CLASS = "default"
 PERIOD_REGEX = r"^[0-9]{4}-(0[1-9]|1[0-2])$"
 # The years a period may name: its bounds, the months either side (the report compares with
 # the previous one) and their UTC instants in any zone must fit Python's datetime (years 1 to
@@ -457,6 +459,15 @@ class StatementLine(ImmutableModel):
 
     def __str__(self) -> str:
         return f"{self.statement} {self.kind} {self.amount}"
+
+    @property
+    def class_parts(self) -> list[StatementLineClass]:
+        """The line's parts per GPU class when it has any but `default`, else none: a month
+        priced in `default` alone reads as it did before classes (prefetch `classes`)."""
+        parts = list(self.classes.all())
+        if all(part.gpu_class == DEFAULT_GPU_CLASS for part in parts):
+            return []
+        return parts
 
 
 class StatementLineClass(ImmutableModel):
