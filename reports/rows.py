@@ -26,6 +26,7 @@ from django.db.models import Count, F, Max, Prefetch, Q, Sum, Value
 from django.db.models.functions import Coalesce, Least
 
 from billing.models import (
+    DEFAULT_GPU_CLASS,
     LineKind,
     PeriodClose,
     PlatformLine,
@@ -439,6 +440,44 @@ class PreemptedTask:
     lost_gpu_hours: Decimal
 
 
+@dataclass(frozen=True)
+class ClassRow:
+    """One GPU class's part of a team's line, for the report's GPU classes table."""
+
+    team: str
+    line: str
+    gpu_class: str
+    quantity_gpu_hours: Decimal
+    rate_per_gpu_hour: Decimal | None
+    amount_unrounded: Decimal
+
+
+def _class_rows(close: PeriodClose) -> list[ClassRow]:
+    """Every class part of the month's lines, by team, line and class, when any line has a
+    class besides `default` (else none: the report keeps its single-class look)."""
+    parts = (
+        StatementLineClass.objects.filter(
+            line__statement__period_close=close, line__is_correction=False
+        )
+        .select_related("line__statement__team")
+        .order_by("line__statement__team__name", "line__id", "gpu_class")
+    )
+    rows = [
+        ClassRow(
+            team=part.line.statement.team.name,
+            line=part.line.get_kind_display(),
+            gpu_class=part.gpu_class,
+            quantity_gpu_hours=part.quantity_gpu_hours,
+            rate_per_gpu_hour=part.rate_per_gpu_hour,
+            amount_unrounded=part.amount_unrounded,
+        )
+        for part in parts
+    ]
+    if all(row.gpu_class == DEFAULT_GPU_CLASS for row in rows):
+        return []
+    return rows
+
+
 @dataclass
 class ReportPage:
     period: Period
@@ -453,6 +492,8 @@ class ReportPage:
     sharing: health.SharingAnalytics
     profile_rows: list[dict] = field(default_factory=list)
     wait_rows: list[dict] = field(default_factory=list)
+    # Each team line's GPU classes; empty in a month priced in `default` alone.
+    class_rows: list[ClassRow] = field(default_factory=list)
 
     @property
     def currency(self) -> str:
@@ -667,4 +708,5 @@ def report_page(label: str) -> ReportPage:
         sharing=sharing,
         profile_rows=_profile_rows(sharing, period.days),
         wait_rows=_wait_rows(period),
+        class_rows=_class_rows(close),
     )

@@ -9,13 +9,17 @@ import json
 from decimal import Decimal
 
 import pytest
+from django.urls import reverse
 
-from billing.models import Statement, StatementLine
+from billing.models import Statement, StatementLine, StatementLineClass
 from billing.services import period_close
 from reports.render_csv import csv_bytes
 from reports.render_focus import FOCUS_MANDATORY_COLUMNS, FOCUS_VERSION, focus_csv
 from reports.rows import TEAM_CSV_HEADER, team_csv_rows, team_statements
+from reports.services import report_pdf
 from tests.billing.conftest import classes_close, default_book, worked_example  # noqa: F401
+from tests.dashboards.conftest import make_user
+from tests.reports.test_pdf import pdf_text
 
 pytestmark = pytest.mark.django_db
 
@@ -101,7 +105,7 @@ def test_it_lists_each_lines_classes_in_the_team_csv(classes_close):  # noqa: F8
     assert total["amount"] == "1102.64"
 
 
-def test_it_keeps_todays_team_csv_for_a_month_without_classes(worked_example):  # noqa: F811
+def test_it_keeps_todays_files_for_a_month_without_classes(client, worked_example):  # noqa: F811
     close = period_close(period="2026-10").period_close
     rows = [row for s in team_statements(close) for row in team_csv_rows(s)]
 
@@ -109,3 +113,48 @@ def test_it_keeps_todays_team_csv_for_a_month_without_classes(worked_example):  
     focus = read_csv(focus_csv(close))
     assert {row["SkuId"] for row in focus if row["x_LineKind"] == "standard"} == {"default"}
     assert {row["SkuId"] for row in focus if row["x_LineKind"] == "sla_penalty"} == {""}
+    line = StatementLine.objects.get(
+        statement__period_close=close, statement__team__name="nlp", kind="standard"
+    )
+    client.force_login(make_user("fiona", "finance"))
+    data = client.get(reverse("reports:explain", args=[line.pk]), {"format": "json"}).json()
+    assert data["classes"] == []
+
+
+def test_it_explains_a_lines_classes(client, classes_close):  # noqa: F811
+    line = StatementLine.objects.get(
+        statement__period_close=classes_close, statement__team__name="nlp", kind="standard"
+    )
+    client.force_login(make_user("fiona", "finance"))
+
+    data = client.get(reverse("reports:explain", args=[line.pk]), {"format": "json"}).json()
+    html = client.get(reverse("reports:explain", args=[line.pk])).content.decode()
+
+    assert [(c["gpu_class"], c["quantity_gpu_hours"]) for c in data["classes"]] == [
+        ("H100", "8.43"),
+        ("L40S", "3.42"),
+        ("default", "3.74"),
+    ]
+    assert Decimal(data["classes"][0]["rate_per_gpu_hour"]) == Decimal("42.674")
+    assert 'aria-label="GPU classes"' in html
+    assert '<tr data-class="L40S">' in html
+
+
+def test_it_lists_the_classes_on_the_report_page_and_in_its_pdf(
+    client,
+    classes_close,  # noqa: F811
+    tmp_path,
+):
+    client.force_login(make_user("fiona", "finance"))
+
+    html = client.get(reverse("reports:page", args=["2026-10"])).content.decode()
+    pdf = tmp_path / "report.pdf"
+    pdf.write_bytes(report_pdf("2026-10"))
+    text = pdf_text(pdf)
+
+    assert 'aria-label="GPU classes"' in html
+    parts = StatementLineClass.objects.filter(line__statement__period_close=classes_close)
+    assert html.count('<tr data-class="') == parts.count() == 22
+    assert "GPU CLASSES" in text.upper()  # section headings print in upper case
+    for figure in ("L40S", "42.6740", "11.4370", "8.43", "3.42"):
+        assert figure in text, figure
