@@ -9,27 +9,49 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('billing', '0005_month_to_date_draft'),
+        ("billing", "0005_month_to_date_draft"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='StatementLineClass',
+            name="StatementLineClass",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('gpu_class', models.CharField(max_length=64)),
-                ('quantity_gpu_seconds', models.DecimalField(decimal_places=30, max_digits=60)),
-                ('quantity_gpu_hours', models.DecimalField(decimal_places=2, max_digits=20)),
-                ('rate_per_gpu_hour', models.DecimalField(blank=True, decimal_places=30, max_digits=60, null=True)),
-                ('amount_unrounded', models.DecimalField(decimal_places=30, max_digits=60)),
-                ('line', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='classes', to='billing.statementline')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("gpu_class", models.CharField(max_length=64)),
+                ("quantity_gpu_seconds", models.DecimalField(decimal_places=30, max_digits=60)),
+                ("quantity_gpu_hours", models.DecimalField(decimal_places=2, max_digits=20)),
+                (
+                    "rate_per_gpu_hour",
+                    models.DecimalField(blank=True, decimal_places=30, max_digits=60, null=True),
+                ),
+                ("amount_unrounded", models.DecimalField(decimal_places=30, max_digits=60)),
+                (
+                    "line",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="classes",
+                        to="billing.statementline",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'statement line class part',
-                'ordering': ['line', 'gpu_class'],
-                'constraints': [models.UniqueConstraint(fields=('line', 'gpu_class'), name='statement_line_class_unique'), models.CheckConstraint(condition=models.Q(('gpu_class', ''), _negated=True), name='statement_line_class_named')],
+                "verbose_name": "statement line class part",
+                "ordering": ["line", "gpu_class"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("line", "gpu_class"), name="statement_line_class_unique"
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("gpu_class", ""), _negated=True),
+                        name="statement_line_class_named",
+                    ),
+                ],
             },
         ),
         migrations.RunSQL(
