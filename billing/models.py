@@ -339,6 +339,9 @@ class PeriodClose(ImmutableModel):
     # --accept-incomplete): why, and the ranges that were missing or short at the close.
     incomplete_reason = models.TextField(blank=True)
     incomplete_ranges = models.JSONField(default=list, blank=True)
+    # The capacity of each GPU class in the month, exact GPU-seconds as text, by class name
+    # ({"default": "..."} alone in a month without classes; empty for closes made before).
+    capacity_gpu_seconds_by_class = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-period"]

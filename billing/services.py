@@ -727,6 +727,9 @@ def _store_close(
         # A complete month records no reason, even when finance gave one.
         incomplete_reason=accepted if incomplete else "",
         incomplete_ranges=[problem.as_record() for problem in incomplete],
+        capacity_gpu_seconds_by_class={
+            name: str(seconds) for name, seconds in result.capacity_gpu_seconds_by_class
+        },
     )
     _store_scenarios(close, book, priced, corrections, now)
     _store_statements(close, bounds, book, team_lines, totals, line_contributions)

@@ -32,8 +32,10 @@ Column by column, what the spec asks and what Tandem writes:
   SkuPriceId: "v<price book version>/<class>/<line kind>", the price point; SkuMeter
   "GPU allocation"; SkuPriceDetails (KeyValueFormat): x_GpuClass, x_GpuModels (the
   dcgm-exporter model names the book puts in the class; none for `default`, which takes every
-  model no class names) and x_RatePerGpuHour (the class's book rate, exact, when the line has
-  one). All null on latency lines and corrections, which no class priced.
+  model no class names), x_RatePerGpuHour (the class's book rate, exact, when the line has
+  one), x_CapacityGpuHours (the class's capacity in the month, 2 places) and
+  x_AverageGpuCount (that capacity over the month's hours: the GPUs it had on average).
+  All null on latency lines and corrections, which no class priced.
 - ServiceSubcategory (Recommended): "AI Platforms", a child of "AI and Machine Learning".
 - Tags: KeyValueFormat, a JSON object of strings with the provider prefix `tandem/`.
 - Custom columns carry the `x_` prefix: x_LineKind, x_StatementLineId (explain a charge).
@@ -49,6 +51,7 @@ import json
 from django.conf import settings
 
 from billing.models import LineKind, PeriodClose
+from billing.pricing.money import hours
 from reports.render_csv import Cell, csv_bytes, format_decimal
 from reports.rows import FocusCharge, close_period_bounds, focus_charges, gpu_hours, period_bounds
 
@@ -195,6 +198,9 @@ def _sku_values(charge: FocusCharge) -> dict[str, Cell]:
     details: dict[str, object] = {"x_GpuClass": sku.gpu_class, "x_GpuModels": list(sku.gpu_models)}
     if sku.rate_per_gpu_hour is not None:
         details["x_RatePerGpuHour"] = format_decimal(sku.rate_per_gpu_hour.normalize())
+    if sku.capacity_gpu_seconds is not None:
+        details["x_CapacityGpuHours"] = format_decimal(hours(sku.capacity_gpu_seconds))
+        details["x_AverageGpuCount"] = format_decimal(sku.average_gpus)
     return {
         "SkuId": sku.gpu_class,
         "SkuPriceId": f"v{sku.price_book_version}/{sku.gpu_class}/{charge.line.kind}",

@@ -37,6 +37,7 @@ from billing.models import (
     StatementLineTask,
     period_year_error,
 )
+from billing.pricing.money import round_places
 from billing.selectors import rates_per_gpu_class
 from metering.models import TASK_KINDS, PodWait, Preemption
 from reports import health
@@ -223,6 +224,8 @@ class FocusSku:
     price_book_version: int
     gpu_models: tuple[str, ...]  # empty for `default`: every model no other class names
     rate_per_gpu_hour: Decimal | None  # the class's book rate of the line, if it has one
+    capacity_gpu_seconds: Decimal | None  # the class's capacity in the month (None: not stored)
+    average_gpus: Decimal | None  # that capacity over the month's length, 2 places
 
 
 @dataclass(frozen=True)
@@ -299,13 +302,21 @@ class _ClassCatalog:
     price_book_version: int
     models: dict[str, tuple[str, ...]]
     standard_rates: dict[str, Decimal]
+    capacity_gpu_seconds: dict[str, Decimal]
+    period_seconds: Decimal
 
     def sku(self, part: StatementLineClass) -> FocusSku:
+        capacity = self.capacity_gpu_seconds.get(part.gpu_class)
+        average = None
+        if capacity is not None and self.period_seconds:
+            average = round_places(capacity / self.period_seconds, 2)
         return FocusSku(
             gpu_class=part.gpu_class,
             price_book_version=self.price_book_version,
             gpu_models=self.models.get(part.gpu_class, ()),
             rate_per_gpu_hour=part.rate_per_gpu_hour,
+            capacity_gpu_seconds=capacity,
+            average_gpus=average,
         )
 
 
@@ -315,6 +326,10 @@ def _class_catalog(close: PeriodClose) -> _ClassCatalog:
         price_book_version=close.price_book_version,
         models={item.name: tuple(item.models) for item in book.gpu_classes.all()},
         standard_rates={name: rates[0] for name, rates in rates_per_gpu_class(book).items()},
+        capacity_gpu_seconds={
+            name: Decimal(seconds) for name, seconds in close.capacity_gpu_seconds_by_class.items()
+        },
+        period_seconds=Decimal((close.period_end - close.period_start).total_seconds()),
     )
 
 

@@ -1,4 +1,5 @@
-"""Per-GPU-class parts of statement lines, immutable like the rest of a closed period.
+"""Per-GPU-class parts of statement lines, immutable like the rest of a closed period, and
+each close's capacity per GPU class.
 
 The trigger reuses migration 0002's billing_refuse_closed_period_change(): any UPDATE or
 DELETE of a part is refused by the database itself, as for the lines they belong to.
@@ -53,6 +54,11 @@ class Migration(migrations.Migration):
                     ),
                 ],
             },
+        ),
+        migrations.AddField(
+            model_name="periodclose",
+            name="capacity_gpu_seconds_by_class",
+            field=models.JSONField(blank=True, default=dict),
         ),
         migrations.RunSQL(
             sql="""

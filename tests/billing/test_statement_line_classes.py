@@ -12,7 +12,7 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from billing.models import ImmutableRecordError, StatementLine, StatementLineClass
-from billing.pricing.money import round_money
+from billing.pricing.money import hours, round_money
 from billing.services import period_close
 from tests.billing.helpers import run_sql
 
@@ -34,6 +34,11 @@ def test_it_stores_each_lines_gpu_hours_per_class_as_the_engine_priced_them(
 
     for team, figures in expected["teams"].items():
         assert stored[team] == figures["quantities_gpu_hours_by_class"], team
+    capacity = {
+        name: str(hours(Decimal(seconds)))
+        for name, seconds in classes_close.capacity_gpu_seconds_by_class.items()
+    }
+    assert capacity == expected["capacity_gpu_hours_by_class"]
 
 
 def test_it_stores_parts_that_sum_to_their_line_which_rounds_once(classes_close):

@@ -65,6 +65,9 @@ def test_it_names_the_class_models_and_rate_in_the_sku(classes_close):  # noqa: 
         "x_GpuClass": "H100",
         "x_GpuModels": ["NVIDIA H100 80GB HBM3"],
         "x_RatePerGpuHour": "42.674",
+        # classes-expected.json: 191.67 GPU-hours of H100 in the month's 744 hours.
+        "x_CapacityGpuHours": "191.67",
+        "x_AverageGpuCount": "0.26",
     }
     assert h100["SkuPriceId"] == "v2/H100/standard"
     assert h100["PricingUnit"] == "GPU-Hours"
