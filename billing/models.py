@@ -5,8 +5,9 @@ Two kinds of rows never change once written, and the database enforces it with t
 
 - a *published* price book and its GPU classes (a change is a new version);
 - everything a period close writes: the close itself, its scenario snapshots, statements,
-  their lines and per-task contributions, platform lines and SLA breaches. Late data never
-  edits them: the next close adds correction lines instead.
+  their lines, per-task contributions and per-GPU-class parts (migration 0006), platform
+  lines and SLA breaches. Late data never edits them: the next close adds correction lines
+  instead.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from django.db.models import Q
 
 from metering.models import TASK_KINDS, Service, Task, Team
 
+# The class of every GPU no class of the book names (docs/pricing.md "GPU classes").
+DEFAULT_GPU_CLASS = "default"
 PERIOD_REGEX = r"^[0-9]{4}-(0[1-9]|1[0-2])$"
 # The years a period may name: its bounds, the months either side (the report compares with
 # the previous one) and their UTC instants in any zone must fit Python's datetime (years 1 to
@@ -340,6 +343,9 @@ class PeriodClose(ImmutableModel):
     # --accept-incomplete): why, and the ranges that were missing or short at the close.
     incomplete_reason = models.TextField(blank=True)
     incomplete_ranges = models.JSONField(default=list, blank=True)
+    # The capacity of each GPU class in the month, exact GPU-seconds as text, by class name
+    # ({"default": "..."} alone in a month without classes; empty for closes made before).
+    capacity_gpu_seconds_by_class = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-period"]
@@ -460,6 +466,48 @@ class StatementLine(ImmutableModel):
 
     def __str__(self) -> str:
         return f"{self.statement} {self.kind} {self.amount}"
+
+    @property
+    def class_parts(self) -> list[StatementLineClass]:
+        """The line's parts per GPU class when it has any but `default`, else none: a month
+        priced in `default` alone reads as it did before classes (prefetch `classes`)."""
+        parts = list(self.classes.all())
+        if all(part.gpu_class == DEFAULT_GPU_CLASS for part in parts):
+            return []
+        return parts
+
+
+class StatementLineClass(ImmutableModel):
+    """The part of a GPU-time line that one GPU class priced (docs/pricing.md "GPU classes").
+
+    Exact, as the engine computes it: a line rounds the sum of its class parts once, so a
+    part keeps no rounded amount of its own (reports that need one share the line's rounded
+    amount out to the cent, reports.rows.apportion). Latency lines and corrections have none.
+    """
+
+    line = models.ForeignKey(StatementLine, on_delete=models.PROTECT, related_name="classes")
+    gpu_class = models.CharField(max_length=64)
+    quantity_gpu_seconds = models.DecimalField(**EXACT)
+    quantity_gpu_hours = models.DecimalField(max_digits=20, decimal_places=2)
+    # The class's book rate on standard and off-peak lines; none on baseline and compensation,
+    # whose amounts are shares of a reserve and lost work, not hours at a rate.
+    rate_per_gpu_hour = models.DecimalField(**EXACT, null=True, blank=True)
+    amount_unrounded = models.DecimalField(**EXACT)
+
+    class Meta:
+        ordering = ["line", "gpu_class"]
+        verbose_name = "statement line class part"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["line", "gpu_class"], name="statement_line_class_unique"
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(gpu_class=""), name="statement_line_class_named"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.line} {self.gpu_class}: {self.amount_unrounded}"
 
 
 class StatementLineTask(ImmutableModel):

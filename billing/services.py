@@ -38,6 +38,7 @@ from billing.models import (
     SlaBreach,
     Statement,
     StatementLine,
+    StatementLineClass,
     StatementLineTask,
     validate_io_caps,
 )
@@ -707,11 +708,13 @@ def _store_close(
     result = priced.result
     team_lines: dict[str, list[StatementLine]] = defaultdict(list)
     line_contributions: list[tuple[StatementLine, list[StatementLineTask]]] = []
+    line_classes: list[tuple[StatementLine, list[StatementLineClass]]] = []
     for team_result in result.teams:
         for line in team_result.lines:
             row = _statement_line(line)
             team_lines[team_result.team].append(row)
             line_contributions.append((row, _contributions(line, priced)))
+            line_classes.append((row, _class_parts(line)))
     for correction in corrections:
         for team, deltas in correction.team_deltas.items():
             for delta in deltas:
@@ -747,9 +750,13 @@ def _store_close(
         # A complete month records no reason, even when finance gave one.
         incomplete_reason=accepted if incomplete else "",
         incomplete_ranges=[problem.as_record() for problem in incomplete],
+        capacity_gpu_seconds_by_class={
+            name: str(seconds) for name, seconds in result.capacity_gpu_seconds_by_class
+        },
     )
     _store_scenarios(close, book, priced, corrections, now)
     _store_statements(close, bounds, book, team_lines, totals, line_contributions)
+    _store_class_parts(line_classes)
     for row in platform_lines:
         row.period_close = close
     PlatformLine.objects.bulk_create(platform_lines)
@@ -827,6 +834,18 @@ def _store_statements(
     StatementLineTask.objects.bulk_create(contributions, batch_size=5000)
 
 
+def _store_class_parts(
+    line_classes: list[tuple[StatementLine, list[StatementLineClass]]],
+) -> None:
+    """Each GPU-time line's parts per GPU class, after the lines (they need their ids)."""
+    parts = []
+    for row, items in line_classes:
+        for item in items:
+            item.line = row
+            parts.append(item)
+    StatementLineClass.objects.bulk_create(parts, batch_size=5000)
+
+
 def _store_breaches(close: PeriodClose, priced: PricedScenario) -> None:
     SlaBreach.objects.bulk_create(
         SlaBreach(
@@ -859,6 +878,20 @@ def _statement_line(line: Line) -> StatementLine:
         amount=line.rounded,
         description=line.description,
     )
+
+
+def _class_parts(line: Line) -> list[StatementLineClass]:
+    """The line's exact part per GPU class (none on latency lines, which have no classes)."""
+    return [
+        StatementLineClass(
+            gpu_class=part.gpu_class,
+            quantity_gpu_seconds=part.gpu_seconds,
+            quantity_gpu_hours=part.gpu_hours,
+            rate_per_gpu_hour=part.rate_per_gpu_hour,
+            amount_unrounded=part.amount,
+        )
+        for part in line.by_class
+    ]
 
 
 def _contributions(line: Line, priced: PricedScenario) -> list[StatementLineTask]:

@@ -872,7 +872,9 @@ def statement_period(request: HttpRequest, period: str) -> HttpResponse:
 def statement_detail(request: HttpRequest, period: str, team_id: int) -> HttpResponse:
     team = _team_or_404(request, team_id)
     statement = get_object_or_404(
-        Statement.objects.select_related("period_close").prefetch_related("lines"),
+        Statement.objects.select_related("period_close").prefetch_related(
+            "lines", "lines__classes"
+        ),
         period=period,
         team=team,
     )
@@ -892,9 +894,9 @@ def statement_detail(request: HttpRequest, period: str, team_id: int) -> HttpRes
 @role_required
 def statement_line(request: HttpRequest, line_id: int) -> HttpResponse:
     line = get_object_or_404(
-        StatementLine.objects.filter(
-            statement__team__in=visible_teams(request.user)
-        ).select_related("statement__team"),
+        StatementLine.objects.filter(statement__team__in=visible_teams(request.user))
+        .select_related("statement__team")
+        .prefetch_related("classes"),
         pk=line_id,
     )
     contributions = pages.line_contributions(line=line)

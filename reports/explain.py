@@ -83,6 +83,16 @@ class Contributor:
 
 
 @dataclass
+class ClassShare:
+    """A GPU class's part of the line (docs/pricing.md "GPU classes"), exact."""
+
+    gpu_class: str
+    quantity_gpu_hours: Decimal
+    rate_per_gpu_hour: Decimal | None
+    amount_unrounded: Decimal
+
+
+@dataclass
 class Explanation:
     line_id: int
     period: str
@@ -104,6 +114,8 @@ class Explanation:
     contributors: list[Contributor]
     queries: list[QueryRange]
     ingest_windows: int
+    # Empty when the line was priced in `default` alone (or has no classes: latency lines).
+    classes: list[ClassShare] = field(default_factory=list)
 
     @property
     def contributions_sum(self) -> Decimal:
@@ -311,4 +323,13 @@ def statement_line_explain(*, line: StatementLine, task_id: int | None = None) -
         contributors=contributors,
         queries=queries,
         ingest_windows=windows,
+        classes=[
+            ClassShare(
+                gpu_class=part.gpu_class,
+                quantity_gpu_hours=part.quantity_gpu_hours,
+                rate_per_gpu_hour=part.rate_per_gpu_hour,
+                amount_unrounded=part.amount_unrounded,
+            )
+            for part in line.class_parts
+        ],
     )

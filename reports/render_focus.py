@@ -1,10 +1,16 @@
-"""The FOCUS 1.x CSV of every charge in a closed period (FinOps Open Cost and Usage Spec).
+"""The FOCUS 1.2 CSV of every charge in a closed period (FinOps Open Cost and Usage Spec).
+
+Tandem targets FOCUS 1.2 (`FOCUS_VERSION`): every column that version makes Mandatory is
+written (`FOCUS_MANDATORY_COLUMNS`, a test checks the header), plus the Recommended and
+Conditional ones below that a GPU pool has something to say in.
 
 Column by column, what the spec asks and what Tandem writes:
 
 - BilledCost, EffectiveCost, ContractedCost: Decimal, never null, in BillingCurrency, plain
   numbers ("-64.35", no exponent, no '+'). One row per statement line and contributing task;
-  a line's rounded amount is shared among its tasks to the cent (rows.apportion), so
+  a line priced in several GPU classes (docs/pricing.md "GPU classes") has one row per class
+  instead, naming no task (contributions are not stored per class). A line's rounded amount
+  is shared among its tasks or classes to the cent (rows.apportion), so
   Σ BilledCost = Σ statement totals exactly. Nothing is prepaid, so EffectiveCost = BilledCost,
   and the price book is the contract, so ContractedCost = BilledCost.
 - ListCost: the same charge at list price. The list price is the standard rate R; off-peak
@@ -22,6 +28,15 @@ Column by column, what the spec asks and what Tandem writes:
 - ResourceId/ResourceName/ResourceType: the task (or, for an SLA credit, the service); null
   for a line without contributions. ServiceName "Shared GPU pool", ServiceCategory
   "AI and Machine Learning". SubAccountId/SubAccountName: the team.
+- SkuId: the GPU class that priced the charge (`default` in a month without classes);
+  SkuPriceId: "v<price book version>/<class>/<line kind>", the price point; SkuMeter
+  "GPU allocation"; SkuPriceDetails (KeyValueFormat): x_GpuClass, x_GpuModels (the
+  dcgm-exporter model names the book puts in the class; none for `default`, which takes every
+  model no class names), x_RatePerGpuHour (the class's book rate, exact, when the line has
+  one), x_CapacityGpuHours (the class's capacity in the month, 2 places) and
+  x_AverageGpuCount (that capacity over the month's hours: the GPUs it had on average).
+  All null on latency lines and corrections, which no class priced.
+- ServiceSubcategory (Recommended): "AI Platforms", a child of "AI and Machine Learning".
 - Tags: KeyValueFormat, a JSON object of strings with the provider prefix `tandem/`.
 - Custom columns carry the `x_` prefix: x_LineKind, x_StatementLineId (explain a charge).
 
@@ -34,7 +49,8 @@ from __future__ import annotations
 import json
 
 from billing.models import LineKind, PeriodClose
-from reports.render_csv import Cell, csv_bytes
+from billing.pricing.money import hours
+from reports.render_csv import Cell, csv_bytes, format_decimal
 from reports.rows import FocusCharge, close_period_bounds, focus_charges, gpu_hours, period_bounds
 
 # Line kind -> FOCUS ChargeCategory. SLA penalties are neither usage nor a credit granted:
@@ -49,6 +65,31 @@ CHARGE_CATEGORY = {
     LineKind.COMPENSATION: "Credit",
 }
 TAG_PREFIX = "tandem/"  # FOCUS: provider-defined tags carry a provider prefix
+FOCUS_VERSION = "1.2"
+# The columns FOCUS 1.2 makes Mandatory: a FOCUS 1.2 dataset must have every one of them.
+FOCUS_MANDATORY_COLUMNS = (
+    "BilledCost",
+    "BillingAccountId",
+    "BillingAccountName",
+    "BillingCurrency",
+    "BillingPeriodEnd",
+    "BillingPeriodStart",
+    "ChargeCategory",
+    "ChargeClass",
+    "ChargeDescription",
+    "ChargePeriodEnd",
+    "ChargePeriodStart",
+    "ContractedCost",
+    "EffectiveCost",
+    "InvoiceIssuerName",
+    "ListCost",
+    "PricingQuantity",
+    "PricingUnit",
+    "ProviderName",
+    "PublisherName",
+    "ServiceCategory",
+    "ServiceName",
+)
 
 
 FOCUS_COLUMNS = [
@@ -74,6 +115,11 @@ FOCUS_COLUMNS = [
     "ResourceType",
     "ServiceName",
     "ServiceCategory",
+    "ServiceSubcategory",
+    "SkuId",
+    "SkuPriceId",
+    "SkuMeter",
+    "SkuPriceDetails",
     "SubAccountId",
     "SubAccountName",
     "BillingAccountId",
@@ -126,6 +172,8 @@ def focus_row(charge: FocusCharge) -> list[Cell]:
         "ResourceType": charge.resource_type,
         "ServiceName": "Shared GPU pool",
         "ServiceCategory": "AI and Machine Learning",
+        "ServiceSubcategory": "AI Platforms",
+        **_sku_values(charge),
         "SubAccountId": statement.team.name,
         "SubAccountName": statement.team.name,
         "BillingAccountId": pool_name(),
@@ -138,6 +186,25 @@ def focus_row(charge: FocusCharge) -> list[Cell]:
         "x_StatementLineId": line.pk,
     }
     return [values[column] for column in FOCUS_COLUMNS]
+
+
+def _sku_values(charge: FocusCharge) -> dict[str, Cell]:
+    """The SKU columns: the GPU class that priced the charge (null when none did)."""
+    sku = charge.sku
+    if sku is None:
+        return dict.fromkeys(("SkuId", "SkuPriceId", "SkuMeter", "SkuPriceDetails"))
+    details: dict[str, object] = {"x_GpuClass": sku.gpu_class, "x_GpuModels": list(sku.gpu_models)}
+    if sku.rate_per_gpu_hour is not None:
+        details["x_RatePerGpuHour"] = format_decimal(sku.rate_per_gpu_hour.normalize())
+    if sku.capacity_gpu_seconds is not None:
+        details["x_CapacityGpuHours"] = format_decimal(hours(sku.capacity_gpu_seconds))
+        details["x_AverageGpuCount"] = format_decimal(sku.average_gpus)
+    return {
+        "SkuId": sku.gpu_class,
+        "SkuPriceId": f"v{sku.price_book_version}/{sku.gpu_class}/{charge.line.kind}",
+        "SkuMeter": "GPU allocation",
+        "SkuPriceDetails": json.dumps(details, sort_keys=True, ensure_ascii=False),
+    }
 
 
 def focus_csv(close: PeriodClose) -> bytes:

@@ -3,11 +3,12 @@
 Reports are written only for a *closed* period: statements are immutable once closed, so the
 same run gives the same CSV and FOCUS bytes every time. Everything here reads; nothing writes.
 
-- `team_csv_rows`: one team's statement lines, each followed by the tasks (or services) that
-  contributed to it, and a total row.
-- `focus_rows`: every charge of the period in FOCUS 1.x columns, one row per statement line and
-  contributing task; a line's rounded amount is shared among its tasks to the cent so that
-  BilledCost sums exactly to the statements.
+- `team_csv_rows`: one team's statement lines, each followed by its GPU classes (when it has
+  any but `default`) and the tasks (or services) that contributed to it, and a total row.
+- `focus_charges`: every charge of the period in FOCUS 1.2 columns, one row per statement line
+  and contributing task, or per GPU class for a line priced in several; a line's rounded
+  amount is shared among its tasks (or classes) to the cent so that BilledCost sums exactly
+  to the statements.
 - `report_page`: the numbers on the management page (and so in the PDF).
 """
 
@@ -25,15 +26,19 @@ from django.db.models import Count, F, Max, Prefetch, Q, Sum, Value
 from django.db.models.functions import Coalesce, Least
 
 from billing.models import (
+    DEFAULT_GPU_CLASS,
     LineKind,
     PeriodClose,
     PlatformLine,
     SlaBreach,
     Statement,
     StatementLine,
+    StatementLineClass,
     StatementLineTask,
     period_year_error,
 )
+from billing.pricing.money import round_places
+from billing.selectors import rates_per_gpu_class
 from metering.models import TASK_KINDS, PodWait, Preemption
 from reports import health
 from reports import selectors as health_selectors
@@ -122,6 +127,7 @@ def _statements(close: PeriodClose) -> list[Statement]:
         .prefetch_related(
             Prefetch("lines", queryset=lines),
             Prefetch("lines__tasks", queryset=contributions),
+            "lines__classes",
         )
         .order_by("team__name")
     )
@@ -146,6 +152,7 @@ TEAM_CSV_HEADER = [
     "task",
     "task_kind",
     "service",
+    "gpu_class",
     "gpu_seconds",
     "gpu_hours",
     "rate_per_gpu_hour",
@@ -163,10 +170,12 @@ def _contributor(contribution: StatementLineTask) -> tuple[str | None, str | Non
 
 
 def team_csv_rows(statement: Statement) -> list[list[Cell]]:
-    """A team's statement: each line, then its contributions, then the total.
+    """A team's statement: each line, its GPU classes, its contributions, then the total.
 
-    Line rows carry the rounded `amount` (they sum to the total); contribution rows carry only
-    the unrounded share, which sums to the line's unrounded amount.
+    Line rows carry the rounded `amount` (they sum to the total); class and contribution rows
+    carry only the unrounded share, which sums to the line's unrounded amount (a line rounds
+    once, docs/pricing.md "GPU classes"). Class rows appear only on lines priced in a class
+    besides `default`, so a single-class month lists what it did before classes.
     """
     rows: list[list[Cell]] = []
     base = [statement.period, statement.team.name]
@@ -174,21 +183,29 @@ def team_csv_rows(statement: Statement) -> list[list[Cell]]:
         rows.append(
             [
                 *base, "line", line.kind, line.description, line.corrects_period or None,
-                None, None, None, line.quantity_gpu_seconds, line.quantity_gpu_hours,
+                None, None, None, None, line.quantity_gpu_seconds, line.quantity_gpu_hours,
                 line.rate_per_gpu_hour, line.amount_unrounded, line.amount, statement.currency,
             ]
         )  # fmt: skip
+        for part in line.class_parts:
+            rows.append(
+                [
+                    *base, "class", line.kind, None, line.corrects_period or None, None, None,
+                    None, part.gpu_class, part.quantity_gpu_seconds, part.quantity_gpu_hours,
+                    part.rate_per_gpu_hour, part.amount_unrounded, None, statement.currency,
+                ]
+            )  # fmt: skip
         for contribution in line.tasks.all():
             task, kind, service = _contributor(contribution)
             rows.append(
                 [
                     *base, "contribution", line.kind, None, line.corrects_period or None,
-                    task, kind, service, contribution.gpu_seconds,
+                    task, kind, service, None, contribution.gpu_seconds,
                     gpu_hours(contribution.gpu_seconds), None, contribution.amount_unrounded,
                     None, statement.currency,
                 ]
             )  # fmt: skip
-    rows.append([*base, "total", *[None] * 10, statement.total, statement.currency])
+    rows.append([*base, "total", *[None] * 11, statement.total, statement.currency])
     return rows
 
 
@@ -200,8 +217,21 @@ def team_statements(close: PeriodClose) -> list[Statement]:
 
 
 @dataclass(frozen=True)
+class FocusSku:
+    """The GPU class a charge was priced in, as a FOCUS SKU (one per class and price book)."""
+
+    gpu_class: str
+    price_book_version: int
+    gpu_models: tuple[str, ...]  # empty for `default`: every model no other class names
+    rate_per_gpu_hour: Decimal | None  # the class's book rate of the line, if it has one
+    capacity_gpu_seconds: Decimal | None  # the class's capacity in the month (None: not stored)
+    average_gpus: Decimal | None  # that capacity over the month's length, 2 places
+
+
+@dataclass(frozen=True)
 class FocusCharge:
-    """One FOCUS row before formatting: a line, or one task's share of a line."""
+    """One FOCUS row before formatting: a line, one GPU class's share of a line, or one
+    task's share of a line priced in a single class."""
 
     close: PeriodClose
     statement: Statement
@@ -212,6 +242,7 @@ class FocusCharge:
     resource_id: str | None
     resource_type: str | None
     task_kind: str | None
+    sku: FocusSku | None = None
 
 
 def apportion(total: Decimal, weights: Sequence[Decimal]) -> list[Decimal]:
@@ -246,19 +277,100 @@ def _single_sign(values: Sequence[Decimal], total: Decimal) -> bool:
     return True
 
 
-def _list_cost(line: StatementLine, gpu_seconds: Decimal | None, billed: Decimal, close) -> Decimal:
-    """List price of a charge: the standard rate R, from which off-peak training is a discount.
+def _list_cost(
+    line: StatementLine,
+    gpu_seconds: Decimal | None,
+    billed: Decimal,
+    close,
+    standard_rate: Decimal | None = None,
+) -> Decimal:
+    """List price of a charge: the standard rate R (of the charge's GPU class when given),
+    from which off-peak training is a discount.
 
     Every other charge is billed at its list price (ListCost = BilledCost).
     """
     if line.kind != LineKind.OFFPEAK or line.is_correction or gpu_seconds is None:
         return billed
-    return (gpu_seconds * close.standard_rate / SECONDS_PER_HOUR).quantize(CENT, ROUND_HALF_UP)
+    rate = close.standard_rate if standard_rate is None else standard_rate
+    return (gpu_seconds * rate / SECONDS_PER_HOUR).quantize(CENT, ROUND_HALF_UP)
+
+
+@dataclass(frozen=True)
+class _ClassCatalog:
+    """A close's GPU classes: their models and standard rates, read once per file."""
+
+    price_book_version: int
+    models: dict[str, tuple[str, ...]]
+    standard_rates: dict[str, Decimal]
+    capacity_gpu_seconds: dict[str, Decimal]
+    period_seconds: Decimal
+
+    def sku(self, part: StatementLineClass) -> FocusSku:
+        capacity = self.capacity_gpu_seconds.get(part.gpu_class)
+        average = None
+        if capacity is not None and self.period_seconds:
+            average = round_places(capacity / self.period_seconds, 2)
+        return FocusSku(
+            gpu_class=part.gpu_class,
+            price_book_version=self.price_book_version,
+            gpu_models=self.models.get(part.gpu_class, ()),
+            rate_per_gpu_hour=part.rate_per_gpu_hour,
+            capacity_gpu_seconds=capacity,
+            average_gpus=average,
+        )
+
+
+def _class_catalog(close: PeriodClose) -> _ClassCatalog:
+    book = close.price_book
+    return _ClassCatalog(
+        price_book_version=close.price_book_version,
+        models={item.name: tuple(item.models) for item in book.gpu_classes.all()},
+        standard_rates={name: rates[0] for name, rates in rates_per_gpu_class(book).items()},
+        capacity_gpu_seconds={
+            name: Decimal(seconds) for name, seconds in close.capacity_gpu_seconds_by_class.items()
+        },
+        period_seconds=Decimal((close.period_end - close.period_start).total_seconds()),
+    )
+
+
+def _class_charges(
+    close: PeriodClose,
+    statement: Statement,
+    line: StatementLine,
+    parts: list[StatementLineClass],
+    catalog: _ClassCatalog,
+) -> list[FocusCharge] | None:
+    """One charge per GPU class of a line priced in several: the line's rounded amount shared
+    among its classes to the cent (apportion), so they sum to the line exactly. Tasks are not
+    split by class (contributions are stored per line), so these rows name no resource.
+    None when the parts cannot be apportioned (mixed signs, all zero)."""
+    weights = [part.amount_unrounded for part in parts]
+    if line.amount == 0 or not any(weights) or not _single_sign(weights, line.amount_unrounded):
+        return None
+    charges = []
+    for part, billed in zip(parts, apportion(line.amount, weights), strict=True):
+        standard = catalog.standard_rates.get(part.gpu_class)
+        charges.append(
+            FocusCharge(
+                close=close, statement=statement, line=line, billed_cost=billed,
+                list_cost=_list_cost(line, part.quantity_gpu_seconds, billed, close, standard),
+                gpu_seconds=part.quantity_gpu_seconds, resource_id=None, resource_type=None,
+                task_kind=None, sku=catalog.sku(part),
+            )
+        )  # fmt: skip
+    return charges
 
 
 def _line_charges(
-    close: PeriodClose, statement: Statement, line: StatementLine
+    close: PeriodClose, statement: Statement, line: StatementLine, catalog: _ClassCatalog
 ) -> list[FocusCharge]:
+    parts = list(line.classes.all())
+    if line.class_parts:
+        charges = _class_charges(close, statement, line, parts, catalog)
+        if charges is not None:
+            return charges
+    # A line priced in one class (`default` in a month without classes) names it as its SKU.
+    sku = catalog.sku(parts[0]) if len(parts) == 1 else None
     contributions = list(line.tasks.all())
     weights = [c.amount_unrounded for c in contributions]
     usable = (
@@ -273,7 +385,7 @@ def _line_charges(
                 close=close, statement=statement, line=line, billed_cost=line.amount,
                 list_cost=_list_cost(line, line.quantity_gpu_seconds, line.amount, close),
                 gpu_seconds=line.quantity_gpu_seconds, resource_id=None, resource_type=None,
-                task_kind=None,
+                task_kind=None, sku=sku,
             )
         ]  # fmt: skip
     charges = []
@@ -285,7 +397,7 @@ def _line_charges(
                 list_cost=_list_cost(line, contribution.gpu_seconds, billed, close),
                 gpu_seconds=contribution.gpu_seconds, resource_id=task or service,
                 resource_type=KIND_LABELS.get(kind, kind) if task else "Inference service",
-                task_kind=kind,
+                task_kind=kind, sku=sku,
             )
         )  # fmt: skip
     return charges
@@ -293,10 +405,11 @@ def _line_charges(
 
 def focus_charges(close: PeriodClose) -> list[FocusCharge]:
     """Every team charge of the period; BilledCost sums to the statements' totals exactly."""
+    catalog = _class_catalog(close)
     charges: list[FocusCharge] = []
     for statement in _statements(close):
         for line in statement.lines.all():
-            charges.extend(_line_charges(close, statement, line))
+            charges.extend(_line_charges(close, statement, line, catalog))
     return charges
 
 
@@ -342,6 +455,44 @@ class PreemptedTask:
     lost_gpu_hours: Decimal
 
 
+@dataclass(frozen=True)
+class ClassRow:
+    """One GPU class's part of a team's line, for the report's GPU classes table."""
+
+    team: str
+    line: str
+    gpu_class: str
+    quantity_gpu_hours: Decimal
+    rate_per_gpu_hour: Decimal | None
+    amount_unrounded: Decimal
+
+
+def _class_rows(close: PeriodClose) -> list[ClassRow]:
+    """Every class part of the month's lines, by team, line and class, when any line has a
+    class besides `default` (else none: the report keeps its single-class look)."""
+    parts = (
+        StatementLineClass.objects.filter(
+            line__statement__period_close=close, line__is_correction=False
+        )
+        .select_related("line__statement__team")
+        .order_by("line__statement__team__name", "line__id", "gpu_class")
+    )
+    rows = [
+        ClassRow(
+            team=part.line.statement.team.name,
+            line=part.line.get_kind_display(),
+            gpu_class=part.gpu_class,
+            quantity_gpu_hours=part.quantity_gpu_hours,
+            rate_per_gpu_hour=part.rate_per_gpu_hour,
+            amount_unrounded=part.amount_unrounded,
+        )
+        for part in parts
+    ]
+    if all(row.gpu_class == DEFAULT_GPU_CLASS for row in rows):
+        return []
+    return rows
+
+
 @dataclass
 class ReportPage:
     period: Period
@@ -356,6 +507,8 @@ class ReportPage:
     sharing: health.SharingAnalytics
     profile_rows: list[dict] = field(default_factory=list)
     wait_rows: list[dict] = field(default_factory=list)
+    # Each team line's GPU classes; empty in a month priced in `default` alone.
+    class_rows: list[ClassRow] = field(default_factory=list)
 
     @property
     def currency(self) -> str:
@@ -570,4 +723,5 @@ def report_page(label: str) -> ReportPage:
         sharing=sharing,
         profile_rows=_profile_rows(sharing, period.days),
         wait_rows=_wait_rows(period),
+        class_rows=_class_rows(close),
     )

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from billing.models import PriceBook
+from billing import services
+from billing.models import PeriodClose, PriceBook
+from billing.pricing import scenario_from_dict
+from billing.scenarios import BuiltScenario, PricedScenario, scenario_price
 from billing.services import price_book_ensure_default
 from metering.models import CapacityInterval, LatencyInterval, Preemption, UsageInterval
 from metering.services import latency_p99
@@ -125,3 +128,32 @@ def _instant(text: str) -> dt.datetime:
 
 def _decimal(value: object) -> Decimal:
     return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+
+
+@pytest.fixture
+def classes_close(worked_example, fixtures_dir: Path, monkeypatch) -> PeriodClose:
+    """October 2026 closed from the classes worked example (H100, L40S and `default`).
+
+    Metering records no GPU models yet, so the close reads the worked example's tasks and
+    services from the metering tables (the same ids) and prices the classes scenario in
+    their place: everything after pricing (storing, reports, pages) runs as in production.
+    """
+    scenario = json.loads((fixtures_dir / "worked-example/classes-scenario.json").read_text())
+    # The book in force for October: v1's prices with the example's classes, published.
+    book = services.price_book_create_draft(
+        effective_from=dt.date(2026, 10, 1), gpu_classes=scenario["price_book"]["gpu_classes"]
+    )
+    services.price_book_publish(price_book_id=book.pk)
+    real_price = services._price_metering
+
+    def price_classes(bounds, book) -> PricedScenario:
+        built = real_price(bounds, book).built
+        classes = BuiltScenario(
+            scenario=scenario_from_dict(scenario),
+            task_pks=built.task_pks,
+            service_pks=built.service_pks,
+        )
+        return scenario_price(classes)
+
+    monkeypatch.setattr(services, "_price_metering", price_classes)
+    return services.period_close(period="2026-10", corrections=False).period_close

@@ -18,6 +18,7 @@ CLOSE_MODELS = [
     models.Statement,
     models.StatementLine,
     models.StatementLineTask,
+    models.StatementLineClass,
     models.PlatformLine,
     models.SlaBreach,
 ]

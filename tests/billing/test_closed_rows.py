@@ -15,6 +15,7 @@ from billing.models import (
     SlaBreach,
     Statement,
     StatementLine,
+    StatementLineClass,
     StatementLineTask,
 )
 from billing.services import period_close
@@ -54,6 +55,7 @@ def test_it_refuses_to_save_a_changed_statement_or_line(closed):
         Statement,
         StatementLine,
         StatementLineTask,
+        StatementLineClass,
         PlatformLine,
         SlaBreach,
     ],
@@ -78,6 +80,7 @@ def test_it_refuses_orm_updates_and_deletes_of_closed_rows(closed, model):
         ("billing_statement", "total = 0"),
         ("billing_statementline", "amount = amount + 1"),
         ("billing_statementlinetask", "amount_unrounded = 0"),
+        ("billing_statementlineclass", "rate_per_gpu_hour = 0"),
         ("billing_platformline", "description = 'edited'"),
         ("billing_slabreach", "penalized = NOT penalized"),
     ],
