@@ -11,7 +11,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("billing", "0005_month_to_date_draft"),
+        ("billing", "0006_preemption_history"),
     ]
 
     operations = [
