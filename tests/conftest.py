@@ -25,3 +25,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         area = item.path.relative_to(tests).parts[0]
         item.add_marker(pytest.mark.xdist_group(area.removesuffix(".py")))
+
+
+# Fixtures that give a test the database (pytest-django's).
+DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences"}
+
+
+@pytest.fixture(autouse=True)
+def default_price_book(request: pytest.FixtureRequest) -> None:
+    """Every database test starts with the migration's default price book, as a new database
+    has it: a transactional test's flush empties every table, the book included, and the test
+    that runs next on that worker would otherwise find none."""
+    marked = request.node.get_closest_marker("django_db") is not None
+    if not marked and not DATABASE_FIXTURES & set(request.fixturenames):
+        return
+    request.getfixturevalue("_django_db_helper")  # the test's own database mode, set up now
+    from billing.services import price_book_ensure_default
+
+    price_book_ensure_default()
