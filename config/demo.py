@@ -48,7 +48,10 @@ PYTHON = sys.executable
 # 150 s scrape write a third of the samples of 16 GPUs at 60 s, with every page still drawn
 # the same way (two key services, six teams, all four task kinds, MIG and time-sliced GPUs;
 # two samples in each five-minute interval, which the meters sum and difference exactly).
-DEMO_GPUS = 8
+# Three nodes of three GPUs: an H100, an A100 and an L40S node, each with a time-sliced GPU and
+# (H100, A100) a MIG GPU, priced by the demo book's GPU classes.
+DEMO_GPUS = 9
+DEMO_GPU_MODELS = "mixed"
 DEMO_SCRAPE_SECONDS = 150
 DEMO_STEP_SECONDS = 300
 INGEST_BATCH_WINDOWS = 288  # a day of five-minute windows per range query
@@ -90,6 +93,7 @@ def demo_months(
             step_seconds=DEMO_STEP_SECONDS,
             timezone=timezone,
             pools=pools,
+            gpu_models=DEMO_GPU_MODELS,
         )
         months.append(DemoMonth(config))
     return months[0], months[1]
@@ -205,7 +209,13 @@ def main() -> int:
 
     today = dt.datetime.now(ZoneInfo(env["TANDEM_TIMEZONE"])).date()
     months = demo_months(today, timezone=env["TANDEM_TIMEZONE"])
-    tsdb = VAR / "prometheus" / f"{months[0].label}+{months[1].label}-{DEMO_SCRAPE_SECONDS}s"
+    tsdb = (
+        VAR
+        / "prometheus"
+        / (
+            f"{months[0].label}+{months[1].label}-{DEMO_SCRAPE_SECONDS}s-{DEMO_GPUS}-{DEMO_GPU_MODELS}"
+        )
+    )
     if not (tsdb / ".backfilled").exists():
         build_tsdb(months, tsdb, clock)
 
@@ -322,6 +332,40 @@ def state_service_objectives(month: DemoMonth) -> None:
         call_command("set_slo", "--service", name, "--p99-ms", str(service["slo_p99_ms"]))
 
 
+# The demo book's GPU classes (docs/pricing.md "GPU classes"): each model's own depreciation,
+# facility share and draw; the tariff, peak hours and penalties stay the default book's.
+DEMO_GPU_CLASSES = [
+    {"name": "H100", "models": ["NVIDIA H100 80GB HBM3"], "depreciation_per_gpu_hour": "38.00",
+     "facility_per_gpu_hour": "4.10", "gpu_average_power_kw": "0.70"},
+    {"name": "A100", "models": ["NVIDIA A100-SXM4-80GB"], "depreciation_per_gpu_hour": "16.50",
+     "facility_per_gpu_hour": "2.90", "gpu_average_power_kw": "0.40"},
+    {"name": "L40S", "models": ["NVIDIA L40S"], "depreciation_per_gpu_hour": "7.20",
+     "facility_per_gpu_hour": "1.80", "gpu_average_power_kw": "0.35"},
+]  # fmt: skip
+
+
+def demo_price_book_ensure(*, effective_from: dt.date) -> None:
+    """Publish, once, a book with the simulated models' GPU classes in force from the earlier
+    month, as finance would before the first close of a mixed pool."""
+    from billing.models import PriceBook
+    from billing.services import (
+        price_book_create_draft,
+        price_book_ensure_default,
+        price_book_publish,
+    )
+
+    price_book_ensure_default()
+    if PriceBook.objects.filter(gpu_classes__isnull=False).exists():
+        return
+    draft = price_book_create_draft(
+        effective_from=effective_from,
+        gpu_classes=DEMO_GPU_CLASSES,
+        notes="Demo book: a price per GPU class (H100, A100, L40S).",
+    )
+    price_book_publish(price_book_id=draft.pk)
+    say(f"published price book v{draft.version} with GPU classes H100, A100 and L40S")
+
+
 def close_and_report(months: tuple[DemoMonth, ...], clock: Clock) -> None:
     """Close both months (a closed one is left as it is) and queue the later month's monthly
     report for the worker: its PDF is printed by Chromium while the pages are already up."""
@@ -331,6 +375,7 @@ def close_and_report(months: tuple[DemoMonth, ...], clock: Clock) -> None:
     from reports import services as report_services
     from reports.models import ReportRun
 
+    demo_price_book_ensure(effective_from=months[0].config.start)
     for month in months:
         if PeriodClose.objects.filter(period=month.label).exists():
             # A later start: the demo's data never changes after its first, so nothing to redo.
