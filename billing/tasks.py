@@ -22,13 +22,18 @@ from billing.services import month_to_date_draft_refresh, period_close, period_c
 logger = logging.getLogger(__name__)
 
 
-@shared_task(
-    acks_late=True,
-    autoretry_for=(OperationalError,),
-    retry_backoff=True,
-    retry_backoff_max=600,
-    max_retries=10,
-)
+# A database that is briefly away (a restart, a failover) is retried with backoff; the work
+# is safe to run twice (acks_late: a worker killed mid-way leaves the message to another).
+RETRY_POLICY = {
+    "acks_late": True,
+    "autoretry_for": (OperationalError,),
+    "retry_backoff": True,
+    "retry_backoff_max": 600,
+    "max_retries": 10,
+}
+
+
+@shared_task(**RETRY_POLICY)
 def close_period(period: str) -> str:
     """Close `period` (YYYY-MM); safe to run twice (a closed month is left as it is). A label
     that is no month (a stale or mistyped message) is skipped with one line in the log."""
@@ -41,13 +46,7 @@ def close_period(period: str) -> str:
     return outcome.period_close.period
 
 
-@shared_task(
-    acks_late=True,
-    autoretry_for=(OperationalError,),
-    retry_backoff=True,
-    retry_backoff_max=600,
-    max_retries=10,
-)
+@shared_task(**RETRY_POLICY)
 def close_previous_month(now: str | None = None) -> str | None:
     """Close the month before `now` (ISO, default the current time) when it is due; returns
     the period closed, or None when nothing was due yet."""
@@ -59,17 +58,15 @@ def close_previous_month(now: str | None = None) -> str | None:
     return period_close_due(now=moment)
 
 
-@shared_task(
-    acks_late=True,
-    autoretry_for=(OperationalError,),
-    retry_backoff=True,
-    retry_backoff_max=600,
-    max_retries=10,
-)
+@shared_task(**RETRY_POLICY)
 def refresh_month_to_date(now: str | None = None) -> str | None:
     """Price the current month so far for the quota export; safe to run twice (nothing
     happens when the draft already priced today's data, or another refresh is running).
     Returns the draft's data version, or None when it skipped."""
-    moment = dt.datetime.fromisoformat(now) if now else None
+    try:
+        moment = dt.datetime.fromisoformat(now) if now else None
+    except ValueError:
+        logger.warning("now %r is not an ISO 8601 time; skipped", now)
+        return None
     draft = month_to_date_draft_refresh(now=moment)
     return draft.data_version if draft else None

@@ -10,7 +10,7 @@ import logging
 
 import pytest
 
-from billing.tasks import close_period, close_previous_month
+from billing.tasks import close_period, close_previous_month, refresh_month_to_date
 from metering.tasks import ingest_window, ingest_windows
 from reports.tasks import report_run_execute
 
@@ -30,6 +30,7 @@ MISSING = 987_654_321
         ),
         (close_period, ("2026-13",), "period '2026-13' is not a month (YYYY-MM); skipped"),
         (close_previous_month, ("yesterday",), "now 'yesterday' is not an ISO 8601 time; skipped"),
+        (refresh_month_to_date, ("soon",), "now 'soon' is not an ISO 8601 time; skipped"),
     ],
     ids=[
         "report_run_execute",
@@ -37,6 +38,7 @@ MISSING = 987_654_321
         "ingest_windows",
         "close_period",
         "close_previous_month",
+        "refresh_month_to_date",
     ],
 )
 def test_it_logs_one_line_for_a_missing_object_and_skips_it(task, args, line, caplog) -> None:
