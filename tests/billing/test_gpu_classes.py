@@ -24,24 +24,9 @@ from billing.services import (
     price_book_set_gpu_classes,
 )
 from tests.billing.helpers import command_output, run_sql
+from tests.pricing.builders import H100, L40S
 
 pytestmark = pytest.mark.django_db
-
-H100 = {
-    "name": "H100",
-    "models": ["NVIDIA H100 80GB HBM3"],
-    "depreciation_per_gpu_hour": "38.00",
-    "facility_per_gpu_hour": "4.10",
-    "gpu_average_power_kw": "0.70",
-}
-L40S = {
-    "name": "L40S",
-    "models": ["NVIDIA L40S"],
-    "depreciation_per_gpu_hour": "9.25",
-    "facility_per_gpu_hour": "1.90",
-    "gpu_average_power_kw": "0.35",
-    "reserved_inference_share": "0.50",
-}
 
 
 def drafted(*classes: dict, **changes) -> PriceBook:

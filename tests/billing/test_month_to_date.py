@@ -42,11 +42,6 @@ def october(pool):
     return pool
 
 
-def hours_between(start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
-    count = int((end - start).total_seconds()) // 3600
-    return [start + dt.timedelta(hours=n) for n in range(count)]
-
-
 def statuses_at(at: dt.datetime) -> dict:
     teams = list(Team.objects.order_by("name"))
     return {status.team: status for status in quota_statuses(at=at, teams=teams, active_only=True)}

@@ -88,3 +88,22 @@ def preemption(at: str, *, lost: Any = None, seconds: int = 600, gpus: int = 1) 
         "seconds_since_start": seconds,
         "lost_gpu_seconds": lost,
     }
+
+
+# Two GPU classes of a mixed pool (docs/pricing.md "GPU classes"): the L40S reserves its own
+# share for inference.
+H100 = {
+    "name": "H100",
+    "models": ["NVIDIA H100 80GB HBM3"],
+    "depreciation_per_gpu_hour": "38.00",
+    "facility_per_gpu_hour": "4.10",
+    "gpu_average_power_kw": "0.70",
+}
+L40S = {
+    "name": "L40S",
+    "models": ["NVIDIA L40S"],
+    "depreciation_per_gpu_hour": "9.25",
+    "facility_per_gpu_hour": "1.90",
+    "gpu_average_power_kw": "0.35",
+    "reserved_inference_share": "0.50",
+}

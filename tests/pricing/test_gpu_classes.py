@@ -21,23 +21,17 @@ from billing.pricing import (
     scenario_from_dict,
     scenario_hash,
 )
-from tests.pricing.builders import FULL, OFFPEAK, PEAK, preemption, priced, scenario
+from tests.pricing.builders import (
+    FULL,
+    H100,
+    L40S,
+    OFFPEAK,
+    PEAK,
+    preemption,
+    priced,
+    scenario,
+)
 
-H100 = {
-    "name": "H100",
-    "models": ["NVIDIA H100 80GB HBM3"],
-    "depreciation_per_gpu_hour": "38.00",
-    "facility_per_gpu_hour": "4.10",
-    "gpu_average_power_kw": "0.70",
-}
-L40S = {
-    "name": "L40S",
-    "models": ["NVIDIA L40S"],
-    "depreciation_per_gpu_hour": "9.25",
-    "facility_per_gpu_hour": "1.90",
-    "gpu_average_power_kw": "0.35",
-    "reserved_inference_share": "0.50",
-}
 CLASSES = {"gpu_classes": [H100, L40S]}
 
 
