@@ -1,4 +1,4 @@
-"""HTML pages for people: thin views over selectors, figures from `dashboards.charts`.
+"""HTML pages for people: thin views over selectors, figures from `reports.charts`.
 
 Every page needs a login and a Tandem role, and reads only the teams `visible_teams` returns:
 a team lead asking for another team's page gets 404, as from the API. Filters come from the
@@ -24,7 +24,6 @@ from access.decorators import role_required
 from access.selectors import sees_every_team, user_role, visible_teams
 from billing import selectors as billing_selectors
 from billing.models import PeriodClose, PlatformLine, PriceBook, Statement, StatementLine
-from dashboards import charts
 from dashboards import selectors as pages
 from dashboards.cache import remembered
 from dashboards.filters import DateRange, Filters, parse_filters, previous_month
@@ -41,7 +40,7 @@ from dashboards.tables import (
 )
 from dashboards.templatetags.tandem import DASH, duration, kind_label, milliseconds, percent
 from metering.models import TASK_KINDS, Preemption, Service, Task, Team
-from reports import health
+from reports import charts, health
 from reports import selectors as report_selectors
 from reports.models import ReportFile
 
