@@ -30,15 +30,18 @@ debian-packages:
 demo: debian-packages $(STAMP)
 	$(PY) -m config.demo
 
-# The whole suite, one xdist worker per core; each test area stays on one worker so its
-# simulated pools are built once (tests/conftest.py). The 15 slowest tests are listed at the end.
+# The app graph's contracts (import-linter, pyproject.toml), then the whole suite, one xdist
+# worker per core; each test area stays on one worker so its simulated pools are built once
+# (tests/conftest.py). The 15 slowest tests are listed at the end.
 test: debian-packages $(STAMP)
 	$(PY) -m ruff check --no-cache .
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) -m pytest -n auto --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check --no-cache .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 format: $(STAMP)
 	$(PY) -m ruff format .

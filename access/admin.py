@@ -3,17 +3,20 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from access import models, services
+from access.selectors import user_role
+from audit.admin import AuditedModelAdmin, AuditEntryAdmin
+from audit.models import AuditEntry
 
 
 @admin.register(models.Role)
-class RoleAdmin(admin.ModelAdmin):
+class RoleAdmin(AuditedModelAdmin):
     list_display = ["user", "name"]
     list_filter = ["name"]
     filter_horizontal = ["teams"]
 
 
 @admin.register(models.ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(AuditedModelAdmin):
     list_display = ["name", "owner", "prefix", "scopes", "created", "last_used", "revoked_at"]
     list_filter = ["revoked_at"]
     readonly_fields = ["prefix", "created", "last_used", "revoked_at"]
@@ -29,3 +32,15 @@ class ApiTokenAdmin(admin.ModelAdmin):
         for token in queryset:
             services.api_token_revoke(token=token)
         messages.success(request, f"Revoked {queryset.count()} token(s).")
+
+
+@admin.register(AuditEntry)
+class PlatformAuditEntryAdmin(AuditEntryAdmin):
+    """The audit log, for superusers and staff with the platform role only."""
+
+    def is_platform_admin(self, request: HttpRequest) -> bool:
+        user = request.user
+        if not (user.is_active and user.is_staff):
+            return False
+        role = user_role(user)
+        return user.is_superuser or (role is not None and role.name == "platform")

@@ -1,35 +1,25 @@
-"""The audit log in the admin (read-only, platform admins), and the hook recording admin edits.
+"""The audit hook for the admin, and the read-only audit log's admin (both as base classes).
 
-The admins of the audited models live in their own apps; this module (imported last, "audit"
-ends INSTALLED_APPS) re-registers each of them with `AuditedAdminMixin` in front, so every save
-and delete through the admin writes an entry with the fields before and after.
+Audit imports no other app: each audited model's admin, in its own app, subclasses
+`AuditedModelAdmin` (or puts `AuditedAdminMixin` in front of its own base), so every save and
+delete through the admin writes an entry with the fields before and after. The audited admins
+are those of metering's sources, teams and services, billing's price books, quotas and period
+closes, and access's roles and API tokens. `AuditEntryAdmin` is registered by access/admin.py,
+which knows who the platform admins are.
 """
 
 from __future__ import annotations
 
-from django.apps import apps
 from django.contrib import admin
 from django.db import models, transaction
 from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
 
-from access.selectors import user_role
 from audit import context
 from audit.login import ThrottledAdminAuthenticationForm
 from audit.models import AuditEntry
 from audit.services import audit_record, object_snapshot, snapshot_diff
-
-AUDITED_MODELS = [
-    "metering.Source",
-    "metering.Team",
-    "metering.Service",
-    "billing.PriceBook",
-    "billing.Quota",
-    "billing.PeriodClose",
-    "access.ApiToken",
-    "access.Role",
-]
 
 
 class AuditedAdminMixin:
@@ -96,38 +86,13 @@ class AuditedAdminMixin:
                 self.delete_model(request, obj)
 
 
-def _audited(model_admin: admin.ModelAdmin) -> type[admin.ModelAdmin]:
-    base = type(model_admin)
-    return type(f"Audited{base.__name__}", (AuditedAdminMixin, base), {})
+class AuditedModelAdmin(AuditedAdminMixin, admin.ModelAdmin):
+    """A ModelAdmin whose adds, changes and deletes are written to the audit log."""
 
 
-def install_audit_hooks(site: admin.AdminSite = admin.site) -> None:
-    for label in AUDITED_MODELS:
-        model = apps.get_model(label)
-        if not site.is_registered(model):
-            continue
-        current = site.get_model_admin(model)
-        if isinstance(current, AuditedAdminMixin):
-            continue
-        audited = _audited(current)
-        site.unregister(model)
-        site.register(model, audited)
-
-
-install_audit_hooks()
-
-
-def is_platform_admin(request: HttpRequest) -> bool:
-    user = request.user
-    if not (user.is_active and user.is_staff):
-        return False
-    role = user_role(user)
-    return user.is_superuser or (role is not None and role.name == "platform")
-
-
-@admin.register(AuditEntry)
 class AuditEntryAdmin(admin.ModelAdmin):
-    """Read-only, and only for platform admins (superusers, or staff with the platform role)."""
+    """Read-only, and only for platform admins: a subclass says who they are (access/admin.py:
+    superusers, or staff with the platform role)."""
 
     list_display = ["at", "actor", "action", "object_type", "object_repr"]
     list_filter = ["action", "object_type"]
@@ -144,11 +109,14 @@ class AuditEntryAdmin(admin.ModelAdmin):
         "changes",
     ]
 
+    def is_platform_admin(self, request: HttpRequest) -> bool:
+        raise NotImplementedError("the registered subclass says who the platform admins are")
+
     def has_module_permission(self, request: HttpRequest) -> bool:
-        return is_platform_admin(request)
+        return self.is_platform_admin(request)
 
     def has_view_permission(self, request: HttpRequest, obj: AuditEntry | None = None) -> bool:
-        return is_platform_admin(request)
+        return self.is_platform_admin(request)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

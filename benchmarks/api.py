@@ -49,9 +49,9 @@ from rest_framework.permissions import AllowAny  # noqa: E402
 from benchmarks._table import Row, report, within  # noqa: E402
 from billing.models import MonthToDateDraft, Quota  # noqa: E402
 from billing.services import month_to_date_draft_refresh  # noqa: E402
-from metering.apis import TeamOutput  # noqa: E402
 from metering.models import Team  # noqa: E402
 from metering.services import latency_p99_fill  # noqa: E402
+from reports.apis import TeamOutput  # noqa: E402
 
 MONTH_START = "2026-09-30T16:00:00Z"  # October 2026 in Asia/Shanghai
 MONTH_END = "2026-10-31T16:00:00Z"

@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
 
+from audit.admin import AuditedAdminMixin, AuditedModelAdmin
 from audit.services import audit_record
 from billing import models, services
 
@@ -64,7 +65,6 @@ class GpuClassInline(admin.TabularInline):
         )
 
 
-@admin.register(models.PriceBook)
 class PriceBookAdmin(admin.ModelAdmin):
     list_display = ["version", "effective_from", "status", "currency", "timezone", "published_at"]
     list_filter = ["status"]
@@ -132,8 +132,14 @@ class PriceBookAdmin(admin.ModelAdmin):
             self.message_user(request, f"draft v{draft.version} created from v{book.version}")
 
 
+@admin.register(models.PriceBook)
+class AuditedPriceBookAdmin(AuditedAdminMixin, PriceBookAdmin):
+    """The audit hook in front of PriceBookAdmin, so that it wraps the admin's own saves: a new
+    draft made through the service is recorded once, by the hook."""
+
+
 @admin.register(models.Quota)
-class QuotaAdmin(admin.ModelAdmin):
+class QuotaAdmin(AuditedModelAdmin):
     list_display = [
         "team",
         "allowance_gpu_hours",
@@ -188,7 +194,7 @@ class PlatformLineInline(ReadOnlyInline):
 
 
 @admin.register(models.PeriodClose)
-class PeriodCloseAdmin(ReadOnlyAdmin):
+class PeriodCloseAdmin(AuditedAdminMixin, ReadOnlyAdmin):
     list_display = [
         "period",
         "pool_cost",

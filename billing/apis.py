@@ -31,6 +31,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from access.api import MonthFilter, VisibleTeamField, VisibleTeamFilter, validated_query
 from access.models import SCOPE_QUOTA_READ
 from access.schema import ApiSchema
 from access.selectors import visible_teams
@@ -50,7 +51,6 @@ from billing.selectors import (
     quota_statuses,
 )
 from billing.services import PRICE_FIELDS
-from metering.apis import MonthFilter, VisibleTeamField, VisibleTeamFilter, validated_query
 
 # --- Statements -------------------------------------------------------------------------
 

@@ -42,7 +42,6 @@ from itertools import repeat
 from operator import itemgetter
 
 from django.conf import settings
-from django.db import connection
 
 from billing.models import PriceBook
 from billing.pricing import (
@@ -55,6 +54,7 @@ from billing.pricing import (
     price,
     scenario_from_dict,
 )
+from metering import selectors as metering_selectors
 from metering.models import Service, Task
 
 ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
@@ -177,25 +177,6 @@ def _classes_by_model(price_book: PriceBook) -> dict[str, str]:
     }
 
 
-# Each row's class, from its GPU model: `%(models)s` and `%(classes)s` are parallel arrays.
-CLASS_OF_ROW = (
-    " LEFT JOIN unnest(%(models)s::text[], %(classes)s::text[]) AS m(model, gpu_class)"
-    " ON m.model = r.gpu_model"
-)
-
-
-def _class_parameters(
-    start: dt.datetime, end: dt.datetime, classes: dict[str, str]
-) -> dict[str, object]:
-    return {
-        "start": start,
-        "end": end,
-        "models": list(classes),
-        "classes": list(classes.values()),
-        "default": DEFAULT_CLASS,
-    }
-
-
 def _usage_rows(
     start: dt.datetime, end: dt.datetime, task_ids: dict[int, str], classes: dict[str, str]
 ) -> list[tuple]:
@@ -207,20 +188,9 @@ def _usage_rows(
     alloc ..."): a few thousand result rows instead of millions keeps per-row driver overhead
     out of the hot path, and the split below runs in C (maps and zip, no Python code per row).
     """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            # trim_scale: "150.000000" -> "150", the same value in shorter canonical text.
-            "SELECT epoch, gpu_class,"
-            " string_agg(task_id::text || ' ' || trim_scale(alloc)::text, ' ')"
-            " FROM (SELECT extract(epoch FROM r.interval_start)::bigint AS epoch,"
-            " coalesce(m.gpu_class, %(default)s) AS gpu_class, r.task_id,"
-            " sum(r.alloc_gpu_seconds) AS alloc FROM metering_usageinterval r"
-            + CLASS_OF_ROW
-            + " WHERE r.interval_start >= %(start)s AND r.interval_start < %(end)s"
-            " GROUP BY 1, 2, 3) AS per_class GROUP BY epoch, gpu_class",
-            _class_parameters(start, end, classes),
-        )
-        packed = cursor.fetchall()
+    packed = metering_selectors.usage_packed_per_interval_and_class(
+        start=start, end=end, classes=classes, default_class=DEFAULT_CLASS
+    )
     tasks: dict[str, str] = {}
     rows: list[tuple] = []
     for epoch, gpu_class, text in packed:
@@ -238,21 +208,14 @@ def _usage_rows(
 
 def _capacity_rows(start: dt.datetime, end: dt.datetime, classes: dict[str, str]) -> list[dict]:
     """Capacity per interval and GPU class, summed over sources, fault domains and models."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT extract(epoch FROM r.interval_start)::bigint,"
-            " coalesce(m.gpu_class, %(default)s),"
-            " trim_scale(sum(r.capacity_gpu_seconds))::text FROM metering_capacityinterval r"
-            + CLASS_OF_ROW
-            + " WHERE r.interval_start >= %(start)s AND r.interval_start < %(end)s"
-            " GROUP BY 1, 2",
-            _class_parameters(start, end, classes),
-        )
-        return [
-            {"interval": _interval_name(epoch), "capacity_gpu_seconds": capacity}
-            | ({} if gpu_class == DEFAULT_CLASS else {"gpu_class": gpu_class})
-            for epoch, gpu_class, capacity in cursor.fetchall()
-        ]
+    rows = metering_selectors.capacity_per_interval_and_class(
+        start=start, end=end, classes=classes, default_class=DEFAULT_CLASS
+    )
+    return [
+        {"interval": _interval_name(epoch), "capacity_gpu_seconds": capacity}
+        | ({} if gpu_class == DEFAULT_CLASS else {"gpu_class": gpu_class})
+        for epoch, gpu_class, capacity in rows
+    ]
 
 
 def _latency_rows(
@@ -263,13 +226,7 @@ def _latency_rows(
     Built here rather than through `scenario_from_dict`: a month has one per service and
     interval (about 9,000 per service), and skipping the dict round trip halves their cost.
     """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT service_id, extract(epoch FROM interval_start)::bigint, buckets::text"
-            " FROM metering_latencyinterval WHERE interval_start >= %s AND interval_start < %s",
-            [start, end],
-        )
-        rows = cursor.fetchall()
+    rows = metering_selectors.latency_histograms(start=start, end=end)
     records = []
     for service_pk, epoch, buckets in rows:
         service = service_ids[service_pk]
@@ -302,24 +259,19 @@ def _buckets(text: str) -> tuple[tuple[Decimal, Decimal], ...]:
 
 
 def _preemption_rows(start: dt.datetime, end: dt.datetime, task_ids: dict[int, str]) -> list[dict]:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT task_id, pod, at, trim_scale(gpus)::text, seconds_since_start,"
-            " trim_scale(lost_gpu_seconds)::text FROM metering_preemption"
-            " WHERE at >= %s AND at < %s",
-            [start, end],
+    return [
+        {
+            "task": task_ids[task_pk],
+            "pod": pod,
+            "at": _instant_name(at),
+            "gpus": gpus,
+            "seconds_since_start": seconds_since_start,
+            "lost_gpu_seconds": lost,
+        }
+        for task_pk, pod, at, gpus, seconds_since_start, lost in (
+            metering_selectors.preemptions_in(start=start, end=end)
         )
-        return [
-            {
-                "task": task_ids[task_pk],
-                "pod": pod,
-                "at": _instant_name(at),
-                "gpus": gpus,
-                "seconds_since_start": seconds_since_start,
-                "lost_gpu_seconds": lost,
-            }
-            for task_pk, pod, at, gpus, seconds_since_start, lost in cursor.fetchall()
-        ]
+    ]
 
 
 def _preemptions_before(
@@ -329,13 +281,7 @@ def _preemptions_before(
     count only numbers those). An event is a task's interval with a preemption: rows stored
     one per pod, before ingest recorded one per task, still count once per interval."""
     pks = [pk for pk, name in task_ids.items() if name in preempted]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT task_id, count(DISTINCT floor(extract(epoch FROM at) / %s))"
-            " FROM metering_preemption WHERE at < %s AND task_id = ANY(%s) GROUP BY task_id",
-            [settings.TANDEM_STEP_SECONDS, start, pks],
-        )
-        return dict(cursor.fetchall())
+    return metering_selectors.preemption_counts_before(start=start, task_pks=pks)
 
 
 def _instant_name(moment: dt.datetime) -> str:
@@ -347,14 +293,7 @@ def _instant_name(moment: dt.datetime) -> str:
 
 def _period_task_pks(start: dt.datetime, end: dt.datetime) -> list[int]:
     """Tasks with usage or a preemption in [start, end): the ones the scenario names."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT task_id FROM metering_usageinterval"
-            " WHERE interval_start >= %s AND interval_start < %s"
-            " UNION SELECT task_id FROM metering_preemption WHERE at >= %s AND at < %s",
-            [start, end, start, end],
-        )
-        return [pk for (pk,) in cursor.fetchall()]
+    return metering_selectors.task_pks_metered_in(start=start, end=end)
 
 
 def _task_names(rows: list[tuple[int, str, str, str, str, str]]) -> dict[int, str]:

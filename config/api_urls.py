@@ -6,7 +6,7 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.permissions import AllowAny
 
 from billing import apis as billing
-from metering import apis as metering
+from reports import apis as reports
 
 
 def not_found(request: HttpRequest, path: str) -> JsonResponse:
@@ -15,13 +15,13 @@ def not_found(request: HttpRequest, path: str) -> JsonResponse:
 
 
 urlpatterns = [
-    path("teams/", metering.TeamListApi.as_view(), name="api-teams"),
-    path("teams/<int:pk>/", metering.TeamDetailApi.as_view(), name="api-team"),
-    path("tasks/", metering.TaskListApi.as_view(), name="api-tasks"),
-    path("tasks/<int:pk>/", metering.TaskDetailApi.as_view(), name="api-task"),
-    path("usage/", metering.UsageApi.as_view(), name="api-usage"),
-    path("health/", metering.HealthApi.as_view(), name="api-health"),
-    path("sharing/", metering.SharingApi.as_view(), name="api-sharing"),
+    path("teams/", reports.TeamListApi.as_view(), name="api-teams"),
+    path("teams/<int:pk>/", reports.TeamDetailApi.as_view(), name="api-team"),
+    path("tasks/", reports.TaskListApi.as_view(), name="api-tasks"),
+    path("tasks/<int:pk>/", reports.TaskDetailApi.as_view(), name="api-task"),
+    path("usage/", reports.UsageApi.as_view(), name="api-usage"),
+    path("health/", reports.HealthApi.as_view(), name="api-health"),
+    path("sharing/", reports.SharingApi.as_view(), name="api-sharing"),
     path("statements/", billing.StatementListApi.as_view(), name="api-statements"),
     path("statements/<int:pk>/", billing.StatementDetailApi.as_view(), name="api-statement"),
     path("price-books/", billing.PriceBookListApi.as_view(), name="api-price-books"),

@@ -35,6 +35,7 @@ from billing.models import (
     LineKind,
     PeriodClose,
     PlatformLine,
+    PriceBook,
     SlaBreach,
     Statement,
     StatementLine,
@@ -634,6 +635,76 @@ def line_contributions(*, line: StatementLine) -> list[StatementLineTask]:
 
 
 # --- Report files -----------------------------------------------------------------------
+
+
+def statement_totals(*, teams: QuerySet[Team], period: str) -> dict[int, Decimal]:
+    """Team pk -> its statement's total for `period` (YYYY-MM), for the teams that have one."""
+    return dict(
+        Statement.objects.filter(team__in=teams, period=period).values_list("team_id", "total")
+    )
+
+
+def compensation_line(*, team: Team, period: str) -> StatementLine | None:
+    return (
+        StatementLine.objects.filter(
+            statement__team=team, statement__period=period, kind="compensation"
+        )
+        .select_related("statement")
+        .first()
+    )
+
+
+def statements_with_lines() -> QuerySet[Statement]:
+    return Statement.objects.select_related("period_close").prefetch_related(
+        "lines", "lines__classes"
+    )
+
+
+def statement_lines_of(*, teams: QuerySet[Team]) -> QuerySet[StatementLine]:
+    return (
+        StatementLine.objects.filter(statement__team__in=teams)
+        .select_related("statement__team")
+        .prefetch_related("classes")
+    )
+
+
+def period_close(*, period: str) -> PeriodClose | None:
+    return PeriodClose.objects.filter(period=period).select_related("price_book").first()
+
+
+def period_corrected(*, period: str) -> bool:
+    """Whether a later close carried corrections of `period`."""
+    return (
+        StatementLine.objects.filter(is_correction=True, corrects_period=period).exists()
+        or PlatformLine.objects.filter(is_correction=True, corrects_period=period).exists()
+    )
+
+
+def draft_price_books() -> QuerySet[PriceBook]:
+    return PriceBook.objects.filter(status=PriceBook.Status.DRAFT).order_by("-version")
+
+
+# --- Tasks and services -----------------------------------------------------------------
+
+
+def tasks_of(*, teams: QuerySet[Team]) -> QuerySet[Task]:
+    return Task.objects.filter(team__in=teams).select_related("team", "source")
+
+
+def task_preemptions(*, task: Task) -> list[Preemption]:
+    return list(task.preemptions.order_by("at"))
+
+
+def task_waits(*, task: Task) -> list[PodWait]:
+    return list(task.waits.order_by("created"))
+
+
+def service(*, pk: int) -> Service:
+    return Service.objects.get(pk=pk)
+
+
+def services(*, pks: list[int]) -> list[Service]:
+    return list(Service.objects.filter(pk__in=pks))
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ from typing import Any
 
 from django.http import HttpResponse
 
-from dashboards import charts
 from dashboards.filters import pool_zone
 from dashboards.templatetags import tandem
+from reports import charts
 from reports.render_csv import Cell, csv_write
 
 # Beyond this many rows the page shows a link to the CSV instead of the table.

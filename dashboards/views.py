@@ -1,4 +1,4 @@
-"""HTML pages for people: thin views over selectors, figures from `dashboards.charts`.
+"""HTML pages for people: thin views over selectors, figures from `reports.charts`.
 
 Every page needs a login and a Tandem role, and reads only the teams `visible_teams` returns:
 a team lead asking for another team's page gets 404, as from the API. Filters come from the
@@ -23,8 +23,7 @@ from django.urls import NoReverseMatch, reverse
 from access.decorators import role_required
 from access.selectors import sees_every_team, user_role, visible_teams
 from billing import selectors as billing_selectors
-from billing.models import PeriodClose, PlatformLine, PriceBook, Statement, StatementLine
-from dashboards import charts
+from billing.models import PeriodClose, PriceBook, Statement
 from dashboards import selectors as pages
 from dashboards.cache import remembered
 from dashboards.filters import DateRange, Filters, parse_filters, previous_month
@@ -41,7 +40,7 @@ from dashboards.tables import (
 )
 from dashboards.templatetags.tandem import DASH, duration, kind_label, milliseconds, percent
 from metering.models import TASK_KINDS, Preemption, Service, Task, Team
-from reports import health
+from reports import charts, health
 from reports import selectors as report_selectors
 from reports.models import ReportFile
 
@@ -408,9 +407,7 @@ def team_list(request: HttpRequest) -> HttpResponse:
     )
     usage = {row.team: row for row in rows}
     period = f"{current.first_day:%Y-%m}"
-    totals = dict(
-        Statement.objects.filter(team__in=teams, period=period).values_list("team_id", "total")
-    )
+    totals = pages.statement_totals(teams=teams, period=period)
     quotas = {q.team: q for q in quota_statuses(list(teams))}
     rows = []
     for team in teams:
@@ -562,11 +559,7 @@ def team_detail(request: HttpRequest, team_id: int) -> HttpResponse:
             pages.team_preemptions(team=team, start=current.start, end=current.end),
             at=current.first_day,
         ),
-        compensation=StatementLine.objects.filter(
-            statement__team=team, statement__period=period, kind="compensation"
-        )
-        .select_related("statement")
-        .first(),
+        compensation=pages.compensation_line(team=team, period=period),
         waits=waits_chart(just_team, current),
         show_kind_filter=True,
     )
@@ -607,11 +600,8 @@ def trajectory_chart(task: Task, summary: dict) -> Chart:
 
 @role_required
 def task_detail(request: HttpRequest, task_id: int) -> HttpResponse:
-    task = get_object_or_404(
-        Task.objects.filter(team__in=visible_teams(request.user)).select_related("team", "source"),
-        pk=task_id,
-    )
-    preemptions = with_lost_work(list(task.preemptions.order_by("at")), at=task.first_seen)
+    task = get_object_or_404(pages.tasks_of(teams=visible_teams(request.user)), pk=task_id)
+    preemptions = with_lost_work(pages.task_preemptions(task=task), at=task.first_seen)
     summary = pages.task_summary(task)
     charges = pages.task_charges(task)
     return page(
@@ -625,7 +615,7 @@ def task_detail(request: HttpRequest, task_id: int) -> HttpResponse:
         trajectory=trajectory_chart(task, summary),
         preemptions=preemptions,
         lost_total=sum((lost for _, lost in preemptions), Decimal(0)),
-        waits=list(task.waits.order_by("created")),
+        waits=pages.task_waits(task=task),
         charges=charges,
         charges_total=sum((c.amount_unrounded for c in charges), Decimal(0)),
         currency=charges[0].line.statement.currency if charges else None,
@@ -715,7 +705,7 @@ def sla(request: HttpRequest) -> HttpResponse:
     # Not "block": inside a template block that name is Django's own (block.super).
     detail = None
     if chosen is not None:
-        detail = sla_block(Service.objects.get(pk=chosen), current, min_requests)
+        detail = sla_block(pages.service(pk=chosen), current, min_requests)
         # Only the listed breaches need who was training; the CSV has them all.
         listed = detail["breached"][:BREACHES_LISTED]
         training = pages.training_at(moments=[row["time"] for row in listed])
@@ -723,7 +713,7 @@ def sla(request: HttpRequest) -> HttpResponse:
         for row in listed:
             row["training"] = training_shares(training.get(row["time"], []), lead_teams)
     periods = sorted({f"{current.first_day:%Y-%m}", f"{current.last_day:%Y-%m}"})
-    services = [s for s in Service.objects.filter(pk__in=[x.service_id for x in latencies])]
+    services = pages.services(pks=[x.service_id for x in latencies])
     return page(
         request,
         "sla.html",
@@ -811,11 +801,7 @@ def whatif(close: PeriodClose, draft: PriceBook) -> dict:
 
 def period_status(period: str) -> str:
     """closed, or corrected once a later close carried corrections of it."""
-    corrected = (
-        StatementLine.objects.filter(is_correction=True, corrects_period=period).exists()
-        or PlatformLine.objects.filter(is_correction=True, corrects_period=period).exists()
-    )
-    return "corrected" if corrected else "closed"
+    return "corrected" if pages.period_corrected(period=period) else "closed"
 
 
 def _period_or_404(period: str) -> billing_selectors.PeriodBounds:
@@ -829,14 +815,14 @@ def _period_or_404(period: str) -> billing_selectors.PeriodBounds:
 def statement_period(request: HttpRequest, period: str) -> HttpResponse:
     bounds = _period_or_404(period)
     teams = visible_teams(request.user)
-    close = PeriodClose.objects.filter(period=period).select_related("price_book").first()
+    close = pages.period_close(period=period)
     statements = pages.period_statements(close=close, teams=teams) if close else []
     all_seeing = sees_every_team(request.user)
     files = pages.report_downloads(period=period, teams=teams)
     context: dict[str, object] = {}
     if close and all_seeing:
         context["reconciliation"] = reconciliation(close, statements)
-        drafts = PriceBook.objects.filter(status=PriceBook.Status.DRAFT).order_by("-version")
+        drafts = pages.draft_price_books()
         context["drafts"] = drafts
         if raw := request.GET.get("draft"):
             is_id = raw.isdigit() and len(raw) < 19
@@ -871,13 +857,7 @@ def statement_period(request: HttpRequest, period: str) -> HttpResponse:
 @role_required
 def statement_detail(request: HttpRequest, period: str, team_id: int) -> HttpResponse:
     team = _team_or_404(request, team_id)
-    statement = get_object_or_404(
-        Statement.objects.select_related("period_close").prefetch_related(
-            "lines", "lines__classes"
-        ),
-        period=period,
-        team=team,
-    )
+    statement = get_object_or_404(pages.statements_with_lines(), period=period, team=team)
     files = pages.report_downloads(period=period, teams=Team.objects.filter(pk=team.pk))
     return page(
         request,
@@ -894,10 +874,7 @@ def statement_detail(request: HttpRequest, period: str, team_id: int) -> HttpRes
 @role_required
 def statement_line(request: HttpRequest, line_id: int) -> HttpResponse:
     line = get_object_or_404(
-        StatementLine.objects.filter(statement__team__in=visible_teams(request.user))
-        .select_related("statement__team")
-        .prefetch_related("classes"),
-        pk=line_id,
+        pages.statement_lines_of(teams=visible_teams(request.user)), pk=line_id
     )
     contributions = pages.line_contributions(line=line)
     total = sum((c.amount_unrounded for c in contributions), Decimal(0))

@@ -5,6 +5,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
+from audit.admin import AuditedModelAdmin
 from metering import models, services, sources, tasks
 
 # Windows one confirmation replaces, in this request: a day of 5-minute windows.
@@ -55,13 +56,13 @@ class SourceForm(forms.ModelForm):
 
 
 @admin.register(models.Source)
-class SourceAdmin(admin.ModelAdmin):
+class SourceAdmin(AuditedModelAdmin):
     form = SourceForm
     list_display = ["name", "url", "scrape_interval_seconds", "max_concurrent_queries", "enabled"]
 
 
 @admin.register(models.Team)
-class TeamAdmin(admin.ModelAdmin):
+class TeamAdmin(AuditedModelAdmin):
     list_display = ["name", "created"]
     search_fields = ["name"]
 
@@ -87,7 +88,7 @@ class TaskAdmin(admin.ModelAdmin):
 
 
 @admin.register(models.Service)
-class ServiceAdmin(admin.ModelAdmin):
+class ServiceAdmin(AuditedModelAdmin):
     list_display = ["external_id", "team", "slo_p99_ms", "is_key"]
     list_editable = ["slo_p99_ms", "is_key"]
     list_select_related = ["team"]

@@ -367,3 +367,114 @@ def capacity_parts(
     if split.edges:
         parts.append((CapacityInterval.objects.filter(split.interval_filter()), "interval_start"))
     return parts
+
+
+# --- Reads for billing's scenario builder (billing/scenarios.py) --------------------------
+# Raw SQL: a month holds millions of usage rows, and these read them packed or as text so that
+# the driver's per-row cost stays out of the close (docs/architecture.md "Data flow").
+
+# Each row's class, from its GPU model: `%(models)s` and `%(classes)s` are parallel arrays.
+CLASS_OF_ROW = (
+    " LEFT JOIN unnest(%(models)s::text[], %(classes)s::text[]) AS m(model, gpu_class)"
+    " ON m.model = r.gpu_model"
+)
+
+
+def _class_parameters(
+    start: datetime, end: datetime, classes: dict[str, str], default_class: str
+) -> dict[str, object]:
+    return {
+        "start": start,
+        "end": end,
+        "models": list(classes),
+        "classes": list(classes.values()),
+        "default": default_class,
+    }
+
+
+def usage_packed_per_interval_and_class(
+    *, start: datetime, end: datetime, classes: dict[str, str], default_class: str
+) -> list[tuple[int, str, str]]:
+    """(interval start in Unix seconds, GPU class, "task_pk alloc task_pk alloc ...") for the
+    intervals starting in [start, end): each task's allocated GPU-seconds summed over the
+    task's rows of models of one class. `classes` maps GPU model -> class; a model in none is
+    `default_class`."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            # trim_scale: "150.000000" -> "150", the same value in shorter canonical text.
+            "SELECT epoch, gpu_class,"
+            " string_agg(task_id::text || ' ' || trim_scale(alloc)::text, ' ')"
+            " FROM (SELECT extract(epoch FROM r.interval_start)::bigint AS epoch,"
+            " coalesce(m.gpu_class, %(default)s) AS gpu_class, r.task_id,"
+            " sum(r.alloc_gpu_seconds) AS alloc FROM metering_usageinterval r"
+            + CLASS_OF_ROW
+            + " WHERE r.interval_start >= %(start)s AND r.interval_start < %(end)s"
+            " GROUP BY 1, 2, 3) AS per_class GROUP BY epoch, gpu_class",
+            _class_parameters(start, end, classes, default_class),
+        )
+        return cursor.fetchall()
+
+
+def capacity_per_interval_and_class(
+    *, start: datetime, end: datetime, classes: dict[str, str], default_class: str
+) -> list[tuple[int, str, str]]:
+    """(interval start in Unix seconds, GPU class, capacity GPU-seconds as text), summed over
+    sources, fault domains and models, for the intervals starting in [start, end)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT extract(epoch FROM r.interval_start)::bigint,"
+            " coalesce(m.gpu_class, %(default)s),"
+            " trim_scale(sum(r.capacity_gpu_seconds))::text FROM metering_capacityinterval r"
+            + CLASS_OF_ROW
+            + " WHERE r.interval_start >= %(start)s AND r.interval_start < %(end)s"
+            " GROUP BY 1, 2",
+            _class_parameters(start, end, classes, default_class),
+        )
+        return cursor.fetchall()
+
+
+def latency_histograms(*, start: datetime, end: datetime) -> list[tuple[int, int, str]]:
+    """(service pk, interval start in Unix seconds, buckets as JSON text) per stored interval."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT service_id, extract(epoch FROM interval_start)::bigint, buckets::text"
+            " FROM metering_latencyinterval WHERE interval_start >= %s AND interval_start < %s",
+            [start, end],
+        )
+        return cursor.fetchall()
+
+
+def preemptions_in(*, start: datetime, end: datetime) -> list[tuple]:
+    """(task pk, pod, at, GPUs as text, seconds since start, lost GPU-seconds as text)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT task_id, pod, at, trim_scale(gpus)::text, seconds_since_start,"
+            " trim_scale(lost_gpu_seconds)::text FROM metering_preemption"
+            " WHERE at >= %s AND at < %s",
+            [start, end],
+        )
+        return cursor.fetchall()
+
+
+def preemption_counts_before(*, start: datetime, task_pks: list[int]) -> dict[int, int]:
+    """Task pk -> its preemption events before `start`: intervals with a preemption (rows
+    stored one per pod, before ingest recorded one per task, still count once per interval)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT task_id, count(DISTINCT floor(extract(epoch FROM at) / %s))"
+            " FROM metering_preemption WHERE at < %s AND task_id = ANY(%s) GROUP BY task_id",
+            [settings.TANDEM_STEP_SECONDS, start, task_pks],
+        )
+        return dict(cursor.fetchall())
+
+
+def task_pks_metered_in(*, start: datetime, end: datetime) -> list[int]:
+    """Tasks with usage or a preemption in [start, end)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT task_id FROM metering_usageinterval"
+            " WHERE interval_start >= %s AND interval_start < %s"
+            " UNION SELECT task_id FROM metering_preemption WHERE at >= %s AND at < %s",
+            [start, end, start, end],
+        )
+        return [pk for (pk,) in cursor.fetchall()]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+from celery import current_app
 from django.conf import settings
 from django.core.mail import EmailMessage
 from django.db import IntegrityError, transaction
@@ -24,6 +25,7 @@ from django.utils import timezone
 
 from billing.models import PeriodClose, Statement
 from reports.models import ReportFile, ReportRun, reports_dir
+from reports.page import report_page_html
 from reports.render_csv import csv_bytes
 from reports.render_focus import focus_csv
 from reports.render_pdf import html_to_pdf
@@ -41,6 +43,12 @@ logger = logging.getLogger(__name__)
 FOCUS_FILE_NAME = "focus.csv"
 PDF_CONTENT_TYPE = "application/pdf"
 CSV_CONTENT_TYPE = "text/csv; charset=utf-8"
+
+
+# Queued by name once the run is committed: reports.tasks calls these services (a task is a
+# thin wrapper around one), so this module cannot import it back (as metering.tasks queues
+# billing's month-to-date refresh).
+REPORT_RUN_EXECUTE = "reports.tasks.report_run_execute"
 
 
 @dataclass(frozen=True)
@@ -95,9 +103,8 @@ def report_run_create(
             run.status, run.error = ReportRun.Status.QUEUED, ""
             run.save(update_fields=["status", "error"])
         if enqueue and run.status == ReportRun.Status.QUEUED:
-            from reports.tasks import report_run_execute as task
-
-            task.delay_on_commit(run.pk)
+            execute = current_app.signature(REPORT_RUN_EXECUTE, args=(run.pk,))
+            transaction.on_commit(execute.delay)
     return run
 
 
@@ -149,8 +156,6 @@ def render_files(run: ReportRun, close: PeriodClose) -> list[RenderedFile]:
 
 def report_pdf(period: str) -> bytes:
     """The management page of `period` printed by Chromium."""
-    from reports.views import report_page_html  # views import services for the run button
-
     return html_to_pdf(report_page_html(period), page_path=f"/reports/{period}/")
 
 

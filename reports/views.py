@@ -1,7 +1,6 @@
 """HTML for people: the monthly report page, report runs and their files, explain a charge.
 
-The report page and the PDF are one template: `report_page_html` renders it without a request
-for Chromium to print (reports.render_pdf), the view renders it for a browser. Finance and
+The report page and the PDF are one template, rendered by `reports.page` for both. Finance and
 platform see every page; a team lead sees only their own team's CSV files and the lines of
 their own statements, and gets 404 (never 403) for anything else.
 """
@@ -9,118 +8,25 @@ their own statements, and gets 404 (never 403) for anything else.
 from __future__ import annotations
 
 import datetime as dt
-from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from django.contrib.auth.decorators import login_required
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.template import TemplateDoesNotExist
-from django.template.loader import get_template, render_to_string
-from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from access.decorators import role_required
 from access.selectors import sees_every_team, visible_teams
-from billing.models import LineKind, StatementLine
-from dashboards import charts
+from billing.models import StatementLine
 from reports import rows, services
 from reports.explain import statement_line_explain
 from reports.models import ReportFile, ReportRun
-
-FALLBACK_BASE = "reports/base.html"
-DASHBOARD_BASE = "dashboards/base.html"
-
-
-def base_template() -> str:
-    """The dashboards' layout when it is installed and routed, else a self-contained one."""
-    try:
-        get_template(DASHBOARD_BASE)
-        reverse("dashboards:overview")
-    except (TemplateDoesNotExist, NoReverseMatch):
-        return FALLBACK_BASE
-    return DASHBOARD_BASE
+from reports.page import base_template, report_page_context
 
 
 def _require_every_team(request: HttpRequest) -> None:
     if not sees_every_team(request.user):
         raise Http404("No such report.")
-
-
-def _month_name(period: rows.Period) -> str:
-    return period.start.astimezone(ZoneInfo(period.timezone)).strftime("%B %Y")
-
-
-def _charts(page: rows.ReportPage) -> dict[str, str]:
-    timezone = page.period.timezone
-    return {
-        "reconciliation": charts.to_html(
-            charts.reconciliation_chart(page.reconciliation_rows, currency=page.currency)
-        ),
-        "profile": charts.to_html(
-            charts.daily_profile_chart(
-                page.profile_rows,
-                timezone=timezone,
-                peak_hours=list(page.close.price_book.peak_hours),
-            )
-        ),
-        "waits": charts.to_html(charts.waits_chart(page.wait_rows)),
-    }
-
-
-# Management reads cost in three parts; the line-by-line detail is in each team's CSV.
-COST_COLUMNS = [
-    ("Usage", (LineKind.BASELINE, LineKind.STANDARD, LineKind.OFFPEAK)),
-    ("SLA penalties and credits", (LineKind.SLA_PENALTY, LineKind.SLA_CREDIT)),
-    ("Preemption compensation", (LineKind.COMPENSATION,)),
-]
-
-
-def _team_rows(page: rows.ReportPage) -> tuple[list[str], list[dict]]:
-    table = []
-    for team in page.teams:
-        parts = [
-            sum((team.lines[kind] for kind in kinds if kind in team.lines), Decimal("0.00"))
-            for _, kinds in COST_COLUMNS
-        ]
-        change = None if team.previous_total is None else team.total - team.previous_total
-        table.append(
-            {
-                "team": team.team,
-                "amounts": parts,
-                "total": team.total,
-                "previous_total": team.previous_total,
-                "change": change,
-            }
-        )
-    return [heading for heading, _ in COST_COLUMNS], table
-
-
-def report_page_context(page: rows.ReportPage, *, for_print: bool) -> dict:
-    zone = ZoneInfo(page.period.timezone)
-    cost_columns, team_rows = _team_rows(page)
-    return {
-        "base_template": base_template(),
-        "title": f"Monthly report {page.period.label}",
-        "nav": "statements",
-        "pool_timezone": page.period.timezone,
-        "page": page,
-        "for_print": for_print,
-        "period_name": _month_name(page.period),
-        "previous_name": _month_name(page.previous),
-        "previous_short": page.previous.label,
-        "period_local_start": f"{page.period.start.astimezone(zone):%Y-%m-%d %H:%M}",
-        "period_local_end": f"{page.period.end.astimezone(zone):%Y-%m-%d %H:%M}",
-        "cost_columns": cost_columns,
-        "team_rows": team_rows,
-        "charts": _charts(page),
-    }
-
-
-def report_page_html(period: str) -> str:
-    """The whole report page as a string, for printing (no request, no user, no links)."""
-    page = rows.report_page(period)
-    return render_to_string("reports/report.html", report_page_context(page, for_print=True))
 
 
 @login_required

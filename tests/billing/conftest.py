@@ -144,7 +144,7 @@ def classes_close(worked_example, fixtures_dir: Path, monkeypatch) -> PeriodClos
         effective_from=dt.date(2026, 10, 1), gpu_classes=scenario["price_book"]["gpu_classes"]
     )
     services.price_book_publish(price_book_id=book.pk)
-    real_price = services._price_metering
+    real_price = services.close._price_metering
 
     def price_classes(bounds, book) -> PricedScenario:
         built = real_price(bounds, book).built
@@ -155,5 +155,5 @@ def classes_close(worked_example, fixtures_dir: Path, monkeypatch) -> PeriodClos
         )
         return scenario_price(classes)
 
-    monkeypatch.setattr(services, "_price_metering", price_classes)
+    monkeypatch.setattr(services.close, "_price_metering", price_classes)
     return services.period_close(period="2026-10", corrections=False).period_close

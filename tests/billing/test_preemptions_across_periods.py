@@ -110,7 +110,7 @@ def test_it_counts_a_gang_stored_pod_by_pod_once_per_interval(trainer) -> None:
 
 def test_it_verifies_a_month_closed_before_preemptions_carried_over(trainer, monkeypatch) -> None:
     # November closed by the builder of before: no `preemptions_before`, so no compensation.
-    monkeypatch.setattr(services, "SCENARIO_BUILDER_VERSION", 1)
+    monkeypatch.setattr(services.close, "SCENARIO_BUILDER_VERSION", 1)
     period_close(period=OCTOBER, now=AFTER_BOTH_MONTHS)
     period_close(period=NOVEMBER, now=AFTER_BOTH_MONTHS)
     monkeypatch.undo()

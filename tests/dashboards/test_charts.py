@@ -1,4 +1,4 @@
-"""dashboards.charts: pure functions, rows in, a figure out, every axis named with its unit."""
+"""reports.charts: pure functions, rows in, a figure out, every axis named with its unit."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from dashboards import charts
+from reports import charts
 
 ZONE = "Asia/Shanghai"
 T0 = dt.datetime(2026, 10, 1, 1, 0, tzinfo=dt.UTC)  # 09:00 in Shanghai

@@ -1,4 +1,4 @@
-"""Plotly figures for the dashboards: pure functions, rows in, `go.Figure` out.
+"""Plotly figures for the dashboards and the report page: pure functions, rows in, `go.Figure` out.
 
 No Django, no database, no clock: a view reads rows with a selector and hands them here, so a
 chart can be tested with a handful of literal rows. Every figure carries a title, axis titles

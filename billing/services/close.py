@@ -1,4 +1,4 @@
-"""Writes for billing: price books, period closes (statements, corrections), quotas.
+"""Writes for billing: period closes (statements, corrections) and the scheduled close.
 
 A period close is one transaction: it builds the month's scenario from the metering tables,
 prices it with the book in force, and inserts the close, the compressed scenario, one
@@ -15,35 +15,29 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from audit.services import audit_record
-from billing.defaults import DEFAULT_EFFECTIVE_FROM, DEFAULT_PRICE_BOOK
 from billing.models import (
     LineKind,
-    MonthToDateDraft,
     PeriodClose,
     PeriodScenario,
     PlatformLine,
     PlatformLineName,
     PriceBook,
-    PriceBookGpuClass,
-    Quota,
     SlaBreach,
     Statement,
     StatementLine,
     StatementLineClass,
     StatementLineTask,
-    validate_io_caps,
 )
 from billing.pricing import ENGINE_VERSION, Line, ScenarioError
-from billing.pricing.money import hours, minor_unit
+from billing.pricing.money import hours
 from billing.scenarios import (
     SCENARIO_BUILDER_VERSION,
     BuiltScenario,
@@ -53,15 +47,11 @@ from billing.scenarios import (
     scenario_price,
 )
 from billing.selectors import (
-    MonthToDateState,
     PeriodBounds,
     PriceBookNotFound,
     WindowProblem,
-    engine_price_book,
     ingested_until,
     min_completeness,
-    month_to_date_state,
-    month_to_date_usage,
     period_bounds,
     period_containing,
     period_label,
@@ -69,19 +59,10 @@ from billing.selectors import (
     period_window_problems,
     price_book_in_force,
 )
+from billing.services.books import PERIOD_CLOSE_LOCK, BillingError, _lock
 from metering.models import IngestWindow, Team
 
 ZERO = Decimal(0)
-# One lock for every period close: closes (and the corrections they carry) happen in order.
-PERIOD_CLOSE_LOCK = 0x7461_6E64_0001
-
-
-class BillingError(Exception):
-    """A billing operation refused; the message says why, naming the field or record."""
-
-
-class PriceBookInvalid(BillingError):
-    pass
 
 
 class PeriodCloseRefused(BillingError):
@@ -97,231 +78,6 @@ class PeriodCloseRefused(BillingError):
         self.reasons = reasons
         self.incomplete = incomplete or []
         super().__init__(f"period {period} cannot be closed: " + "; ".join(reasons))
-
-
-# --- Price books ----------------------------------------------------------------------
-
-PRICE_FIELDS = (
-    "currency",
-    "timezone",
-    "depreciation_per_gpu_hour",
-    "facility_per_gpu_hour",
-    "electricity_per_kwh",
-    "gpu_average_power_kw",
-    "reserved_inference_share",
-    "peak_hours",
-    "sla_penalty_per_interval",
-    "sla_min_requests",
-    "starvation_preemption_threshold",
-    "starvation_lost_work_cap_seconds",
-)
-DECIMAL_FIELDS = (
-    "depreciation_per_gpu_hour",
-    "facility_per_gpu_hour",
-    "electricity_per_kwh",
-    "gpu_average_power_kw",
-    "reserved_inference_share",
-    "sla_penalty_per_interval",
-)
-
-
-CLASS_FIELDS = (
-    "name",
-    "models",
-    "depreciation_per_gpu_hour",
-    "facility_per_gpu_hour",
-    "gpu_average_power_kw",
-    "reserved_inference_share",
-)
-CLASS_DECIMAL_FIELDS = CLASS_FIELDS[2:]
-
-
-def price_book_create_draft(
-    *,
-    effective_from: dt.date,
-    based_on: PriceBook | None = None,
-    notes: str = "",
-    gpu_classes: list[dict] | None = None,
-    **prices: object,
-) -> PriceBook:
-    """A new draft version: the fields and GPU classes of `based_on` (default: the newest
-    book, else the defaults of docs/pricing.md, without classes) with `prices` changed, and
-    `gpu_classes` instead of the base's classes when given (a list of
-    `{name, models, depreciation_per_gpu_hour, facility_per_gpu_hour, gpu_average_power_kw,
-    reserved_inference_share?}`). Amounts are Decimals, ints or decimal strings; floats are
-    refused. The version number is the next free one."""
-    unknown = sorted(set(prices) - set(PRICE_FIELDS))
-    if unknown:
-        raise PriceBookInvalid(f"unknown price book field {unknown[0]!r}")
-    base = based_on or PriceBook.objects.order_by("-version").first()
-    if base is not None:
-        values = {name: getattr(base, name) for name in PRICE_FIELDS}
-    else:
-        values = {**DEFAULT_PRICE_BOOK, "timezone": settings.TANDEM_TIMEZONE}
-    values.update(prices)
-    book = PriceBook(effective_from=effective_from, notes=notes, **_coerced(values))
-    if gpu_classes is None:
-        gpu_classes = [item.to_scenario_dict() for item in base.gpu_classes.all()] if base else []
-    classes = _gpu_classes(book, gpu_classes)
-    with transaction.atomic():
-        _lock(PERIOD_CLOSE_LOCK + 1)
-        book.version = (
-            PriceBook.objects.order_by("-version").values_list("version", flat=True).first() or 0
-        ) + 1
-        _validate_price_book(book, classes)
-        book.save()
-        for item in classes:
-            item.price_book = book
-        PriceBookGpuClass.objects.bulk_create(classes)
-        audit_record(action="create", obj=book)
-    return book
-
-
-def price_book_set_gpu_classes(*, price_book_id: int, gpu_classes: list[dict]) -> PriceBook:
-    """Replace the GPU classes of a draft book (a published book's never change). Each class
-    is a dict as for `price_book_create_draft`; the whole set is validated first (names
-    unique and not `default`, no GPU model in two classes, amounts not negative, no floats)
-    and nothing is stored when any of it is refused."""
-    with transaction.atomic():
-        book = PriceBook.objects.select_for_update().filter(pk=price_book_id).first()
-        if book is None:
-            raise PriceBookInvalid(f"price book {price_book_id} does not exist")
-        if book.is_published:
-            raise PriceBookInvalid(
-                f"price book v{book.version} is published: its GPU classes never change; "
-                "create a new version"
-            )
-        before = sorted(item.name for item in book.gpu_classes.all())
-        classes = _gpu_classes(book, gpu_classes)
-        _validate_price_book(book, classes)
-        book.gpu_classes.all().delete()
-        PriceBookGpuClass.objects.bulk_create(classes)
-        after = sorted(item.name for item in classes)
-        audit_record(action="change", obj=book, changes={"gpu_classes": [before, after]})
-    return book
-
-
-def price_book_validate_gpu_classes(*, price_book: PriceBook, gpu_classes: list) -> None:
-    """Raise PriceBookInvalid, naming the class and field, unless `gpu_classes` (dicts or
-    unsaved PriceBookGpuClass rows) may be the classes of `price_book` (the admin's check of
-    its inline before anything is stored)."""
-    classes = [
-        item if isinstance(item, PriceBookGpuClass) else _gpu_classes(price_book, [item])[0]
-        for item in gpu_classes
-    ]
-    _validate_price_book(price_book, classes, columns=False)
-
-
-def _gpu_classes(book: PriceBook, records: list[dict]) -> list[PriceBookGpuClass]:
-    """Unsaved rows from class dicts; floats and unknown fields refused, naming the class."""
-    if not isinstance(records, list):
-        raise PriceBookInvalid(f"gpu_classes must be a list of classes, got {records!r}")
-    classes = []
-    for number, record in enumerate(records):
-        where = f"gpu_classes[{number}]"
-        if not isinstance(record, dict):
-            raise PriceBookInvalid(f"{where}: expected an object, got {record!r}")
-        unknown = sorted(set(record) - set(CLASS_FIELDS))
-        if unknown:
-            raise PriceBookInvalid(f"{where}: unknown field {unknown[0]!r}")
-        missing = [name for name in CLASS_FIELDS[:-1] if name not in record]
-        if missing:
-            raise PriceBookInvalid(f"{where}: missing field {missing[0]!r}")
-        values = {"reserved_inference_share": None, **record}
-        try:
-            coerced = _coerced(values, CLASS_DECIMAL_FIELDS, ("reserved_inference_share",))
-        except PriceBookInvalid as error:
-            raise PriceBookInvalid(f"{where} ({record['name']!r}): {error}") from None
-        classes.append(PriceBookGpuClass(price_book=book, **coerced))
-    return classes
-
-
-def price_book_publish(*, price_book_id: int, now: dt.datetime | None = None) -> PriceBook:
-    """Publish a draft: from now on it is immutable and prices periods from `effective_from`."""
-    with transaction.atomic():
-        book = PriceBook.objects.select_for_update().filter(pk=price_book_id).first()
-        if book is None:
-            raise PriceBookInvalid(f"price book {price_book_id} does not exist")
-        if book.is_published:
-            raise PriceBookInvalid(f"price book v{book.version} is already published")
-        _validate_price_book(book)
-        PriceBook.objects.filter(pk=book.pk, status=PriceBook.Status.DRAFT).update(
-            status=PriceBook.Status.PUBLISHED, published_at=now or timezone.now()
-        )
-    book.refresh_from_db()
-    audit_record(action="publish", obj=book, changes={"status": ["draft", book.status]})
-    return book
-
-
-def price_book_ensure_default() -> PriceBook | None:
-    """Create the published default book v1 (docs/pricing.md's example) when there is no book."""
-    with transaction.atomic():
-        _lock(PERIOD_CLOSE_LOCK + 1)
-        if PriceBook.objects.exists():
-            return None
-        return PriceBook.objects.create(
-            version=1,
-            effective_from=DEFAULT_EFFECTIVE_FROM,
-            status=PriceBook.Status.PUBLISHED,
-            published_at=timezone.now(),
-            timezone=settings.TANDEM_TIMEZONE,
-            notes="Default book: the example values of docs/pricing.md.",
-            **_coerced(DEFAULT_PRICE_BOOK),
-        )
-
-
-def _coerced(
-    values: dict, names: tuple[str, ...] = DECIMAL_FIELDS, optional: tuple[str, ...] = ()
-) -> dict:
-    """`values` with the amounts `names` as Decimals (None allowed for `optional` ones)."""
-    coerced = dict(values)
-    for name in names:
-        value = coerced[name]
-        if value is None and name in optional:
-            continue
-        if isinstance(value, float):
-            raise PriceBookInvalid(f"{name}: give a decimal string such as '{value}', not a float")
-        try:
-            coerced[name] = Decimal(value) if isinstance(value, int | str) else value
-        except InvalidOperation:
-            raise PriceBookInvalid(f"{name}: not a decimal number: {value!r}") from None
-    return coerced
-
-
-def _validate_price_book(
-    book: PriceBook, classes: list[PriceBookGpuClass] | None = None, *, columns: bool = True
-) -> None:
-    """The engine's own checks (same messages as for a scenario file), of the book with
-    `classes` (default: its stored ones), and the columns'."""
-    try:
-        engine_book = engine_price_book(book, classes)
-    except (ScenarioError, TypeError) as error:
-        raise PriceBookInvalid(str(error)) from None
-    if not columns:
-        return
-    for item in classes or []:
-        try:
-            item.full_clean(exclude=["price_book"], validate_unique=False)
-        except ValidationError as error:
-            field_name, messages = next(iter(error.message_dict.items()))
-            raise PriceBookInvalid(
-                f"GPU class {item.name!r}: {field_name}: {' '.join(messages)}"
-            ) from None
-    if minor_unit(engine_book.currency) > 2:
-        raise PriceBookInvalid(
-            f"currency {engine_book.currency}: statements store two decimals; "
-            "currencies with a smaller minor unit are not supported"
-        )
-    try:
-        book.full_clean(exclude=["version"])
-    except ValidationError as error:
-        field_name, messages = next(iter(error.message_dict.items()))
-        raise PriceBookInvalid(f"{field_name}: {' '.join(messages)}") from None
-
-
-def _lock(key: int) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
 
 
 # --- Period close ---------------------------------------------------------------------
@@ -982,45 +738,10 @@ def _correction_wording(label: str, delta: _Delta, period: str, currency: str) -
     )
 
 
-# --- Quotas ---------------------------------------------------------------------------
-
-
-def quota_set(
-    *,
-    team: Team,
-    allowance_gpu_hours: Decimal | None = None,
-    allowance_money: Decimal | None = None,
-    concurrent_gpu_cap: Decimal | None = None,
-    io_caps: dict | None = None,
-) -> Quota:
-    """Create or replace a team's quota. A None allowance means "no limit of that kind"."""
-    for name, value in (
-        ("allowance_gpu_hours", allowance_gpu_hours),
-        ("allowance_money", allowance_money),
-        ("concurrent_gpu_cap", concurrent_gpu_cap),
-    ):
-        if value is not None and (not isinstance(value, Decimal | int) or value < 0):
-            raise BillingError(f"{name} must be a non-negative Decimal, got {value!r}")
-    try:
-        validate_io_caps(io_caps or {})
-    except ValueError as error:
-        raise BillingError(str(error)) from None
-    quota, created = Quota.objects.update_or_create(
-        team=team,
-        defaults={
-            "allowance_gpu_hours": allowance_gpu_hours,
-            "allowance_money": allowance_money,
-            "concurrent_gpu_cap": concurrent_gpu_cap,
-            "io_caps": io_caps or {},
-        },
-    )
-    audit_record(action="create" if created else "change", obj=quota)
-    return quota
-
-
 # --- Scheduled close --------------------------------------------------------------------
 
-logger = logging.getLogger(__name__)
+# The name it had before services were split by concern: log settings and alerts know it.
+logger = logging.getLogger("billing.services")
 
 
 def period_close_due(*, now: dt.datetime | None = None) -> str | None:
@@ -1050,89 +771,3 @@ def period_close_due(*, now: dt.datetime | None = None) -> str | None:
         logger.warning("not closing %s yet:\n%s", period, reasons)
         return None
     return period
-
-
-# --- Month-to-date draft ----------------------------------------------------------------
-
-# One refresh at a time; a second one (a duplicate task, beat) skips rather than waits.
-MONTH_TO_DATE_LOCK = PERIOD_CLOSE_LOCK + 2
-
-
-def month_to_date_draft_refresh(*, now: dt.datetime | None = None) -> MonthToDateDraft | None:
-    """Price the month containing `now` so far and keep the result for the quota export.
-
-    The scenario is built as `period_close` builds it (`scenario_build`, the book in force,
-    the same engine), from the month's start to the end of the ingested data, but without
-    the close's readiness checks: it prices whatever metering holds so far and stores no
-    statement, only the per-team totals and lines in `MonthToDateDraft` (one row per
-    period, replaced). Data the engine refuses, or no book in force, is stored as the
-    draft's `error`, naming the record.
-
-    Does nothing when the stored draft already priced today's data (same `data_version`);
-    returns None without waiting when another refresh is running. A 1,000-GPU month takes
-    tens of seconds: call it from a Celery task, never from a request.
-    """
-    now = now or timezone.now()
-    state = month_to_date_state(now)
-    stored = MonthToDateDraft.objects.filter(period=state.bounds.period).first()
-    if stored is not None and stored.data_version == state.version:
-        return stored
-    with _try_lock(MONTH_TO_DATE_LOCK) as locked:
-        if not locked:
-            return None
-        with _metering_snapshot():
-            # Read the key inside the snapshot: it must name exactly the data priced.
-            state = month_to_date_state(now)
-            values = _month_to_date_priced(state)
-            values["usage"], values["usage_key"] = month_to_date_usage(state)
-        draft, _ = MonthToDateDraft.objects.update_or_create(
-            period=state.bounds.period,
-            defaults={"data_version": state.version, "computed_at": timezone.now(), **values},
-        )
-    return draft
-
-
-def _month_to_date_priced(state: MonthToDateState) -> dict:
-    values = {
-        "as_of": state.end,
-        "price_book": state.book,
-        "price_book_version": state.book.version if state.book else None,
-        "currency": state.book.currency if state.book else "",
-        "scenario_sha256": "",
-        "teams": {},
-        "error": "",
-    }
-    if state.book is None:
-        values["error"] = f"no published price book is in force on {state.bounds.first_day}"
-        return values
-    if state.end <= state.bounds.start:
-        return values  # nothing of the month is ingested yet: nothing charged so far
-    try:
-        built = scenario_build(start=state.bounds.start, end=state.end, price_book=state.book)
-        priced = scenario_price(built)
-    except ScenarioError as error:
-        values["error"] = f"the month so far cannot be priced: {error}"
-        return values
-    values["scenario_sha256"] = priced.sha256
-    values["teams"] = {
-        team.team: {
-            "total": str(team.total),
-            "lines": {line.kind: str(line.rounded) for line in team.lines},
-        }
-        for team in priced.result.teams
-    }
-    return values
-
-
-@contextmanager
-def _try_lock(key: int) -> Iterator[bool]:
-    """A session advisory lock taken without waiting; yields whether it was taken."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
-        locked = cursor.fetchone()[0]
-    try:
-        yield locked
-    finally:
-        if locked:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])

@@ -1,0 +1,52 @@
+"""Writes for billing, by concern: price books (`books`), period closes (`close`), quotas and
+the month-to-date draft (`quotas`). Callers import from `billing.services`; the modules import
+each other downwards only: quotas -> close -> books.
+"""
+
+from billing.services.books import (
+    CLASS_DECIMAL_FIELDS,
+    CLASS_FIELDS,
+    DECIMAL_FIELDS,
+    PERIOD_CLOSE_LOCK,
+    PRICE_FIELDS,
+    BillingError,
+    PriceBookInvalid,
+    price_book_create_draft,
+    price_book_ensure_default,
+    price_book_publish,
+    price_book_set_gpu_classes,
+    price_book_validate_gpu_classes,
+)
+from billing.services.close import (
+    PeriodCloseOutcome,
+    PeriodCloseRefused,
+    period_close,
+    period_close_due,
+)
+from billing.services.quotas import (
+    MONTH_TO_DATE_LOCK,
+    month_to_date_draft_refresh,
+    quota_set,
+)
+
+__all__ = [
+    "CLASS_DECIMAL_FIELDS",
+    "CLASS_FIELDS",
+    "DECIMAL_FIELDS",
+    "MONTH_TO_DATE_LOCK",
+    "PERIOD_CLOSE_LOCK",
+    "PRICE_FIELDS",
+    "BillingError",
+    "PeriodCloseOutcome",
+    "PeriodCloseRefused",
+    "PriceBookInvalid",
+    "month_to_date_draft_refresh",
+    "period_close",
+    "period_close_due",
+    "price_book_create_draft",
+    "price_book_ensure_default",
+    "price_book_publish",
+    "price_book_set_gpu_classes",
+    "price_book_validate_gpu_classes",
+    "quota_set",
+]
