@@ -9,8 +9,8 @@ from pathlib import Path
 from django.core import mail
 
 from reports import rows, services
-from reports.models import ReportFile, ReportRun
 from reports.formatting import money
+from reports.models import ReportFile, ReportRun
 from tests.reports import factories as f
 
 COLOURED = 80  # max(r,g,b) - min(r,g,b) above this is a chart colour, not grey text
