@@ -150,10 +150,14 @@ def period_health(close: PeriodClose, *, previous: Range) -> PeriodHealth:
 
 
 def health_snapshot_read(bounds: PeriodBounds, book: PriceBook) -> dict:
-    previous = period_bounds(period_previous(bounds.period))
+    try:
+        before = period_bounds(period_previous(bounds.period))
+        previous = (before.start, before.end)
+    except ValueError:  # the first month Tandem can close has no month before it
+        previous = (bounds.start, bounds.start)
     numbers = period_health_read(
         period=(bounds.start, bounds.end),
-        previous=(previous.start, previous.end),
+        previous=previous,
         cap_seconds=book.starvation_lost_work_cap_seconds,
     )
     return period_health_record(numbers)
