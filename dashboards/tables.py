@@ -17,8 +17,7 @@ from typing import Any
 from django.http import HttpResponse
 
 from dashboards.filters import pool_zone
-from dashboards.templatetags import tandem
-from reports import charts
+from reports import charts, formatting
 from reports.render_csv import Cell, csv_write
 
 # Beyond this many rows the page shows a link to the CSV instead of the table.
@@ -52,27 +51,27 @@ class Column:
 
 
 def text(title: str) -> Column:
-    return Column(title, display=lambda value: tandem.DASH if value is None else str(value))
+    return Column(title, display=lambda value: formatting.DASH if value is None else str(value))
 
 
 def moment(title: str) -> Column:
-    return Column(title, display=tandem.local)
+    return Column(title, display=lambda value: formatting.local(value, pool_zone()))
 
 
 def quantity(title: str, places: int = 2) -> Column:
-    return Column(title, display=lambda value: tandem.number(value, places), places=places)
+    return Column(title, display=lambda value: formatting.number(value, places), places=places)
 
 
 def amount(title: str) -> Column:
-    return Column(title, display=tandem.money, places=2)
+    return Column(title, display=formatting.money, places=2)
 
 
 def share(title: str) -> Column:
-    return Column(title, display=tandem.percent, places=2, scale=100)
+    return Column(title, display=formatting.percent, places=2, scale=100)
 
 
 def seconds(title: str) -> Column:
-    return Column(title, display=tandem.duration, places=0)
+    return Column(title, display=formatting.duration, places=0)
 
 
 @dataclass

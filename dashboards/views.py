@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
@@ -38,10 +37,11 @@ from dashboards.tables import (
     share,
     text,
 )
-from dashboards.templatetags.tandem import DASH, duration, kind_label, milliseconds, percent
 from metering.models import TASK_KINDS, Preemption, Service, Task, Team
 from reports import charts, health
 from reports import selectors as report_selectors
+from reports.cards import health_cards
+from reports.formatting import DASH, kind_label
 from reports.models import ReportFile
 
 View = Callable[..., HttpResponse]
@@ -204,65 +204,6 @@ VERDICT_LABELS = {
 }
 
 
-@dataclass(frozen=True)
-class HealthCard:
-    title: str
-    before: Decimal | None
-    after: Decimal | None
-    direction: str
-    shown: str
-    shown_before: str
-    note: str = ""
-
-
-def health_cards(
-    before: health.HealthNumbers, after: health.HealthNumbers, verdict: health.Verdict
-) -> list[HealthCard]:
-    met = [s for s in after.services if s.meets_slo]
-    measured = [s for s in after.services if s.p99_ms is not None]
-    worst = max(measured, key=lambda s: s.p99_ms / s.slo_p99_ms, default=None)
-    worst_before = next(
-        (s for s in before.services if worst and s.service_id == worst.service_id), None
-    )
-    wait_after = after.waits.overall.mean_seconds
-    wait_before = before.waits.overall.mean_seconds
-    latency_note = "no key service had traffic"
-    if worst:
-        latency_note = (
-            f"{worst.service} (SLO {worst.slo_p99_ms} ms); "
-            f"{len(met)} of {len(measured)} services met their SLO"
-        )
-    return [
-        HealthCard(
-            title="Effective utilization",
-            before=before.utilization.effective,
-            after=after.utilization.effective,
-            direction=verdict.utilization,
-            shown=percent(after.utilization.effective),
-            shown_before=percent(before.utilization.effective),
-            note="busy GPU-seconds / capacity GPU-seconds",
-        ),
-        HealthCard(
-            title="P99 latency, worst key service",
-            before=worst_before.p99_ms if worst_before else None,
-            after=worst.p99_ms if worst else None,
-            direction=verdict.latency,
-            shown=milliseconds(worst.p99_ms) if worst else DASH,
-            shown_before=milliseconds(worst_before.p99_ms if worst_before else None),
-            note=latency_note,
-        ),
-        HealthCard(
-            title="Average wait before running",
-            before=wait_before,
-            after=wait_after,
-            direction=verdict.wait,
-            shown=duration(wait_after),
-            shown_before=duration(wait_before),
-            note=f"over {after.waits.overall.waits} scheduling attempts",
-        ),
-    ]
-
-
 @role_required
 def overview(request: HttpRequest) -> HttpResponse:
     filters = parse_filters(request.GET, teams=visible_teams(request.user))
@@ -296,7 +237,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         filters=filters,
         current=current,
         previous=previous,
-        cards=health_cards(before, after, verdict),
+        cards=health_cards(before=before, after=after, verdict=verdict),
         verdict=verdict,
         verdict_label=VERDICT_LABELS[verdict.code],
         services=[(s, previous_by_id.get(s.service_id)) for s in after.services],

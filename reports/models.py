@@ -12,6 +12,8 @@ from pathlib import Path
 from django.conf import settings
 from django.db import models
 
+from billing.models import ImmutableModel, PeriodClose
+
 PERIOD_PATTERN = r"^[0-9]{4}-(0[1-9]|1[0-2])$"
 
 
@@ -110,3 +112,20 @@ class ReportFile(models.Model):
     @property
     def path(self) -> Path:
         return self.run.directory / self.name
+
+
+class HealthSnapshot(ImmutableModel):
+    """A closed month's health numbers as the monthly report shows them, stored by the close.
+
+    Written in the close's transaction (reports/period_health.py) and never changed, like the
+    statements beside it, so a re-run of the report after late metering data shows the month
+    as it was closed. `numbers` is `period_health_record`'s JSON (Decimals as exact text).
+    """
+
+    period_close = models.OneToOneField(
+        PeriodClose, on_delete=models.PROTECT, related_name="health_snapshot"
+    )
+    numbers = models.JSONField()
+
+    def __str__(self) -> str:
+        return f"health numbers of {self.period_close_id}"

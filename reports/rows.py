@@ -22,8 +22,7 @@ from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from django.db.models import Count, F, Max, Prefetch, Q, Sum, Value
-from django.db.models.functions import Coalesce, Least
+from django.db.models import Count, Prefetch, Q
 
 from billing.models import (
     DEFAULT_GPU_CLASS,
@@ -39,17 +38,17 @@ from billing.models import (
 )
 from billing.pricing.money import round_places
 from billing.selectors import rates_per_gpu_class
-from metering.models import TASK_KINDS, PodWait, Preemption
+from metering.models import TASK_KINDS
 from reports import health
-from reports import selectors as health_selectors
+from reports.cards import HealthCard, health_cards
+from reports.formatting import CENT, SECONDS_PER_HOUR, gpu_hours
+from reports.period_health import PreemptedTask, period_health
 from reports.render_csv import Cell
 
-CENT = Decimal("0.01")
-GPU_HOURS_PLACES = Decimal("0.000001")
-SECONDS_PER_HOUR = Decimal(3600)
 PERIOD_RE = re.compile(r"^([0-9]{4})-(0[1-9]|1[0-2])$")
 KIND_LABELS = dict(TASK_KINDS)
-TOP_PREEMPTED_TASKS = 10
+# A missing health number reads "n/a" in the report and its PDF (an en dash on the dashboards).
+REPORT_EMPTY = "n/a"
 
 
 class ReportInputError(ValueError):
@@ -131,13 +130,6 @@ def _statements(close: PeriodClose) -> list[Statement]:
         )
         .order_by("team__name")
     )
-
-
-def gpu_hours(gpu_seconds: Decimal | None) -> Decimal | None:
-    """GPU-seconds as GPU-hours to six places (a second is 0.000278 GPU-hours)."""
-    if gpu_seconds is None:
-        return None
-    return (Decimal(gpu_seconds) / SECONDS_PER_HOUR).quantize(GPU_HOURS_PLACES, ROUND_HALF_UP)
 
 
 # --- Team CSV ---------------------------------------------------------------------------
@@ -417,15 +409,6 @@ def focus_charges(close: PeriodClose) -> list[FocusCharge]:
 
 
 @dataclass(frozen=True)
-class HealthCard:
-    name: str
-    value: str
-    previous: str
-    direction: str  # health.Direction value
-    detail: str = ""
-
-
-@dataclass(frozen=True)
 class TeamCost:
     team: str
     total: Decimal
@@ -443,16 +426,6 @@ class ServiceRecord:
     meets_slo: bool | None
     breached_intervals: int
     penalized_intervals: int
-
-
-@dataclass(frozen=True)
-class PreemptedTask:
-    task_id: int
-    task: str
-    team: str
-    kind: str
-    preemptions: int
-    lost_gpu_hours: Decimal
 
 
 @dataclass(frozen=True)
@@ -509,6 +482,8 @@ class ReportPage:
     wait_rows: list[dict] = field(default_factory=list)
     # Each team line's GPU classes; empty in a month priced in `default` alone.
     class_rows: list[ClassRow] = field(default_factory=list)
+    # No health numbers were stored with the close (closed before snapshots): read live.
+    health_read_live: bool = False
 
     @property
     def currency(self) -> str:
@@ -540,58 +515,6 @@ class ReportPage:
             if line.amount
         ]
         return rows
-
-
-def _percent(value: Decimal | None) -> str:
-    return "n/a" if value is None else f"{(value * 100).quantize(Decimal('0.1'), ROUND_HALF_UP)} %"
-
-
-def _milliseconds(value: Decimal | None) -> str:
-    return "n/a" if value is None else f"{value.quantize(Decimal('1'), ROUND_HALF_UP)} ms"
-
-
-def _minutes(seconds: Decimal | None) -> str:
-    if seconds is None:
-        return "n/a"
-    return f"{(seconds / 60).quantize(Decimal('0.1'), ROUND_HALF_UP)} min"
-
-
-def _latency_card(
-    now: list[health.ServiceLatency], before: list[health.ServiceLatency], direction: str
-) -> HealthCard:
-    measured = [s for s in now if s.p99_ms is not None]
-    met = sum(1 for s in measured if s.meets_slo)
-    earlier = [s for s in before if s.p99_ms is not None]
-    earlier_met = sum(1 for s in earlier if s.meets_slo)
-    return HealthCard(
-        name="Services within P99 SLO",
-        value=f"{met} of {len(measured)}" if measured else "no traffic",
-        previous=f"{earlier_met} of {len(earlier)}" if earlier else "no traffic",
-        direction=direction,
-        detail="P99 from the month's merged histogram buckets, per service below",
-    )
-
-
-def health_cards(
-    now: health.HealthNumbers, before: health.HealthNumbers, verdict: health.Verdict
-) -> list[HealthCard]:
-    return [
-        HealthCard(
-            name="Effective utilization",
-            value=_percent(now.utilization.effective),
-            previous=_percent(before.utilization.effective),
-            direction=verdict.utilization.value,
-            detail="busy GPU-seconds / GPU-seconds present",
-        ),
-        _latency_card(now.services, before.services, verdict.latency.value),
-        HealthCard(
-            name="Mean wait before running",
-            value=_minutes(now.waits.overall.mean_seconds),
-            previous=_minutes(before.waits.overall.mean_seconds),
-            direction=verdict.wait.value,
-            detail=f"{now.waits.overall.waits} scheduling attempts",
-        ),
-    ]
 
 
 def _team_costs(close: PeriodClose) -> list[TeamCost]:
@@ -640,34 +563,6 @@ def _service_records(
     ]
 
 
-def top_preempted_tasks(
-    period: Period, *, cap_seconds: int, limit: int = TOP_PREEMPTED_TASKS
-) -> list[PreemptedTask]:
-    """Tasks preempted most in the period, with the GPU-hours lost (reported, else estimated)."""
-    lost = Coalesce(
-        "lost_gpu_seconds",
-        Least(Value(cap_seconds), F("seconds_since_start")) * F("gpus"),
-        output_field=health_selectors.GPU_SECONDS,
-    )
-    rows = (
-        Preemption.objects.filter(at__gte=period.start, at__lt=period.end)
-        .values("task_id", "task__external_id", "task__team__name", "task__kind")
-        .annotate(n=Count("id"), lost=Sum(lost))
-        .order_by("-n", "-lost", "task__external_id")[:limit]
-    )
-    return [
-        PreemptedTask(
-            task_id=row["task_id"],
-            task=row["task__external_id"],
-            team=row["task__team__name"],
-            kind=row["task__kind"],
-            preemptions=row["n"],
-            lost_gpu_hours=gpu_hours(row["lost"]).quantize(CENT, ROUND_HALF_UP),
-        )
-        for row in rows
-    ]
-
-
 def _profile_rows(analytics: health.SharingAnalytics, days: int) -> list[dict]:
     """Average GPUs held per local hour of day: GPU-seconds in that hour over days * 3600 s."""
     seconds = Decimal(max(days, 1)) * SECONDS_PER_HOUR
@@ -681,47 +576,32 @@ def _profile_rows(analytics: health.SharingAnalytics, days: int) -> list[dict]:
     ]
 
 
-def _wait_rows(period: Period) -> list[dict]:
-    rows = (
-        PodWait.objects.filter(scheduled__gte=period.start, scheduled__lt=period.end)
-        .values("task__kind")
-        .annotate(attempts=Count("id"), total=Sum("seconds"), longest=Max("seconds"))
-        .order_by("task__kind")
-    )
-    return [
-        {
-            "kind": row["task__kind"],
-            "attempts": row["attempts"],
-            "average_seconds": Decimal(row["total"]) / row["attempts"],
-            "longest_seconds": Decimal(row["longest"]),
-        }
-        for row in rows
-    ]
-
-
 def report_page(label: str) -> ReportPage:
-    """Everything the management page shows for a closed month (whole pool, every team)."""
+    """Everything the management page shows for a closed month (whole pool, every team).
+
+    The health numbers are those stored with the close (reports/period_health.py), so the
+    page stays as the month was closed; a close older than those snapshots reads them live.
+    """
     close = closed_period(label)
     period = close_period_bounds(close)
     previous = period.previous
-    before, now, verdict = health_selectors.health_comparison(
-        before=(previous.start, previous.end), after=(period.start, period.end)
-    )
-    sharing = health_selectors.sharing_analytics(start=period.start, end=period.end)
+    numbers = period_health(close, previous=(previous.start, previous.end))
+    verdict = numbers.verdict
     return ReportPage(
         period=period,
         previous=previous,
         close=close,
-        cards=health_cards(now, before, verdict),
+        cards=health_cards(
+            before=numbers.before, after=numbers.after, verdict=verdict, empty=REPORT_EMPTY
+        ),
         verdict=verdict,
         teams=_team_costs(close),
         platform_lines=list(close.platform_lines.order_by("is_correction", "id")),
-        services=_service_records(close, now.services, before.services),
-        top_preempted=top_preempted_tasks(
-            period, cap_seconds=close.price_book.starvation_lost_work_cap_seconds
-        ),
-        sharing=sharing,
-        profile_rows=_profile_rows(sharing, period.days),
-        wait_rows=_wait_rows(period),
+        services=_service_records(close, numbers.after.services, numbers.before.services),
+        top_preempted=numbers.top_preempted,
+        sharing=numbers.sharing,
+        profile_rows=_profile_rows(numbers.sharing, period.days),
+        wait_rows=numbers.wait_rows,
         class_rows=_class_rows(close),
+        health_read_live=numbers.read_live,
     )

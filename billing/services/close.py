@@ -23,6 +23,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from audit.services import audit_record
+from billing.close_hooks import period_close_hooks
 from billing.models import (
     LineKind,
     PeriodClose,
@@ -135,6 +136,7 @@ def period_close(
         if not priced.built.has_metering_data:
             reason = f"metering holds no capacity or usage for {period}"
             raise PeriodCloseRefused(period, [reason])
+        readings = [(hook, hook.read(bounds, book)) for hook in period_close_hooks()]
         due, withheld = _corrections_due(period, set(recheck)) if corrections else ([], [])
     for item in due:
         if item.book.currency != book.currency:
@@ -157,6 +159,8 @@ def period_close(
                     period, [f"another close corrected {item.period} meanwhile; run it again"]
                 )
         close = _store_close(bounds, book, priced, due, now, accepted, incomplete)
+        for hook, reading in readings:
+            hook.store(close, reading)
         changes: dict[str, object] = {"pool_cost": close.pool_cost}
         if close.is_incomplete:
             changes["incomplete_reason"] = close.incomplete_reason

@@ -9,8 +9,8 @@ from pathlib import Path
 from django.core import mail
 
 from reports import rows, services
+from reports.formatting import money
 from reports.models import ReportFile, ReportRun
-from reports.templatetags.report_format import money
 from tests.reports import factories as f
 
 COLOURED = 80  # max(r,g,b) - min(r,g,b) above this is a chart colour, not grey text
@@ -73,9 +73,9 @@ def test_it_prints_the_numbers_the_totals_and_the_charts(pool, settings, tmp_pat
     page = rows.report_page(f.PERIOD)
     # The three health numbers with their trend, and the verdict.
     for card in page.cards:
-        assert card.name.upper() in text.upper()  # headings are upper case on the page
-        assert card.value in text
-        assert card.previous in text
+        assert card.title.upper() in text.upper()  # headings are upper case on the page
+        assert card.shown in text
+        assert card.shown_previous in text
     assert page.verdict.text in text
     # Cost per team, and the reconciliation adding up.
     for team in page.teams:

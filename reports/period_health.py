@@ -1,0 +1,314 @@
+"""The monthly report's health numbers, frozen with the month's statements.
+
+The statements of a closed month never change; late metering data becomes corrections in a
+later close. The report's health numbers (the three cards, the SLA record's P99s, the sharing
+analytics, the top preempted tasks, the waits) are read from metering, so re-reading them
+after late data would change a closed month's report but not its statements. Instead they are
+read once, while the month is closed, and stored beside the close (`HealthSnapshot`).
+
+Billing sits below reports and never imports it: reports registers a `PeriodCloseHook`
+(billing/close_hooks.py) from `ReportsConfig.ready()`. `period_close` calls its `read` while
+it reads metering (the committed state the statements are priced from) and its `store` in the
+transaction that stores the close, so a close is stored with its numbers or not at all.
+
+Closes stored before snapshots existed have none: their report reads the numbers live, and
+says so. They are not back-filled: numbers read today are not the month as it was closed, and
+a stored copy would pretend they were.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+
+from django.db.models import Count, F, Max, Sum, Value
+from django.db.models.functions import Coalesce, Least
+
+from billing.close_hooks import PeriodCloseHook
+from billing.models import PeriodClose, PriceBook
+from billing.selectors import PeriodBounds, period_bounds, period_previous
+from metering.models import PodWait, Preemption
+from reports import health
+from reports import selectors as health_selectors
+from reports.formatting import CENT, gpu_hours
+from reports.models import HealthSnapshot
+
+TOP_PREEMPTED_TASKS = 10
+RECORD_VERSION = 1
+Range = tuple[dt.datetime, dt.datetime]
+
+
+@dataclass(frozen=True)
+class PreemptedTask:
+    task_id: int
+    task: str
+    team: str
+    kind: str
+    preemptions: int
+    lost_gpu_hours: Decimal
+
+
+@dataclass(frozen=True)
+class PeriodHealth:
+    """What the report shows of metering for a month, and the month before it."""
+
+    before: health.HealthNumbers
+    after: health.HealthNumbers
+    sharing: health.SharingAnalytics
+    top_preempted: list[PreemptedTask]
+    wait_rows: list[dict]
+    read_live: bool = False  # True: no snapshot stored with the close, read from metering now
+
+    @property
+    def verdict(self) -> health.Verdict:
+        return health.verdict(self.before, self.after)
+
+
+# --- Reading metering -------------------------------------------------------------------
+
+
+def top_preempted_tasks(
+    *, start: dt.datetime, end: dt.datetime, cap_seconds: int, limit: int = TOP_PREEMPTED_TASKS
+) -> list[PreemptedTask]:
+    """Tasks preempted most in the range, with the GPU-hours lost (reported, else estimated)."""
+    lost = Coalesce(
+        "lost_gpu_seconds",
+        Least(Value(cap_seconds), F("seconds_since_start")) * F("gpus"),
+        output_field=health_selectors.GPU_SECONDS,
+    )
+    rows = (
+        Preemption.objects.filter(at__gte=start, at__lt=end)
+        .values("task_id", "task__external_id", "task__team__name", "task__kind")
+        .annotate(n=Count("id"), lost=Sum(lost))
+        .order_by("-n", "-lost", "task__external_id")[:limit]
+    )
+    return [
+        PreemptedTask(
+            task_id=row["task_id"],
+            task=row["task__external_id"],
+            team=row["task__team__name"],
+            kind=row["task__kind"],
+            preemptions=row["n"],
+            lost_gpu_hours=gpu_hours(row["lost"]).quantize(CENT, ROUND_HALF_UP),
+        )
+        for row in rows
+    ]
+
+
+def wait_rows(*, start: dt.datetime, end: dt.datetime) -> list[dict]:
+    rows = (
+        PodWait.objects.filter(scheduled__gte=start, scheduled__lt=end)
+        .values("task__kind")
+        .annotate(attempts=Count("id"), total=Sum("seconds"), longest=Max("seconds"))
+        .order_by("task__kind")
+    )
+    return [
+        {
+            "kind": row["task__kind"],
+            "attempts": row["attempts"],
+            "average_seconds": Decimal(row["total"]) / row["attempts"],
+            "longest_seconds": Decimal(row["longest"]),
+        }
+        for row in rows
+    ]
+
+
+def period_health_read(*, period: Range, previous: Range, cap_seconds: int) -> PeriodHealth:
+    """The whole pool's numbers for `period`, compared with `previous`, read from metering."""
+    before, after, _ = health_selectors.health_comparison(before=previous, after=period)
+    return PeriodHealth(
+        before=before,
+        after=after,
+        sharing=health_selectors.sharing_analytics(start=period[0], end=period[1]),
+        top_preempted=top_preempted_tasks(start=period[0], end=period[1], cap_seconds=cap_seconds),
+        wait_rows=wait_rows(start=period[0], end=period[1]),
+    )
+
+
+def period_health(close: PeriodClose, *, previous: Range) -> PeriodHealth:
+    """The numbers stored with `close`, else (a close older than snapshots) read live."""
+    snapshot = HealthSnapshot.objects.filter(period_close=close).first()
+    if snapshot is not None:
+        return period_health_from_record(snapshot.numbers)
+    live = period_health_read(
+        period=(close.period_start, close.period_end),
+        previous=previous,
+        cap_seconds=close.price_book.starvation_lost_work_cap_seconds,
+    )
+    return PeriodHealth(
+        before=live.before,
+        after=live.after,
+        sharing=live.sharing,
+        top_preempted=live.top_preempted,
+        wait_rows=live.wait_rows,
+        read_live=True,
+    )
+
+
+# --- The close's hook -------------------------------------------------------------------
+
+
+def health_snapshot_read(bounds: PeriodBounds, book: PriceBook) -> dict:
+    try:
+        before = period_bounds(period_previous(bounds.period))
+        previous = (before.start, before.end)
+    except ValueError:  # the first month Tandem can close has no month before it
+        previous = (bounds.start, bounds.start)
+    numbers = period_health_read(
+        period=(bounds.start, bounds.end),
+        previous=previous,
+        cap_seconds=book.starvation_lost_work_cap_seconds,
+    )
+    return period_health_record(numbers)
+
+
+def health_snapshot_store(close: PeriodClose, record: object) -> None:
+    HealthSnapshot.objects.create(period_close=close, numbers=record)
+
+
+HEALTH_SNAPSHOT_HOOK = PeriodCloseHook(
+    name="reports.health_snapshot", read=health_snapshot_read, store=health_snapshot_store
+)
+
+
+# --- As stored (JSON: Decimals as exact text, dicts as ordered pairs) --------------------
+
+
+def _text(value: Decimal | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def _decimal(value: str | None) -> Decimal | None:
+    return None if value is None else Decimal(value)
+
+
+def _numbers_record(numbers: health.HealthNumbers) -> dict:
+    return {
+        "utilization": [
+            str(numbers.utilization.busy_gpu_seconds),
+            str(numbers.utilization.capacity_gpu_seconds),
+        ],
+        "services": [
+            {
+                "service_id": s.service_id,
+                "service": s.service,
+                "team": s.team,
+                "slo_p99_ms": s.slo_p99_ms,
+                "p99_ms": _text(s.p99_ms),
+                "requests": str(s.requests),
+                "intervals": s.intervals,
+                "breached_intervals": s.breached_intervals,
+            }
+            for s in numbers.services
+        ],
+        "waits": [
+            [kind, wait.waits, str(wait.total_seconds)]
+            for kind, wait in numbers.waits.per_kind.items()
+        ],
+    }
+
+
+def _numbers_from_record(record: dict) -> health.HealthNumbers:
+    busy, capacity = record["utilization"]
+    return health.HealthNumbers(
+        utilization=health.Utilization(
+            busy_gpu_seconds=Decimal(busy), capacity_gpu_seconds=Decimal(capacity)
+        ),
+        services=[
+            health.ServiceLatency(
+                **{**s, "p99_ms": _decimal(s["p99_ms"]), "requests": Decimal(s["requests"])}
+            )
+            for s in record["services"]
+        ],
+        waits=health.Waits(
+            per_kind={
+                kind: health.MeanWait(waits=waits, total_seconds=Decimal(total))
+                for kind, waits, total in record["waits"]
+            }
+        ),
+    )
+
+
+def _sharing_record(sharing: health.SharingAnalytics) -> dict:
+    return {
+        "profile": [
+            [
+                hour.hour,
+                str(hour.capacity_gpu_seconds),
+                str(hour.training_gpu_seconds),
+                str(hour.inference_gpu_seconds),
+            ]
+            for hour in sharing.profile
+        ],
+        "interruptible_gpu_seconds": str(sharing.interruptible_gpu_seconds),
+        "allocated_gpu_seconds": str(sharing.allocated_gpu_seconds),
+        "lost_gpu_seconds_per_team": [
+            [team, _text(lost)] for team, lost in sharing.lost_gpu_seconds_per_team.items()
+        ],
+    }
+
+
+def _sharing_from_record(record: dict) -> health.SharingAnalytics:
+    return health.SharingAnalytics(
+        profile=[
+            health.HourProfile(
+                hour=hour,
+                capacity_gpu_seconds=Decimal(capacity),
+                training_gpu_seconds=Decimal(training),
+                inference_gpu_seconds=Decimal(inference),
+            )
+            for hour, capacity, training, inference in record["profile"]
+        ],
+        interruptible_gpu_seconds=Decimal(record["interruptible_gpu_seconds"]),
+        allocated_gpu_seconds=Decimal(record["allocated_gpu_seconds"]),
+        lost_gpu_seconds_per_team={
+            team: _decimal(lost) for team, lost in record["lost_gpu_seconds_per_team"]
+        },
+    )
+
+
+def period_health_record(numbers: PeriodHealth) -> dict:
+    """`numbers` as JSON that reads back exactly (see `period_health_from_record`)."""
+    return {
+        "version": RECORD_VERSION,
+        "before": _numbers_record(numbers.before),
+        "after": _numbers_record(numbers.after),
+        "sharing": _sharing_record(numbers.sharing),
+        "top_preempted": [
+            {**task.__dict__, "lost_gpu_hours": str(task.lost_gpu_hours)}
+            for task in numbers.top_preempted
+        ],
+        "wait_rows": [
+            {
+                "kind": row["kind"],
+                "attempts": row["attempts"],
+                "average_seconds": str(row["average_seconds"]),
+                "longest_seconds": str(row["longest_seconds"]),
+            }
+            for row in numbers.wait_rows
+        ],
+    }
+
+
+def period_health_from_record(record: dict) -> PeriodHealth:
+    if record.get("version") != RECORD_VERSION:
+        raise ValueError(f"health snapshot version {record.get('version')!r} is not readable")
+    return PeriodHealth(
+        before=_numbers_from_record(record["before"]),
+        after=_numbers_from_record(record["after"]),
+        sharing=_sharing_from_record(record["sharing"]),
+        top_preempted=[
+            PreemptedTask(**{**task, "lost_gpu_hours": Decimal(task["lost_gpu_hours"])})
+            for task in record["top_preempted"]
+        ],
+        wait_rows=[
+            {
+                "kind": row["kind"],
+                "attempts": row["attempts"],
+                "average_seconds": Decimal(row["average_seconds"]),
+                "longest_seconds": Decimal(row["longest_seconds"]),
+            }
+            for row in record["wait_rows"]
+        ],
+    )

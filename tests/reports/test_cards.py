@@ -1,0 +1,76 @@
+"""One health-card builder and one set of formatters for the overview and the monthly report."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from reports import formatting, health
+from reports.cards import health_cards
+
+
+def numbers(
+    *, busy: str, p99_ms: str | None, waits: int, wait_seconds: str
+) -> health.HealthNumbers:
+    service = health.ServiceLatency(
+        service_id=1,
+        service="search/api",
+        team="search",
+        slo_p99_ms=300,
+        p99_ms=None if p99_ms is None else Decimal(p99_ms),
+        requests=Decimal(200),
+        intervals=12,
+        breached_intervals=0,
+    )
+    return health.HealthNumbers(
+        utilization=health.Utilization(
+            busy_gpu_seconds=Decimal(busy), capacity_gpu_seconds=Decimal(1000)
+        ),
+        services=[service],
+        waits=health.Waits(
+            per_kind={
+                "inference": health.MeanWait(waits=waits, total_seconds=Decimal(wait_seconds))
+            }
+        ),
+    )
+
+
+def test_it_builds_the_same_cards_for_both_pages_but_the_placeholder() -> None:
+    before = numbers(busy="0", p99_ms=None, waits=0, wait_seconds="0")
+    after = numbers(busy="423.6", p99_ms="412.4", waits=4, wait_seconds="490")
+    verdict = health.verdict(before, after)
+
+    dashboard = health_cards(before=before, after=after, verdict=verdict)
+    report = health_cards(before=before, after=after, verdict=verdict, empty="n/a")
+
+    assert [(c.title, c.shown, c.shown_previous, c.status) for c in dashboard] == [
+        ("Effective utilization", "42.4 %", "0.0 %", "better"),
+        ("P99 latency, worst key service", "412 ms", "\u2013", "unknown"),
+        ("Average wait before running", "2.0 min", "\u2013", "unknown"),
+    ]
+    assert [c.shown_previous for c in report] == ["0.0 %", "n/a", "n/a"]
+    assert [c.shown for c in report] == [c.shown for c in dashboard]
+    assert dashboard[1].explanation == "search/api (SLO 300 ms); 0 of 1 services met their SLO"
+    assert (dashboard[1].value, dashboard[1].unit) == (Decimal("412.4"), "ms")
+
+
+@pytest.mark.parametrize(
+    ("formatted", "expected"),
+    [
+        (formatting.money(Decimal("1234.505")), "1,234.51"),
+        (formatting.money(Decimal("-0.005")), "-0.01"),
+        (formatting.money(None), "\u2013"),
+        (formatting.number(Decimal("2.5"), 0), "3"),
+        (formatting.percent(Decimal("0.42355")), "42.4 %"),
+        (formatting.percent(None, empty="n/a"), "n/a"),
+        (formatting.gpu_hours_text(Decimal(5400)), "1.50"),
+        (formatting.milliseconds(Decimal("1234.5")), "1,235 ms"),
+        (formatting.duration(Decimal(42)), "42 s"),
+        (formatting.duration(Decimal(210)), "3.5 min"),
+        (formatting.duration(Decimal(7560)), "2.1 h"),
+        (formatting.kind_label("training_batch"), "Training (batch)"),
+    ],
+)
+def test_it_formats_numbers_half_up_with_thousands(formatted: str, expected: str) -> None:
+    assert formatted == expected
