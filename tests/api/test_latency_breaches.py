@@ -13,7 +13,7 @@ import pytest
 from django.urls import reverse
 
 from billing.pricing import histogram_quantile
-from billing.pricing.quantile import exceeds_objective
+from kernel.histogram import exceeds_objective
 from billing.scenarios import _buckets as engine_buckets
 from dashboards import selectors as pages
 from metering.models import LatencyInterval
