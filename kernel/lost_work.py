@@ -1,7 +1,7 @@
 """Work lost to a preemption (docs/pricing.md rule 6, "Preemption compensation").
 
 The GPU-seconds an exporter reported as lost, or, when none were reported (exporters do not
-report lost work today), `min(starvation_lost_work_cap_seconds, seconds_since_start) × gpus`.
+report lost work today), `min(starvation_lost_work_cap_seconds, seconds_since_start) * gpus`.
 
 The rule is written once, over three operations a caller may replace: Python evaluates it on
 numbers (the pricing engine, the task page), and the database evaluates the same rule when a

@@ -864,8 +864,8 @@ def _latency_rows(
 
 def latency_p99(buckets: Sequence[Sequence[object]]) -> Decimal | None:
     """P99 in seconds of one histogram as stored (`[[le, cumulative_count], ...]`, le as text
-    or number, "+Inf" last), by `kernel.histogram`, as the pricing engine computes it: the one quantile
-    implementation, so stored P99s, health numbers and SLA credits agree. None where
+    or number, "+Inf" last), by `kernel.histogram` as the pricing engine computes it: the one
+    quantile implementation, so stored P99s, health numbers and SLA credits agree. None where
     Prometheus gives NaN (no requests, no +Inf bucket, no finite bucket).
 
     Every writer of LatencyInterval rows sets `p99_seconds` with this; readers fall back to it
