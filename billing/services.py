@@ -43,7 +43,7 @@ from billing.models import (
     validate_io_caps,
 )
 from billing.pricing import ENGINE_VERSION, Line, ScenarioError
-from billing.pricing.money import hours, minor_unit
+from billing.pricing.money import hours
 from billing.scenarios import (
     SCENARIO_BUILDER_VERSION,
     BuiltScenario,
@@ -68,6 +68,14 @@ from billing.selectors import (
     period_previous,
     period_window_problems,
     price_book_in_force,
+)
+from kernel.money import minor_unit
+from kernel.price_book_fields import (
+    GPU_CLASS_DECIMAL_FIELDS,
+    GPU_CLASS_FIELDS,
+    GPU_CLASS_OPTIONAL_FIELDS,
+    PRICE_BOOK_DECIMAL_FIELDS,
+    PRICE_BOOK_FIELDS,
 )
 from metering.models import IngestWindow, Team
 
@@ -101,39 +109,8 @@ class PeriodCloseRefused(BillingError):
 
 # --- Price books ----------------------------------------------------------------------
 
-PRICE_FIELDS = (
-    "currency",
-    "timezone",
-    "depreciation_per_gpu_hour",
-    "facility_per_gpu_hour",
-    "electricity_per_kwh",
-    "gpu_average_power_kw",
-    "reserved_inference_share",
-    "peak_hours",
-    "sla_penalty_per_interval",
-    "sla_min_requests",
-    "starvation_preemption_threshold",
-    "starvation_lost_work_cap_seconds",
-)
-DECIMAL_FIELDS = (
-    "depreciation_per_gpu_hour",
-    "facility_per_gpu_hour",
-    "electricity_per_kwh",
-    "gpu_average_power_kw",
-    "reserved_inference_share",
-    "sla_penalty_per_interval",
-)
-
-
-CLASS_FIELDS = (
-    "name",
-    "models",
-    "depreciation_per_gpu_hour",
-    "facility_per_gpu_hour",
-    "gpu_average_power_kw",
-    "reserved_inference_share",
-)
-CLASS_DECIMAL_FIELDS = CLASS_FIELDS[2:]
+# A class's amounts: D, F, W and its optional reserve share s.
+CLASS_DECIMAL_FIELDS = (*GPU_CLASS_DECIMAL_FIELDS, *GPU_CLASS_OPTIONAL_FIELDS)
 
 
 def price_book_create_draft(
@@ -150,12 +127,12 @@ def price_book_create_draft(
     `{name, models, depreciation_per_gpu_hour, facility_per_gpu_hour, gpu_average_power_kw,
     reserved_inference_share?}`). Amounts are Decimals, ints or decimal strings; floats are
     refused. The version number is the next free one."""
-    unknown = sorted(set(prices) - set(PRICE_FIELDS))
+    unknown = sorted(set(prices) - set(PRICE_BOOK_FIELDS))
     if unknown:
         raise PriceBookInvalid(f"unknown price book field {unknown[0]!r}")
     base = based_on or PriceBook.objects.order_by("-version").first()
     if base is not None:
-        values = {name: getattr(base, name) for name in PRICE_FIELDS}
+        values = {name: getattr(base, name) for name in PRICE_BOOK_FIELDS}
     else:
         values = {**DEFAULT_PRICE_BOOK, "timezone": settings.TANDEM_TIMEZONE}
     values.update(prices)
@@ -221,15 +198,19 @@ def _gpu_classes(book: PriceBook, records: list[dict]) -> list[PriceBookGpuClass
         where = f"gpu_classes[{number}]"
         if not isinstance(record, dict):
             raise PriceBookInvalid(f"{where}: expected an object, got {record!r}")
-        unknown = sorted(set(record) - set(CLASS_FIELDS))
+        unknown = sorted(set(record) - set(GPU_CLASS_FIELDS))
         if unknown:
             raise PriceBookInvalid(f"{where}: unknown field {unknown[0]!r}")
-        missing = [name for name in CLASS_FIELDS[:-1] if name not in record]
+        missing = [
+            name
+            for name in GPU_CLASS_FIELDS
+            if name not in record and name not in GPU_CLASS_OPTIONAL_FIELDS
+        ]
         if missing:
             raise PriceBookInvalid(f"{where}: missing field {missing[0]!r}")
         values = {"reserved_inference_share": None, **record}
         try:
-            coerced = _coerced(values, CLASS_DECIMAL_FIELDS, ("reserved_inference_share",))
+            coerced = _coerced(values, CLASS_DECIMAL_FIELDS, GPU_CLASS_OPTIONAL_FIELDS)
         except PriceBookInvalid as error:
             raise PriceBookInvalid(f"{where} ({record['name']!r}): {error}") from None
         classes.append(PriceBookGpuClass(price_book=book, **coerced))
@@ -271,7 +252,7 @@ def price_book_ensure_default() -> PriceBook | None:
 
 
 def _coerced(
-    values: dict, names: tuple[str, ...] = DECIMAL_FIELDS, optional: tuple[str, ...] = ()
+    values: dict, names: tuple[str, ...] = PRICE_BOOK_DECIMAL_FIELDS, optional: tuple[str, ...] = ()
 ) -> dict:
     """`values` with the amounts `names` as Decimals (None allowed for `optional` ones)."""
     coerced = dict(values)

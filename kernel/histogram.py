@@ -9,7 +9,7 @@ being `+Inf`, whose count is the number of requests. Stored histograms are JSON
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from decimal import Context, Decimal
 
 from kernel.money import FIXED_QUANTUM, ROUNDING
@@ -55,6 +55,40 @@ def stored_p99(stored: StoredBuckets) -> Decimal | None:
     if len(buckets) < 2 or not buckets[-1][0].is_infinite():
         return None
     return histogram_quantile(P99, buckets)
+
+
+def _counts(stored: StoredBuckets) -> list[int | Decimal]:
+    # Whole counts stay ints (exact and fast to add); anything else becomes an exact Decimal.
+    counts = [pair[1] for pair in stored]
+    if all(type(count) is int for count in counts):
+        return counts
+    return [count if type(count) is int else Decimal(str(count)) for count in counts]
+
+
+def merge_histograms(histograms: Iterable[StoredBuckets]) -> Buckets:
+    """A period's histogram: stored per-interval buckets summed per `le`.
+
+    If a service's bucket layout changed inside the period (an exporter upgrade), only the
+    bounds present in every interval are kept: summing a bound that some intervals lack would
+    under-count it and bend the quantile. Sums run per layout (the stored `le` values, in
+    order), by position, in ints where the counts are whole.
+    """
+    sums: dict[tuple[object, ...], list[int | Decimal]] = {}
+    for stored in histograms:
+        layout = tuple([pair[0] for pair in stored])
+        counts = _counts(stored)
+        total = sums.get(layout)
+        sums[layout] = counts if total is None else [a + b for a, b in zip(total, counts)]  # noqa: B905
+    if not sums:
+        return ()
+    bounds = {layout: [parse_bound(le) for le in layout] for layout in sums}
+    common = set.intersection(*(set(each) for each in bounds.values()))
+    totals: dict[Decimal, int | Decimal] = dict.fromkeys(common, 0)
+    for layout, counts in sums.items():
+        for bound, count in zip(bounds[layout], counts, strict=True):
+            if bound in totals:
+                totals[bound] += count
+    return tuple(sorted((le, Decimal(count)) for le, count in totals.items()))
 
 
 def _monotonic(buckets: Buckets) -> list[tuple[Decimal, Decimal]]:

@@ -16,6 +16,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 # `fullmatch`, so a trailing newline is refused here as it is there.
 PERIOD_REGEX = r"^[0-9]{4}-(0[1-9]|1[0-2])$"
 _PERIOD = re.compile(PERIOD_REGEX)
+# What a URL routes to a period's page: anything shaped like one, so that "2026-13" reaches
+# the view and is answered with the error naming it rather than a bare 404.
+PERIOD_URL_PATTERN = r"[0-9]{4}-[0-9]{2}"
 # The years a period may name: its bounds, the months either side (the report compares with
 # the previous one) and their UTC instants in any zone must fit Python's datetime (years 1 to
 # 9999); metering began long after 1970.
@@ -26,7 +29,7 @@ class PeriodError(ValueError):
     """Not a period: the message names the value and says what a period looks like."""
 
 
-def zone(name: str) -> ZoneInfo:
+def time_zone(name: str) -> ZoneInfo:
     """The IANA time zone `name`; ValueError when it is unknown."""
     try:
         return ZoneInfo(name)
@@ -67,12 +70,17 @@ def month_utc_range(year: int, month: int, tz: dt.tzinfo) -> tuple[dt.datetime, 
 def period_utc_range(period: str, timezone: str) -> tuple[dt.datetime, dt.datetime]:
     """`[start, end)` in UTC of `period` on the clock of `timezone`; PeriodError if no period."""
     year, month = parse_period(period)
-    return month_utc_range(year, month, zone(timezone))
+    return month_utc_range(year, month, time_zone(timezone))
+
+
+def period_of_day(day: dt.date) -> str:
+    """The period ("YYYY-MM") of a local day (or of a datetime already on the pool's clock)."""
+    return f"{day:%Y-%m}"
 
 
 def period_of(moment: dt.datetime, timezone: str) -> str:
     """The period ("YYYY-MM") that holds the aware instant `moment` on the clock of `timezone`."""
-    return f"{moment.astimezone(zone(timezone)):%Y-%m}"
+    return period_of_day(moment.astimezone(time_zone(timezone)))
 
 
 def previous_period(period: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 
 import django_filters
 from django.conf import settings
@@ -31,12 +31,14 @@ from rest_framework.views import APIView
 
 from access.schema import ApiSchema
 from access.selectors import sees_every_team, visible_teams
-from metering.models import TASK_KINDS, Task, Team
+from kernel.money import ROUNDING
+from kernel.period import PeriodError, period_utc_range
+from kernel.tasks import TASK_KIND_CHOICES
+from metering.models import Task, Team
 from reports import health, selectors
 
 # Longer ranges are refused: the API would aggregate years of intervals per request.
 MAX_RANGE_DAYS = 400
-MONTH_PATTERN = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 # A '+' in an unencoded query string arrives as a space: "…T00:00:00 08:00" meant "+08:00".
 SPACE_FOR_PLUS = re.compile(r"(\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?) (\d{2}:?\d{2})$")
 DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -166,24 +168,17 @@ def validated_query(serializer_class: type[serializers.Serializer], request: Req
 
 
 def month_range(text: str) -> tuple[dt.datetime, dt.datetime] | None:
-    """A calendar month in the pool's time zone as UTC `[start, end)`; None if not YYYY-MM."""
-    match = MONTH_PATTERN.match(text)
-    if match is None:
-        return None
-    year, month = int(match[1]), int(match[2])
-    following = (year + 1, 1) if month == 12 else (year, month + 1)
-    zone = pool_zone()
+    """A calendar month in the pool's time zone as UTC `[start, end)` (`kernel.period`); None
+    if not YYYY-MM or outside the years a period may name."""
     try:
-        start = dt.datetime(year, month, 1, tzinfo=zone).astimezone(dt.UTC)
-        end = dt.datetime(*following, 1, tzinfo=zone).astimezone(dt.UTC)
-    except (ValueError, OverflowError):  # year 0000, or 9999-12 whose end is past year 9999
+        return period_utc_range(text, settings.TANDEM_TIMEZONE)
+    except PeriodError:
         return None
-    return start, end
 
 
 def amount_field(places: int, **kwargs) -> serializers.DecimalField:
     return serializers.DecimalField(
-        max_digits=None, decimal_places=places, rounding=ROUND_HALF_UP, read_only=True, **kwargs
+        max_digits=None, decimal_places=places, rounding=ROUNDING, read_only=True, **kwargs
     )
 
 
@@ -192,7 +187,7 @@ class GpuHoursField(serializers.DecimalField):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(
-            max_digits=None, decimal_places=2, rounding=ROUND_HALF_UP, read_only=True, **kwargs
+            max_digits=None, decimal_places=2, rounding=ROUNDING, read_only=True, **kwargs
         )
 
     def to_representation(self, value: Decimal) -> str:
@@ -253,7 +248,7 @@ class MonthFilter(django_filters.Filter):
 
 class TaskFilter(django_filters.FilterSet):
     team = VisibleTeamFilter(help_text="Team id or exact name.")
-    kind = django_filters.ChoiceFilter(choices=TASK_KINDS)
+    kind = django_filters.ChoiceFilter(choices=TASK_KIND_CHOICES)
     period = MonthFilter(
         method="filter_period",
         help_text="YYYY-MM in the pool's time zone: tasks alive during that month.",

@@ -15,15 +15,12 @@ same run gives the same CSV and FOCUS bytes every time. Everything here reads; n
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
-from zoneinfo import ZoneInfo
+from decimal import ROUND_DOWN, Decimal
 
 from django.conf import settings
-from django.db.models import Count, F, Max, Prefetch, Q, Sum, Value
-from django.db.models.functions import Coalesce, Least
+from django.db.models import Count, Max, Prefetch, Q, Sum
 
 from billing.models import (
     DEFAULT_GPU_CLASS,
@@ -35,11 +32,12 @@ from billing.models import (
     StatementLine,
     StatementLineClass,
     StatementLineTask,
-    period_year_error,
 )
-from billing.pricing.money import round_places
 from billing.selectors import rates_per_gpu_class
-from metering.models import TASK_KINDS, PodWait, Preemption
+from kernel.money import ROUNDING, round_places
+from kernel.period import PeriodError, period_utc_range, previous_period, time_zone
+from kernel.tasks import TASK_KIND_LABELS as KIND_LABELS
+from metering.models import PodWait, Preemption
 from reports import health
 from reports import selectors as health_selectors
 from reports.render_csv import Cell
@@ -47,8 +45,6 @@ from reports.render_csv import Cell
 CENT = Decimal("0.01")
 GPU_HOURS_PLACES = Decimal("0.000001")
 SECONDS_PER_HOUR = Decimal(3600)
-PERIOD_RE = re.compile(r"^([0-9]{4})-(0[1-9]|1[0-2])$")
-KIND_LABELS = dict(TASK_KINDS)
 TOP_PREEMPTED_TASKS = 10
 
 
@@ -70,34 +66,22 @@ class Period:
 
     @property
     def previous(self) -> Period:
-        year, month = (int(part) for part in self.label.split("-"))
-        year, month = (year - 1, 12) if month == 1 else (year, month - 1)
-        return period_bounds(f"{year:04d}-{month:02d}", timezone=self.timezone)
+        return period_bounds(previous_period(self.label), timezone=self.timezone)
 
     @property
     def days(self) -> int:
-        zone = ZoneInfo(self.timezone)
-        return (self.end.astimezone(zone).date() - self.start.astimezone(zone).date()).days
+        local = time_zone(self.timezone)
+        return (self.end.astimezone(local).date() - self.start.astimezone(local).date()).days
 
 
 def period_bounds(label: str, *, timezone: str | None = None) -> Period:
     """The month `label` (YYYY-MM) in `timezone` (default the pool's) as UTC instants."""
-    match = PERIOD_RE.match(label or "")
-    if match is None:
-        raise ReportInputError(f"period must be YYYY-MM (e.g. 2026-10), got {label!r}")
     zone_name = timezone or settings.TANDEM_TIMEZONE
-    zone = ZoneInfo(zone_name)
-    year, month = int(match.group(1)), int(match.group(2))
-    if error := period_year_error(label, year):
-        raise ReportInputError(error)
-    first = dt.datetime(year, month, 1, tzinfo=zone)
-    following = dt.datetime(year + month // 12, month % 12 + 1, 1, tzinfo=zone)
-    return Period(
-        label=label,
-        start=first.astimezone(dt.UTC),
-        end=following.astimezone(dt.UTC),
-        timezone=zone_name,
-    )
+    try:
+        start, end = period_utc_range(label, zone_name)
+    except PeriodError as error:
+        raise ReportInputError(str(error)) from None
+    return Period(label=label, start=start, end=end, timezone=zone_name)
 
 
 def closed_period(label: str) -> PeriodClose:
@@ -137,7 +121,7 @@ def gpu_hours(gpu_seconds: Decimal | None) -> Decimal | None:
     """GPU-seconds as GPU-hours to six places (a second is 0.000278 GPU-hours)."""
     if gpu_seconds is None:
         return None
-    return (Decimal(gpu_seconds) / SECONDS_PER_HOUR).quantize(GPU_HOURS_PLACES, ROUND_HALF_UP)
+    return (Decimal(gpu_seconds) / SECONDS_PER_HOUR).quantize(GPU_HOURS_PLACES, ROUNDING)
 
 
 # --- Team CSV ---------------------------------------------------------------------------
@@ -292,7 +276,7 @@ def _list_cost(
     if line.kind != LineKind.OFFPEAK or line.is_correction or gpu_seconds is None:
         return billed
     rate = close.standard_rate if standard_rate is None else standard_rate
-    return (gpu_seconds * rate / SECONDS_PER_HOUR).quantize(CENT, ROUND_HALF_UP)
+    return (gpu_seconds * rate / SECONDS_PER_HOUR).quantize(CENT, ROUNDING)
 
 
 @dataclass(frozen=True)
@@ -543,17 +527,17 @@ class ReportPage:
 
 
 def _percent(value: Decimal | None) -> str:
-    return "n/a" if value is None else f"{(value * 100).quantize(Decimal('0.1'), ROUND_HALF_UP)} %"
+    return "n/a" if value is None else f"{(value * 100).quantize(Decimal('0.1'), ROUNDING)} %"
 
 
 def _milliseconds(value: Decimal | None) -> str:
-    return "n/a" if value is None else f"{value.quantize(Decimal('1'), ROUND_HALF_UP)} ms"
+    return "n/a" if value is None else f"{value.quantize(Decimal('1'), ROUNDING)} ms"
 
 
 def _minutes(seconds: Decimal | None) -> str:
     if seconds is None:
         return "n/a"
-    return f"{(seconds / 60).quantize(Decimal('0.1'), ROUND_HALF_UP)} min"
+    return f"{(seconds / 60).quantize(Decimal('0.1'), ROUNDING)} min"
 
 
 def _latency_card(
@@ -644,11 +628,7 @@ def top_preempted_tasks(
     period: Period, *, cap_seconds: int, limit: int = TOP_PREEMPTED_TASKS
 ) -> list[PreemptedTask]:
     """Tasks preempted most in the period, with the GPU-hours lost (reported, else estimated)."""
-    lost = Coalesce(
-        "lost_gpu_seconds",
-        Least(Value(cap_seconds), F("seconds_since_start")) * F("gpus"),
-        output_field=health_selectors.GPU_SECONDS,
-    )
+    lost = health_selectors.lost_gpu_seconds_expression(cap_seconds)
     rows = (
         Preemption.objects.filter(at__gte=period.start, at__lt=period.end)
         .values("task_id", "task__external_id", "task__team__name", "task__kind")
@@ -662,7 +642,7 @@ def top_preempted_tasks(
             team=row["task__team__name"],
             kind=row["task__kind"],
             preemptions=row["n"],
-            lost_gpu_hours=gpu_hours(row["lost"]).quantize(CENT, ROUND_HALF_UP),
+            lost_gpu_hours=gpu_hours(row["lost"]).quantize(CENT, ROUNDING),
         )
         for row in rows
     ]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
-from zoneinfo import ZoneInfo
 
 from django.contrib.auth.decorators import login_required
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
@@ -24,6 +23,7 @@ from access.decorators import role_required
 from access.selectors import sees_every_team, visible_teams
 from billing.models import LineKind, StatementLine
 from dashboards import charts
+from kernel.period import time_zone
 from reports import rows, services
 from reports.explain import statement_line_explain
 from reports.models import ReportFile, ReportRun
@@ -48,7 +48,7 @@ def _require_every_team(request: HttpRequest) -> None:
 
 
 def _month_name(period: rows.Period) -> str:
-    return period.start.astimezone(ZoneInfo(period.timezone)).strftime("%B %Y")
+    return period.start.astimezone(time_zone(period.timezone)).strftime("%B %Y")
 
 
 def _charts(page: rows.ReportPage) -> dict[str, str]:
@@ -97,7 +97,7 @@ def _team_rows(page: rows.ReportPage) -> tuple[list[str], list[dict]]:
 
 
 def report_page_context(page: rows.ReportPage, *, for_print: bool) -> dict:
-    zone = ZoneInfo(page.period.timezone)
+    zone = time_zone(page.period.timezone)
     cost_columns, team_rows = _team_rows(page)
     return {
         "base_template": base_template(),
@@ -219,7 +219,7 @@ def explain_line(request: HttpRequest, line_id: int) -> HttpResponse:
     explanation = statement_line_explain(line=line, task_id=_task_param(request))
     if request.GET.get("format") == "json":
         return JsonResponse(explanation.as_json())
-    zone = ZoneInfo(explanation.timezone)
+    zone = time_zone(explanation.timezone)
     return render(
         request,
         "reports/explain.html",

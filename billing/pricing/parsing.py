@@ -369,14 +369,14 @@ def _small_parts(scenario: Scenario) -> dict:
     """
     book = scenario.price_book
     text = canonical_decimal
-    price_book = {
-        "currency": book.currency,
-        "timezone": book.timezone,
-        **{name: text(getattr(book, name)) for name in DECIMAL_BOOK_FIELDS},
-        "peak_hours": list(book.peak_hours),
-        "sla_min_requests": book.sla_min_requests,
-        "starvation_preemption_threshold": book.starvation_preemption_threshold,
-    }
+    price_book = {}
+    for name in BOOK_FIELDS:
+        value = getattr(book, name)
+        if name in DECIMAL_BOOK_FIELDS:
+            value = text(value)
+        elif name == "peak_hours":
+            value = list(value)
+        price_book[name] = value
     if book.gpu_classes:
         price_book["gpu_classes"] = [
             _gpu_class_dict(item) for item in sorted(book.gpu_classes, key=lambda c: c.name)

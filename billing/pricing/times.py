@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from zoneinfo import ZoneInfo
 
-from kernel.period import zone
+from kernel.period import time_zone as zone
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _ONE_SECOND = dt.timedelta(seconds=1)

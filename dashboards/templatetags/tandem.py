@@ -7,24 +7,19 @@ number reads the same in a card, a table and a CSV.
 from __future__ import annotations
 
 import datetime as dt
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 
 from django import template
 from django.utils.html import format_html
 
 from dashboards.filters import pool_zone
+from kernel.money import ROUNDING
+from kernel.tasks import TASK_KIND_LABELS as KIND_LABELS
 
 register = template.Library()
 
 CENT = Decimal("0.01")
 DASH = "\u2013"  # an en dash: "no value"
-
-KIND_LABELS = {
-    "inference": "Inference",
-    "training_interactive": "Training (interactive)",
-    "training_batch": "Training (batch)",
-    "preprocessing": "Preprocessing",
-}
 
 
 def _decimal(value: object) -> Decimal | None:
@@ -39,7 +34,7 @@ def money(value: object) -> str:
     number = _decimal(value)
     if number is None:
         return DASH
-    return f"{number.quantize(CENT, ROUND_HALF_UP):,}"
+    return f"{number.quantize(CENT, ROUNDING):,}"
 
 
 @register.filter
@@ -47,7 +42,7 @@ def number(value: object, places: int = 2) -> str:
     number = _decimal(value)
     if number is None:
         return DASH
-    return f"{number.quantize(Decimal(1).scaleb(-int(places)), ROUND_HALF_UP):,}"
+    return f"{number.quantize(Decimal(1).scaleb(-int(places)), ROUNDING):,}"
 
 
 @register.filter

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 
 from django import template
+
+from kernel.money import ROUNDING
 
 register = template.Library()
 EMPTY = "\u2013"  # an en dash: shown where there is no value
@@ -16,21 +18,21 @@ def money(value: Decimal | None) -> str:
     """1234.5 -> "1,234.50"; None -> an en dash."""
     if value is None:
         return EMPTY
-    return f"{Decimal(value).quantize(Decimal('0.01'), ROUND_HALF_UP):,}"
+    return f"{Decimal(value).quantize(Decimal('0.01'), ROUNDING):,}"
 
 
 @register.filter
 def number(value: Decimal | None, places: int = 2) -> str:
     if value is None:
         return EMPTY
-    return f"{Decimal(value).quantize(Decimal(1).scaleb(-int(places)), ROUND_HALF_UP):,}"
+    return f"{Decimal(value).quantize(Decimal(1).scaleb(-int(places)), ROUNDING):,}"
 
 
 @register.filter
 def percent(value: Decimal | None, places: int = 1) -> str:
     if value is None:
         return EMPTY
-    return f"{(Decimal(value) * 100).quantize(Decimal(1).scaleb(-int(places)), ROUND_HALF_UP)} %"
+    return f"{(Decimal(value) * 100).quantize(Decimal(1).scaleb(-int(places)), ROUNDING)} %"
 
 
 @register.filter
