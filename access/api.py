@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from decimal import ROUND_HALF_UP, Decimal
-from zoneinfo import ZoneInfo
+from decimal import Decimal
 
 import django_filters
 from django.conf import settings
@@ -24,18 +23,19 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 
 from access.selectors import sees_every_team, visible_teams
+from kernel.money import ROUNDING
+from kernel.period import PeriodError, period_utc_range, time_zone
 from metering.models import Team
 
 # Longer ranges are refused: the API would aggregate years of intervals per request.
 MAX_RANGE_DAYS = 400
-MONTH_PATTERN = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 # A '+' in an unencoded query string arrives as a space: "…T00:00:00 08:00" meant "+08:00".
 SPACE_FOR_PLUS = re.compile(r"(\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?) (\d{2}:?\d{2})$")
 DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 def pool_zone() -> dt.tzinfo:
-    return ZoneInfo(settings.TANDEM_TIMEZONE)
+    return time_zone(settings.TANDEM_TIMEZONE)
 
 
 # --- Fields -----------------------------------------------------------------------------
@@ -158,24 +158,17 @@ def validated_query(serializer_class: type[serializers.Serializer], request: Req
 
 
 def month_range(text: str) -> tuple[dt.datetime, dt.datetime] | None:
-    """A calendar month in the pool's time zone as UTC `[start, end)`; None if not YYYY-MM."""
-    match = MONTH_PATTERN.match(text)
-    if match is None:
-        return None
-    year, month = int(match[1]), int(match[2])
-    following = (year + 1, 1) if month == 12 else (year, month + 1)
-    zone = pool_zone()
+    """A calendar month in the pool's time zone as UTC `[start, end)` (`kernel.period`); None
+    if not YYYY-MM or outside the years a period may name."""
     try:
-        start = dt.datetime(year, month, 1, tzinfo=zone).astimezone(dt.UTC)
-        end = dt.datetime(*following, 1, tzinfo=zone).astimezone(dt.UTC)
-    except (ValueError, OverflowError):  # year 0000, or 9999-12 whose end is past year 9999
+        return period_utc_range(text, settings.TANDEM_TIMEZONE)
+    except PeriodError:
         return None
-    return start, end
 
 
 def amount_field(places: int, **kwargs) -> serializers.DecimalField:
     return serializers.DecimalField(
-        max_digits=None, decimal_places=places, rounding=ROUND_HALF_UP, read_only=True, **kwargs
+        max_digits=None, decimal_places=places, rounding=ROUNDING, read_only=True, **kwargs
     )
 
 
@@ -184,7 +177,7 @@ class GpuHoursField(serializers.DecimalField):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(
-            max_digits=None, decimal_places=2, rounding=ROUND_HALF_UP, read_only=True, **kwargs
+            max_digits=None, decimal_places=2, rounding=ROUNDING, read_only=True, **kwargs
         )
 
     def to_representation(self, value: Decimal) -> str:

@@ -13,6 +13,7 @@ from django.http import HttpRequest
 from audit.admin import AuditedAdminMixin, AuditedModelAdmin
 from audit.services import audit_record
 from billing import models, services
+from kernel.price_book_fields import GPU_CLASS_FIELDS, PRICE_BOOK_FIELDS
 
 
 class GpuClassFormSet(BaseInlineFormSet):
@@ -40,14 +41,7 @@ class GpuClassInline(admin.TabularInline):
     model = models.PriceBookGpuClass
     formset = GpuClassFormSet
     extra = 0
-    fields = [
-        "name",
-        "models",
-        "depreciation_per_gpu_hour",
-        "facility_per_gpu_hour",
-        "gpu_average_power_kw",
-        "reserved_inference_share",
-    ]
+    fields = list(GPU_CLASS_FIELDS)
 
     def has_add_permission(self, request: HttpRequest, obj: models.PriceBook | None = None):
         return not (obj is not None and obj.is_published) and super().has_add_permission(
@@ -106,7 +100,7 @@ class PriceBookAdmin(admin.ModelAdmin):
         if change:
             super().save_model(request, obj, form, change)  # a draft: freely editable
             return
-        fields = {name: getattr(obj, name) for name in services.PRICE_FIELDS}
+        fields = {name: getattr(obj, name) for name in PRICE_BOOK_FIELDS}
         # No classes yet: they are added on the draft's own page (see get_inlines).
         created = services.price_book_create_draft(
             effective_from=obj.effective_from, notes=obj.notes, gpu_classes=[], **fields

@@ -36,7 +36,6 @@ from access.models import SCOPE_QUOTA_READ
 from access.schema import ApiSchema
 from access.selectors import visible_teams
 from billing.models import (
-    PERIOD_REGEX,
     PriceBook,
     PriceBookGpuClass,
     Quota,
@@ -50,7 +49,8 @@ from billing.selectors import (
     price_books_with_classes,
     quota_statuses,
 )
-from billing.services import PRICE_FIELDS
+from kernel.period import PERIOD_REGEX
+from kernel.price_book_fields import GPU_CLASS_FIELDS, PRICE_BOOK_FIELDS
 
 # --- Statements -------------------------------------------------------------------------
 
@@ -161,14 +161,7 @@ class PriceBookGpuClassOutput(serializers.ModelSerializer):
 
     class Meta:
         model = PriceBookGpuClass
-        fields = [
-            "name",
-            "models",
-            "depreciation_per_gpu_hour",
-            "facility_per_gpu_hour",
-            "gpu_average_power_kw",
-            "reserved_inference_share",
-        ]
+        fields = list(GPU_CLASS_FIELDS)
 
 
 @extend_schema_serializer(component_name="PriceBook")
@@ -184,7 +177,7 @@ class PriceBookOutput(serializers.ModelSerializer):
             "status",
             "effective_from",
             "published_at",
-            *PRICE_FIELDS,
+            *PRICE_BOOK_FIELDS,
             "gpu_classes",
             "notes",
         ]

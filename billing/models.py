@@ -19,22 +19,18 @@ from decimal import Decimal
 from django.db import IntegrityError, models
 from django.db.models import Q
 
-from metering.models import TASK_KINDS, Service, Task, Team
+from kernel.period import PERIOD_REGEX
+from kernel.price_book_fields import (
+    GPU_CLASS_DECIMAL_FIELDS,
+    GPU_CLASS_OPTIONAL_FIELDS,
+    PRICE_BOOK_DECIMAL_FIELDS,
+    PRICE_BOOK_FIELDS,
+)
+from kernel.tasks import TASK_KINDS
+from metering.models import Service, Task, Team
 
 # The class of every GPU no class of the book names (docs/pricing.md "GPU classes").
 DEFAULT_GPU_CLASS = "default"
-PERIOD_REGEX = r"^[0-9]{4}-(0[1-9]|1[0-2])$"
-# The years a period may name: its bounds, the months either side (the report compares with
-# the previous one) and their UTC instants in any zone must fit Python's datetime (years 1 to
-# 9999); metering began long after 1970.
-PERIOD_FIRST_YEAR, PERIOD_LAST_YEAR = 1970, 9998
-
-
-def period_year_error(period: str, year: int) -> str | None:
-    """Why the period's year is out of range, or None when it is in range."""
-    if PERIOD_FIRST_YEAR <= year <= PERIOD_LAST_YEAR:
-        return None
-    return f"period {period!r}: the year must be between {PERIOD_FIRST_YEAR} and {PERIOD_LAST_YEAR}"
 
 
 # Rounded amounts: the currency's minor unit (price books are limited to currencies of at
@@ -153,20 +149,15 @@ class PriceBook(models.Model):
         """
         if gpu_classes is None:
             gpu_classes = list(self.gpu_classes.all()) if self.pk is not None else []
-        book = {
-            "currency": self.currency,
-            "timezone": self.timezone,
-            "depreciation_per_gpu_hour": decimal_text(self.depreciation_per_gpu_hour),
-            "facility_per_gpu_hour": decimal_text(self.facility_per_gpu_hour),
-            "electricity_per_kwh": decimal_text(self.electricity_per_kwh),
-            "gpu_average_power_kw": decimal_text(self.gpu_average_power_kw),
-            "reserved_inference_share": decimal_text(self.reserved_inference_share),
-            "peak_hours": list(self.peak_hours),
-            "sla_penalty_per_interval": decimal_text(self.sla_penalty_per_interval),
-            "sla_min_requests": self.sla_min_requests,
-            "starvation_preemption_threshold": self.starvation_preemption_threshold,
-            "starvation_lost_work_cap_seconds": self.starvation_lost_work_cap_seconds,
-        }
+        # Decimals as text, whole numbers (the lost-work cap too) as JSON integers.
+        book = {}
+        for name in PRICE_BOOK_FIELDS:
+            value = getattr(self, name)
+            if name in PRICE_BOOK_DECIMAL_FIELDS:
+                value = decimal_text(value)
+            elif name == "peak_hours":
+                value = list(value)
+            book[name] = value
         if gpu_classes:
             ordered = sorted(gpu_classes, key=lambda item: item.name)
             book["gpu_classes"] = [item.to_scenario_dict() for item in ordered]
@@ -258,12 +249,11 @@ class PriceBookGpuClass(models.Model):
         record = {
             "name": self.name,
             "models": list(self.models) if isinstance(self.models, list) else self.models,
-            "depreciation_per_gpu_hour": decimal_text(self.depreciation_per_gpu_hour),
-            "facility_per_gpu_hour": decimal_text(self.facility_per_gpu_hour),
-            "gpu_average_power_kw": decimal_text(self.gpu_average_power_kw),
+            **{name: decimal_text(getattr(self, name)) for name in GPU_CLASS_DECIMAL_FIELDS},
         }
-        if self.reserved_inference_share is not None:
-            record["reserved_inference_share"] = decimal_text(self.reserved_inference_share)
+        for name in GPU_CLASS_OPTIONAL_FIELDS:
+            if getattr(self, name) is not None:
+                record[name] = decimal_text(getattr(self, name))
         return record
 
 
@@ -629,7 +619,7 @@ def validate_io_caps(io_caps: object) -> None:
     """`{kind: operations per second}` with known kinds and non-negative whole or decimal caps."""
     if not isinstance(io_caps, dict):
         raise ValueError("io_caps must be an object {task kind: operations per second}")
-    kinds = {kind for kind, _ in TASK_KINDS}
+    kinds = set(TASK_KINDS)
     for kind, cap in io_caps.items():
         if kind not in kinds:
             raise ValueError(f"io_caps: unknown task kind {kind!r} (known: {sorted(kinds)})")

@@ -54,12 +54,11 @@ from billing.pricing import (
     price,
     scenario_from_dict,
 )
+from kernel.histogram import INFINITY, is_infinity
 from metering import selectors as metering_selectors
 from metering.models import Service, Task
 
 ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
-INFINITY = Decimal("Infinity")
-INFINITY_SPELLINGS = ("+Inf", "Inf", "inf", "+inf")
 SCENARIO_BUILDER_VERSION = 2
 
 
@@ -246,7 +245,7 @@ def _buckets(text: str) -> tuple[tuple[Decimal, Decimal], ...]:
     """
     parsed = []
     for le, count in json.loads(text, parse_float=Decimal, parse_int=Decimal):
-        if le in INFINITY_SPELLINGS:
+        if is_infinity(le):
             le = INFINITY
         parsed.append(
             (

@@ -5,9 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import re
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal, localcontext
+from decimal import Decimal, localcontext
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
@@ -25,17 +24,18 @@ from billing.models import (
     PriceBookGpuClass,
     Quota,
     StatementLine,
-    period_year_error,
 )
 from billing.scenarios import scenario_build, scenario_digest
-from metering.models import TRAINING_KINDS, CapacityInterval, IngestWindow, Source, Team
+from kernel.money import ROUNDING
+from kernel.period import first_day, period_of, period_utc_range, previous_period, time_zone
+from kernel.tasks import TRAINING_KINDS
+from metering.models import CapacityInterval, IngestWindow, Source, Team
 from metering.selectors import range_split, windows_missing
 
 ZERO = Decimal(0)
 CENT = Decimal("0.01")
 HUNDREDTH = Decimal("0.01")
 DEFAULT_MIN_COMPLETENESS = Decimal("0.99")
-PERIOD_PATTERN = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 
 
 class PriceBookNotFound(LookupError):
@@ -54,42 +54,34 @@ class PeriodBounds:
 
 
 def pool_timezone() -> ZoneInfo:
-    return ZoneInfo(settings.TANDEM_TIMEZONE)
+    return time_zone(settings.TANDEM_TIMEZONE)
 
 
 def period_bounds(period: str) -> PeriodBounds:
-    """Bounds of `period` ("YYYY-MM"); ValueError naming the value when it is not a month."""
-    match = PERIOD_PATTERN.match(period or "")
-    if match is None:
-        raise ValueError(f"period must be YYYY-MM (e.g. 2026-10), got {period!r}")
-    year, month = int(match[1]), int(match[2])
-    if error := period_year_error(period, year):
-        raise ValueError(error)
-    zone = pool_timezone()
-    first_day = dt.date(year, month, 1)
-    next_first = dt.date(year + month // 12, month % 12 + 1, 1)
+    """Bounds of `period` ("YYYY-MM") in the pool's time zone (`kernel.period`); ValueError
+    naming the value when it is not a month."""
+    start, end = period_utc_range(period, settings.TANDEM_TIMEZONE)
     return PeriodBounds(
         period=period,
         timezone=settings.TANDEM_TIMEZONE,
-        first_day=first_day,
-        start=dt.datetime.combine(first_day, dt.time(), zone).astimezone(dt.UTC),
-        end=dt.datetime.combine(next_first, dt.time(), zone).astimezone(dt.UTC),
+        first_day=first_day(period),
+        start=start,
+        end=end,
     )
 
 
 def period_containing(at: dt.datetime) -> str:
     """The period ("YYYY-MM", pool time zone) that contains the instant `at`."""
-    return f"{at.astimezone(pool_timezone()):%Y-%m}"
+    return period_of(at, settings.TANDEM_TIMEZONE)
 
 
 def period_label(period: str) -> str:
     """ "2026-09" as a finance reader says it: "September 2026"."""
-    return f"{period_bounds(period).first_day:%B %Y}"
+    return f"{first_day(period):%B %Y}"
 
 
 def period_previous(period: str) -> str:
-    first_day = period_bounds(period).first_day
-    return f"{first_day - dt.timedelta(days=1):%Y-%m}"
+    return previous_period(period)
 
 
 def price_book_in_force(at: dt.date | dt.datetime) -> PriceBook:
@@ -586,12 +578,12 @@ def _quota_status(
 ) -> QuotaStatus:
     book, as_of = state.book, state.ingested_until
     gpu_seconds = usage.gpu_seconds if usage else Decimal(0)
-    used_gpu_hours = (gpu_seconds / 3600).quantize(HUNDREDTH, ROUND_HALF_UP)
+    used_gpu_hours = (gpu_seconds / 3600).quantize(HUNDREDTH, ROUNDING)
     list_price = None
     if book is not None:
         with localcontext(prec=50):
             money = usage.gpu_seconds_times_rate / 3600 if usage else Decimal(0)
-            list_price = money.quantize(CENT, ROUND_HALF_UP)
+            list_price = money.quantize(CENT, ROUNDING)
     allowance_hours = quota.allowance_gpu_hours if quota else None
     allowance_money = quota.allowance_money if quota else None
     remaining_hours = allowance_hours - used_gpu_hours if allowance_hours is not None else None

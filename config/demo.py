@@ -29,7 +29,6 @@ import urllib.request
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from zoneinfo import ZoneInfo
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -40,6 +39,7 @@ from config.embedded import (  # noqa: E402
     private_redis_start,
     var_dir_from_environment,
 )
+from kernel.period import period_of_day, time_zone  # noqa: E402
 from simulator.config import PoolConfig, previous_calendar_month  # noqa: E402
 
 VAR = var_dir_from_environment()
@@ -65,7 +65,7 @@ class DemoMonth:
 
     @property
     def label(self) -> str:
-        return f"{self.config.start:%Y-%m}"
+        return period_of_day(self.config.start)
 
 
 def demo_months(
@@ -207,7 +207,7 @@ def main() -> int:
     env = demo_environment()
     from simulator.prometheus import free_port, lookback_for, start_prometheus
 
-    today = dt.datetime.now(ZoneInfo(env["TANDEM_TIMEZONE"])).date()
+    today = dt.datetime.now(time_zone(env["TANDEM_TIMEZONE"])).date()
     months = demo_months(today, timezone=env["TANDEM_TIMEZONE"])
     tsdb = (
         VAR

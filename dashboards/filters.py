@@ -10,7 +10,6 @@ mistyped address still shows a page (answered with status 400).
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
@@ -18,9 +17,10 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.db.models import Max, QuerySet
 
-from metering.models import TASK_KINDS, Team, UsageInterval
+from kernel.period import is_period_text, time_zone
+from kernel.tasks import TASK_KINDS
+from metering.models import Team, UsageInterval
 
-MONTH_PATTERN = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 # Longer ranges are refused: they would make a page aggregate years of intervals.
 LONGEST_RANGE_DAYS = 366
 # Dates outside these years are typing mistakes (and 0001-01-01 in UTC+8 is no datetime at all).
@@ -28,7 +28,7 @@ EARLIEST_YEAR, LATEST_YEAR = 1970, 2199
 
 
 def pool_zone() -> ZoneInfo:
-    return ZoneInfo(settings.TANDEM_TIMEZONE)
+    return time_zone(settings.TANDEM_TIMEZONE)
 
 
 def month_bounds(month: dt.date) -> tuple[dt.date, dt.date]:
@@ -129,8 +129,7 @@ def _parse_day(raw: str, name: str, errors: list[str]) -> dt.date | None:
 def parse_range(params: Mapping[str, str], errors: list[str]) -> DateRange:
     default = DateRange.month_of(latest_data_day())
     if month := params.get("month"):
-        match = MONTH_PATTERN.match(month)
-        if match is None:
+        if not is_period_text(month):
             errors.append(f"Filter 'month': {month!r} is not a month (YYYY-MM).")
             return default
         first = _parse_day(f"{month}-01", "month", errors)
@@ -165,7 +164,7 @@ def parse_filters(params: Mapping[str, str], *, teams: QuerySet[Team]) -> Filter
             # One message for "no such team" and "not yours": nothing to probe.
             errors.append(f"Filter 'team': no team {raw_team!r} that you can see.")
     kind = params.get("kind") or None
-    if kind is not None and kind not in dict(TASK_KINDS):
-        errors.append(f"Filter 'kind': {kind!r} is not one of {', '.join(dict(TASK_KINDS))}.")
+    if kind is not None and kind not in TASK_KINDS:
+        errors.append(f"Filter 'kind': {kind!r} is not one of {', '.join(TASK_KINDS)}.")
         kind = None
     return Filters(range=date_range, team=team, kind=kind, errors=errors)

@@ -31,6 +31,7 @@ from django.db.models import (
 from django.db.models.functions import TruncDay, TruncHour
 from django.db.models.lookups import GreaterThan
 
+from billing.defaults import DEFAULT_PRICE_BOOK
 from billing.models import (
     LineKind,
     PeriodClose,
@@ -42,8 +43,9 @@ from billing.models import (
     StatementLineTask,
 )
 from dashboards.filters import local_midnight_utc, pool_zone
+from kernel.period import period_of_day
+from kernel.tasks import TRAINING_KINDS
 from metering.models import (
-    TRAINING_KINDS,
     IngestWindow,
     LatencyInterval,
     PodWait,
@@ -68,7 +70,8 @@ from reports.models import ReportFile, ReportRun
 ZERO = Decimal(0)
 GIB = Decimal(1024**3)
 MIB = Decimal(1024**2)
-DEFAULT_SLA_MIN_REQUESTS = 100  # docs/pricing.md's example book, when no book is in force
+# docs/pricing.md's example book, when no book is in force.
+DEFAULT_SLA_MIN_REQUESTS = DEFAULT_PRICE_BOOK["sla_min_requests"]
 DEFAULT_PEAK_HOURS = (9, 22)
 
 
@@ -612,7 +615,7 @@ def months_with_usage() -> list[str]:
     last = bounds["last"].astimezone(zone).date().replace(day=1)
     months = []
     while month <= last:
-        months.append(f"{month:%Y-%m}")
+        months.append(period_of_day(month))
         month = (month + dt.timedelta(days=32)).replace(day=1)
     return months
 

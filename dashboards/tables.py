@@ -11,12 +11,13 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from typing import Any
 
 from django.http import HttpResponse
 
 from dashboards.filters import pool_zone
+from kernel.money import ROUNDING
 from reports import charts, formatting
 from reports.render_csv import Cell, csv_write
 
@@ -44,7 +45,7 @@ class Column:
             return value.astimezone(pool_zone()).isoformat()
         if self.places is not None:
             exact = Decimal(str(value)) * self.scale
-            return exact.quantize(Decimal(1).scaleb(-self.places), ROUND_HALF_UP)
+            return exact.quantize(Decimal(1).scaleb(-self.places), ROUNDING)
         if isinstance(value, Decimal | int) and not isinstance(value, bool):
             return value
         return str(value)

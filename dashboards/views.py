@@ -37,7 +37,10 @@ from dashboards.tables import (
     share,
     text,
 )
-from metering.models import TASK_KINDS, Preemption, Service, Task, Team
+from kernel.lost_work import lost_gpu_seconds
+from kernel.period import period_of_day
+from kernel.tasks import TASK_KIND_CHOICES, TASK_KINDS
+from metering.models import Preemption, Service, Task, Team
 from reports import charts, health
 from reports import selectors as report_selectors
 from reports.cards import health_cards
@@ -85,7 +88,7 @@ def page(
         pool_timezone=ZONE,
         role_label=role.get_name_display() if role else administrator,
         sees_every_team=sees_every_team(request.user),
-        kinds=TASK_KINDS,
+        kinds=TASK_KIND_CHOICES,
     )
     return render(
         request, f"dashboards/{template}", context, status=status or (400 if errors else 200)
@@ -142,8 +145,8 @@ def with_lost_work(preemptions: Sequence[Preemption], *, at: dt.date | dt.dateti
     return [
         (
             p,
-            health.lost_gpu_seconds(
-                lost=p.lost_gpu_seconds,
+            lost_gpu_seconds(
+                reported=p.lost_gpu_seconds,
                 seconds_since_start=p.seconds_since_start,
                 gpus=p.gpus,
                 cap_seconds=cap,
@@ -171,7 +174,7 @@ def capacity_chart(
         teams,
         kind,
     )
-    kinds = [k for k, _ in TASK_KINDS]
+    kinds = list(TASK_KINDS)
     return make_chart(
         "capacity",
         charts.capacity_chart(timeline, timezone=ZONE, bucket_label=bucket),
@@ -347,7 +350,7 @@ def team_list(request: HttpRequest) -> HttpResponse:
         teams,
     )
     usage = {row.team: row for row in rows}
-    period = f"{current.first_day:%Y-%m}"
+    period = period_of_day(current.first_day)
     totals = pages.statement_totals(teams=teams, period=period)
     quotas = {q.team: q for q in quota_statuses(list(teams))}
     rows = []
@@ -472,7 +475,7 @@ def team_detail(request: HttpRequest, team_id: int) -> HttpResponse:
     for statement in statements:
         downloads = pages.report_downloads(period=statement.period, teams=just_team)
         statement.csv_url = file_url(downloads.team_csv.get(team.pk))
-    period = f"{current.first_day:%Y-%m}"
+    period = period_of_day(current.first_day)
     quota = quota_statuses([team])[0]
     return page(
         request,
@@ -653,7 +656,7 @@ def sla(request: HttpRequest) -> HttpResponse:
         lead_teams = None if sees_every_team(request.user) else {t.name for t in teams}
         for row in listed:
             row["training"] = training_shares(training.get(row["time"], []), lead_teams)
-    periods = sorted({f"{current.first_day:%Y-%m}", f"{current.last_day:%Y-%m}"})
+    periods = sorted({period_of_day(current.first_day), period_of_day(current.last_day)})
     services = pages.services(pks=[x.service_id for x in latencies])
     return page(
         request,

@@ -26,6 +26,7 @@ from functools import cache
 from itertools import pairwise
 from typing import Any
 
+from kernel.histogram import is_infinity
 from metering import sources
 
 PodKey = tuple[str, str]  # (namespace, pod)
@@ -421,7 +422,7 @@ def _parse_latency(
 
 def canonical_le(text: str) -> str:
     """'1.0', '1' and '1e0' are the same bucket bound: spell it one way ('1', '2.5', '+Inf')."""
-    if text in ("+Inf", "Inf", "inf", "+inf"):
+    if is_infinity(text):
         return "+Inf"
     number = Decimal(text)
     if not number.is_finite() or number < 0:

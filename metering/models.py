@@ -10,13 +10,7 @@ from __future__ import annotations
 
 from django.db import models
 
-TASK_KINDS = [
-    ("inference", "Inference"),
-    ("training_interactive", "Training (interactive)"),
-    ("training_batch", "Training (batch)"),
-    ("preprocessing", "Preprocessing"),
-]
-TRAINING_KINDS = ("training_interactive", "training_batch", "preprocessing")
+from kernel.tasks import TASK_KIND_CHOICES, TASK_KINDS
 
 DEFAULT_LABEL_MAPPING = {
     "task_label": "label_task",
@@ -85,7 +79,7 @@ class Task(models.Model):
     namespace = models.CharField(max_length=253, blank=True, default="", db_default="")
     external_id = models.CharField(max_length=300)
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="tasks")
-    kind = models.CharField(max_length=32, choices=TASK_KINDS)
+    kind = models.CharField(max_length=32, choices=TASK_KIND_CHOICES)
     fault_domain = models.CharField(max_length=200, blank=True)
     first_seen = models.DateTimeField()
     created = models.DateTimeField(null=True, blank=True)
@@ -103,7 +97,7 @@ class Task(models.Model):
                 name="task_unique_per_source_namespace_team",
             ),
             models.CheckConstraint(
-                condition=models.Q(kind__in=[k for k, _ in TASK_KINDS]), name="task_kind_known"
+                condition=models.Q(kind__in=list(TASK_KINDS)), name="task_kind_known"
             ),
         ]
 
@@ -349,7 +343,7 @@ class TeamHour(models.Model):
     """
 
     team = models.ForeignKey(Team, on_delete=models.DO_NOTHING, related_name="usage_hours")
-    kind = models.CharField(max_length=32, choices=TASK_KINDS)
+    kind = models.CharField(max_length=32, choices=TASK_KIND_CHOICES)
     hour_start = models.DateTimeField()
     alloc_gpu_seconds = models.DecimalField(max_digits=24, decimal_places=6)
     busy_gpu_seconds = models.DecimalField(max_digits=24, decimal_places=6)

@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.db import connection
 from django.db.models import Aggregate, Count, F, Q, QuerySet, Sum
 
+from kernel.money import ROUNDING
+from kernel.period import time_zone
 from metering.models import (
     CapacityHour,
     CapacityInterval,
@@ -121,12 +122,12 @@ def completeness(*, start: datetime, end: datetime) -> Decimal:
         )
         total = cursor.fetchone()[0]
     return (Decimal(total) / (expected_per_source * sources)).quantize(
-        SIX_PLACES, rounding=ROUND_HALF_UP
+        SIX_PLACES, rounding=ROUNDING
     )
 
 
 def _gpu_hours(seconds: Decimal | None) -> str:
-    return str(((seconds or Decimal(0)) / 3600).quantize(SIX_PLACES, rounding=ROUND_HALF_UP))
+    return str(((seconds or Decimal(0)) / 3600).quantize(SIX_PLACES, rounding=ROUNDING))
 
 
 def usage_report(*, start: datetime, end: datetime, group_by: str) -> dict[str, Any]:
@@ -236,7 +237,7 @@ def hourly_rollup_serves(*, start: datetime, end: datetime, zone: str | None = N
         return True
     if hour_start(start) != start or hour_start(end) != end:
         return False
-    local = ZoneInfo(zone or settings.TANDEM_TIMEZONE)
+    local = time_zone(zone or settings.TANDEM_TIMEZONE)
     moment = start
     while moment < end:  # every hour: an offset can change at any of them (DST, politics)
         offset = moment.astimezone(local).utcoffset()

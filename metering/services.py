@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -33,7 +33,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from audit.services import audit_record, object_snapshot
-from billing.pricing.quantile import P99, histogram_quantile
+from kernel.histogram import stored_p99
+from kernel.money import half_up
 from metering import measure, selectors, sources
 from metering.measure import IntervalFacts, Measured, PodIdentity, PodKey
 from metering.models import (
@@ -706,9 +707,7 @@ def _services_upsert(source: Source, measured: Measured) -> dict[tuple[str, str]
 
 
 def _quantize(value: Fraction) -> Decimal:
-    return (Decimal(value.numerator) / Decimal(value.denominator)).quantize(
-        SIX_PLACES, rounding=ROUND_HALF_UP
-    )
+    return half_up(Decimal(value.numerator) / Decimal(value.denominator), SIX_PLACES)
 
 
 @dataclass
@@ -863,28 +862,16 @@ def _latency_rows(
     ]
 
 
-_INFINITY_SPELLINGS = ("+Inf", "Inf", "inf", "+inf")
-
-
 def latency_p99(buckets: Sequence[Sequence[object]]) -> Decimal | None:
     """P99 in seconds of one histogram as stored (`[[le, cumulative_count], ...]`, le as text
-    or number, "+Inf" last), by the pricing engine's `histogram_quantile`: the one quantile
-    implementation, so stored P99s, health numbers and SLA credits agree. None where
+    or number, "+Inf" last), by `kernel.histogram` as the pricing engine computes it: the one
+    quantile implementation, so stored P99s, health numbers and SLA credits agree. None where
     Prometheus gives NaN (no requests, no +Inf bucket, no finite bucket).
 
     Every writer of LatencyInterval rows sets `p99_seconds` with this; readers fall back to it
     for rows written without (raw SQL loads).
     """
-    parsed = sorted(
-        (
-            Decimal("Infinity") if str(le) in _INFINITY_SPELLINGS else Decimal(str(le)),
-            Decimal(str(count)),
-        )
-        for le, count in buckets
-    )
-    if len(parsed) < 2 or not parsed[-1][0].is_infinite():
-        return None
-    return histogram_quantile(P99, tuple(parsed))
+    return stored_p99(buckets)
 
 
 def latency_p99_fill(*, batch: int = 5000) -> int:

@@ -51,7 +51,8 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.util.retry import Retry
 
-from metering.models import DEFAULT_LABEL_MAPPING, DEFAULT_PRIORITY_CLASS_KINDS, TASK_KINDS, Source
+from kernel.tasks import TASK_KINDS
+from metering.models import DEFAULT_LABEL_MAPPING, DEFAULT_PRIORITY_CLASS_KINDS, Source
 
 # Prometheus refuses more than 11,000 points per series in one query_range answer.
 RANGE_PROBE = "count_over_time(vector(1)[2s:1s])"
@@ -177,7 +178,7 @@ def query_plan_for(source: Source, *, step_seconds: int) -> QueryPlan:
         if not LABEL_NAME.match(name):
             raise SourceConfigurationError(f"label_mapping.matchers: {name!r} is not a label name")
     kinds = source.priority_class_kinds or DEFAULT_PRIORITY_CLASS_KINDS
-    known = {kind for kind, _ in TASK_KINDS}
+    known = set(TASK_KINDS)
     if not isinstance(kinds, dict) or not set(kinds.values()) <= known:
         raise SourceConfigurationError(
             f"priority_class_kinds must map priority classes to one of {', '.join(sorted(known))}"

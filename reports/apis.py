@@ -41,7 +41,8 @@ from access.api import (
 )
 from access.schema import ApiSchema
 from access.selectors import visible_teams
-from metering.models import TASK_KINDS, Task, Team
+from kernel.tasks import TASK_KIND_CHOICES
+from metering.models import Task, Team
 from reports import health, selectors
 
 # --- Teams ------------------------------------------------------------------------------
@@ -74,7 +75,7 @@ class TeamDetailApi(generics.RetrieveAPIView):
 
 class TaskFilter(django_filters.FilterSet):
     team = VisibleTeamFilter(help_text="Team id or exact name.")
-    kind = django_filters.ChoiceFilter(choices=TASK_KINDS)
+    kind = django_filters.ChoiceFilter(choices=TASK_KIND_CHOICES)
     period = MonthFilter(
         method="filter_period",
         help_text="YYYY-MM in the pool's time zone: tasks alive during that month.",

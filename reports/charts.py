@@ -17,26 +17,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from itertools import pairwise
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from kernel.period import time_zone
+from kernel.tasks import TASK_KIND_LABELS as KIND_LABELS
+from kernel.tasks import TASK_KINDS
+
 Row = Mapping[str, Any]
 
-KIND_LABELS = {
-    "inference": "Inference",
-    "training_interactive": "Training (interactive)",
-    "training_batch": "Training (batch)",
-    "preprocessing": "Preprocessing",
-}
 # One colour per task kind on every page, so a reader learns them once.
-KIND_COLOURS = {
-    "inference": "#2563eb",
-    "training_interactive": "#f59e0b",
-    "training_batch": "#d97706",
-    "preprocessing": "#a3a3a3",
-}
+KIND_COLOURS = dict(zip(TASK_KINDS, ("#2563eb", "#f59e0b", "#d97706", "#a3a3a3"), strict=True))
 LINE_COLOURS = {
     "baseline": "#1d4ed8",
     "standard": "#60a5fa",
@@ -105,7 +97,7 @@ def time_axis_title(timezone: str) -> str:
 def local_times(times: Iterable[dt.datetime], timezone: str) -> list[str]:
     """Wall-clock times in the pool's zone, as ISO text without offset: what plotly.js reads,
     and what plotly would turn a datetime into anyway (see `plotted`)."""
-    zone = ZoneInfo(timezone)
+    zone = time_zone(timezone)
     return [moment.astimezone(zone).replace(tzinfo=None).isoformat() for moment in times]
 
 

@@ -26,8 +26,10 @@ from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 from django.db.models.functions import ExtractHour
 
 from billing.models import LineKind, SlaBreach, StatementLine, StatementLineTask
+from kernel.period import time_zone
+from kernel.tasks import TRAINING_KINDS
 from metering import sources
-from metering.models import TRAINING_KINDS, IngestWindow, Preemption, Source, UsageInterval
+from metering.models import IngestWindow, Preemption, Source, UsageInterval
 from reports.rows import Period, close_period_bounds, period_bounds
 
 # Which meters produce the numbers behind each line kind.
@@ -172,7 +174,7 @@ def _usage_rows(
     rows = UsageInterval.objects.filter(
         task_id__in=task_ids, interval_start__gte=period.start, interval_start__lt=period.end
     )
-    zone = ZoneInfo(period.timezone)
+    zone = time_zone(period.timezone)
     annotation, peak = _peak_q(peak_hours, zone)
     if line.kind == LineKind.OFFPEAK:
         return rows.annotate(**annotation).exclude(peak)

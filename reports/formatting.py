@@ -12,8 +12,10 @@ says "n/a" in its health cards (a medium's convention, chosen by the caller).
 from __future__ import annotations
 
 import datetime as dt
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from zoneinfo import ZoneInfo
+
+from kernel.money import ROUNDING
 
 DASH = "\u2013"  # an en dash: "no value"
 CENT = Decimal("0.01")
@@ -38,7 +40,7 @@ def gpu_hours(gpu_seconds: Decimal | None) -> Decimal | None:
     """GPU-seconds as GPU-hours to six places (a second is 0.000278 GPU-hours): a quantity."""
     if gpu_seconds is None:
         return None
-    return (Decimal(gpu_seconds) / SECONDS_PER_HOUR).quantize(GPU_HOURS_PLACES, ROUND_HALF_UP)
+    return (Decimal(gpu_seconds) / SECONDS_PER_HOUR).quantize(GPU_HOURS_PLACES, ROUNDING)
 
 
 def number(value: object, places: int = 2, *, empty: str = DASH) -> str:
@@ -46,7 +48,7 @@ def number(value: object, places: int = 2, *, empty: str = DASH) -> str:
     exact = as_decimal(value)
     if exact is None:
         return empty
-    return f"{exact.quantize(Decimal(1).scaleb(-int(places)), ROUND_HALF_UP):,}"
+    return f"{exact.quantize(Decimal(1).scaleb(-int(places)), ROUNDING):,}"
 
 
 def money(value: object, *, empty: str = DASH) -> str:

@@ -6,8 +6,9 @@ the same way, and tests can check the arithmetic on hand-made inputs.
 
 - Effective utilization = busy GPU-seconds / capacity GPU-seconds.
 - P99 of a service over a period comes from the period's *merged* histogram buckets (bucket
-  increments summed per `le`), with Prometheus' `histogram_quantile` semantics (docs/pricing.md,
-  rule 4). Averaging per-interval P99s is wrong and never done.
+  increments summed per `le`, `reports/selectors.py`), with Prometheus' `histogram_quantile`
+  semantics (`kernel.histogram`, docs/pricing.md rule 4). Averaging per-interval P99s is wrong
+  and never done.
 - Mean wait = mean of per-pod waits (one per scheduling attempt) whose pod was scheduled in the
   period, per task kind and overall (a mean of all waits, not a mean of the kinds' means).
 
@@ -18,12 +19,9 @@ with an SLO exactly as the pricing engine does, and a float could land on the ot
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-
-INFINITY = Decimal("Infinity")
-P99 = Decimal("0.99")
 
 # A "real" change between two periods, below which a number counts as unchanged. Utilization is
 # compared in absolute terms (share of the pool), latency and wait relative to the earlier value.
@@ -33,135 +31,8 @@ WAIT_REAL_CHANGE = Decimal("0.10")  # mean wait moved by 10 % of its earlier val
 # A mean wait of a few seconds is noise; relative changes are taken against at least this.
 WAIT_FLOOR_SECONDS = Decimal("1")
 
-# Kinds whose work can be paused and resumed without a person waiting on it: the work time
-# slicing and preemption can move around. Interactive training has someone at the keyboard.
-INTERRUPTIBLE_KINDS = ("training_batch", "preprocessing")
 # Below this share of GPU time in interruptible kinds, time slicing pays off little.
 TIME_SLICING_PAYS_OFF_SHARE = Decimal("0.5")
-
-Buckets = list[tuple[Decimal, Decimal]]  # [(le seconds, cumulative count)], last le is +Inf
-
-
-# --- Histograms -------------------------------------------------------------------------
-
-
-_BOUNDS: dict[str, Decimal] = {}  # "le" text -> Decimal: a month repeats the same few bounds
-
-RawBuckets = Sequence[Sequence[object]]  # as stored: [[le, cumulative], ...], le may be "+Inf"
-
-
-def _bound(le: object) -> Decimal:
-    text = str(le)
-    bound = _BOUNDS.get(text)
-    if bound is None:
-        bound = INFINITY if text in ("+Inf", "Inf", "inf", "+inf") else Decimal(text)
-        if len(_BOUNDS) < 10_000:
-            _BOUNDS[text] = bound
-    return bound
-
-
-def _count(count: object) -> int | Decimal:
-    """Whole counts stay ints (exact and fast to add); anything else becomes a Decimal."""
-    return count if type(count) is int else Decimal(str(count))
-
-
-def parse_buckets(raw: RawBuckets) -> Buckets:
-    """`[[le, cumulative], ...]` as stored (le a number or "+Inf") -> sorted Decimal pairs."""
-    parsed = [(_bound(le), Decimal(_count(count))) for le, count in raw]
-    parsed.sort(key=lambda pair: pair[0])
-    return parsed
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """What every histogram with the same `le` texts, in the same order, has in common."""
-
-    bounds: tuple[Decimal, ...]  # in stored order
-
-
-_LAYOUTS: dict[tuple[object, ...], _Layout] = {}
-
-
-def _layout(raw: RawBuckets) -> _Layout:
-    key = tuple([pair[0] for pair in raw])  # the stored `le` values, usually strings
-    layout = _LAYOUTS.get(key)
-    if layout is None:
-        layout = _Layout(bounds=tuple(_bound(le) for le in key))
-        if len(_LAYOUTS) < 10_000:
-            _LAYOUTS[key] = layout
-    return layout
-
-
-def merge_buckets(histograms: Iterable[RawBuckets]) -> Buckets:
-    """Sum bucket increments per `le` over intervals.
-
-    If a service's bucket layout changed inside the period (an exporter upgrade), only the
-    bounds present in every interval are kept: summing a bound that some intervals lack would
-    under-count it and bend the quantile. Sums run per layout, by position, in ints where the
-    counts are whole: a month of intervals merges in milliseconds.
-    """
-    sums: dict[_Layout, list] = {}
-    for raw in histograms:
-        layout = _layout(raw)
-        counts = [pair[1] for pair in raw]
-        if not all(type(count) is int for count in counts):
-            counts = [_count(count) for count in counts]  # exact sums of fractional counts
-        total = sums.get(layout)
-        sums[layout] = counts if total is None else [a + b for a, b in zip(total, counts)]  # noqa: B905
-    if not sums:
-        return []
-    common = set.intersection(*(set(layout.bounds) for layout in sums))
-    totals: dict[Decimal, int | Decimal] = dict.fromkeys(common, 0)
-    for layout, counts in sums.items():
-        for bound, count in zip(layout.bounds, counts, strict=True):
-            if bound in totals:
-                totals[bound] += count
-    return sorted((le, Decimal(count)) for le, count in totals.items())
-
-
-def histogram_quantile(q: Decimal, buckets: Buckets) -> Decimal | None:
-    """Prometheus' `histogram_quantile(q, ...)` on cumulative buckets; None where it gives NaN.
-
-    Linear interpolation inside the bucket holding rank q * total, lower bound 0 for the first
-    bucket, and the upper bound of the last finite bucket when the rank falls in +Inf.
-    """
-    if not buckets or buckets[-1][0] != INFINITY or len(buckets) < 2:
-        return None
-    # Prometheus repairs non-monotonic counts (scrape races) by carrying the maximum forward,
-    # so the total is the largest count and each bucket holds the running maximum.
-    total = max(count for _, count in buckets)
-    if total == 0:
-        return None
-    rank = q * total
-    below = previous_bound = highest = Decimal(0)
-    index = 0  # of the bucket holding the rank; found since the total reaches any q <= 1
-    for upper, count in buckets:
-        highest = max(highest, count)
-        if highest >= rank:
-            break
-        below, previous_bound = highest, upper
-        index += 1
-    if index == len(buckets) - 1:
-        return buckets[-2][0]
-    if index == 0 and upper <= 0:
-        return upper
-    lower = Decimal(0) if index == 0 else previous_bound
-    in_bucket = highest - below
-    if in_bucket == 0:
-        return None
-    return lower + (upper - lower) * (rank - below) / in_bucket
-
-
-def request_count(buckets: Buckets) -> Decimal:
-    return buckets[-1][1] if buckets else Decimal(0)
-
-
-def interval_breached(buckets: Buckets, *, slo_p99_ms: int, min_requests: int) -> bool:
-    """docs/pricing.md rule 4: enough requests, and the interval's own P99 above the SLO."""
-    if request_count(buckets) < min_requests:
-        return False
-    p99 = histogram_quantile(P99, buckets)
-    return p99 is not None and p99 * 1000 > slo_p99_ms
 
 
 @dataclass(frozen=True)
@@ -178,34 +49,6 @@ class ServiceLatency:
     @property
     def meets_slo(self) -> bool | None:
         return None if self.p99_ms is None else self.p99_ms <= self.slo_p99_ms
-
-
-def service_latency(
-    *,
-    service_id: int,
-    service: str,
-    team: str,
-    slo_p99_ms: int,
-    interval_buckets: Sequence[RawBuckets],
-    min_requests: int,
-) -> ServiceLatency:
-    """A service's period P99 (merged buckets) and how many of its intervals breached."""
-    merged = merge_buckets(interval_buckets)
-    p99 = histogram_quantile(P99, merged)
-    breached = sum(
-        interval_breached(parse_buckets(b), slo_p99_ms=slo_p99_ms, min_requests=min_requests)
-        for b in interval_buckets
-    )
-    return ServiceLatency(
-        service_id=service_id,
-        service=service,
-        team=team,
-        slo_p99_ms=slo_p99_ms,
-        p99_ms=None if p99 is None else p99 * 1000,
-        requests=request_count(merged),
-        intervals=len(interval_buckets),
-        breached_intervals=breached,
-    )
 
 
 # --- Utilization and waits --------------------------------------------------------------
@@ -389,15 +232,6 @@ def correlation(xs: Sequence[Decimal], ys: Sequence[Decimal]) -> Decimal | None:
     if var_x == 0 or var_y == 0:
         return None
     return cov / (var_x * var_y).sqrt()
-
-
-def lost_gpu_seconds(
-    *, lost: Decimal | None, seconds_since_start: int, gpus: Decimal, cap_seconds: int
-) -> Decimal:
-    """Work lost to one preemption: as reported, else min(cap, time since start) * GPUs."""
-    if lost is not None:
-        return Decimal(lost)
-    return Decimal(min(cap_seconds, seconds_since_start)) * Decimal(gpus)
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,7 @@ from django.conf import settings
 from django.db import models
 
 from billing.models import ImmutableModel, PeriodClose
-
-PERIOD_PATTERN = r"^[0-9]{4}-(0[1-9]|1[0-2])$"
+from kernel.period import PERIOD_REGEX
 
 
 def reports_dir() -> Path:
@@ -51,7 +50,7 @@ class ReportRun(models.Model):
         ordering = ["-created", "-id"]
         constraints = [
             models.CheckConstraint(
-                condition=models.Q(period__regex=PERIOD_PATTERN), name="report_run_period_format"
+                condition=models.Q(period__regex=PERIOD_REGEX), name="report_run_period_format"
             ),
             models.CheckConstraint(
                 condition=models.Q(kind__in=["monthly", "on_demand"]), name="report_run_kind_known"

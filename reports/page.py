@@ -9,13 +9,13 @@ them (the views import the services for the run button).
 from __future__ import annotations
 
 from decimal import Decimal
-from zoneinfo import ZoneInfo
 
 from django.template import TemplateDoesNotExist
 from django.template.loader import get_template, render_to_string
 from django.urls import NoReverseMatch, reverse
 
 from billing.models import LineKind
+from kernel.period import time_zone
 from reports import charts, rows
 
 FALLBACK_BASE = "reports/base.html"
@@ -33,7 +33,7 @@ def base_template() -> str:
 
 
 def _month_name(period: rows.Period) -> str:
-    return period.start.astimezone(ZoneInfo(period.timezone)).strftime("%B %Y")
+    return period.start.astimezone(time_zone(period.timezone)).strftime("%B %Y")
 
 
 def _charts(page: rows.ReportPage) -> dict[str, str]:
@@ -82,7 +82,7 @@ def _team_rows(page: rows.ReportPage) -> tuple[list[str], list[dict]]:
 
 
 def report_page_context(page: rows.ReportPage, *, for_print: bool) -> dict:
-    zone = ZoneInfo(page.period.timezone)
+    zone = time_zone(page.period.timezone)
     cost_columns, team_rows = _team_rows(page)
     return {
         "base_template": base_template(),

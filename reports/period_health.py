@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 
-from django.db.models import Count, F, Max, Sum, Value
-from django.db.models.functions import Coalesce, Least
+from django.db.models import Count, Max, Sum
 
 from billing.close_hooks import PeriodCloseHook
 from billing.models import PeriodClose, PriceBook
 from billing.selectors import PeriodBounds, period_bounds, period_previous
+from kernel.money import ROUNDING
 from metering.models import PodWait, Preemption
 from reports import health
 from reports import selectors as health_selectors
@@ -72,11 +72,7 @@ def top_preempted_tasks(
     *, start: dt.datetime, end: dt.datetime, cap_seconds: int, limit: int = TOP_PREEMPTED_TASKS
 ) -> list[PreemptedTask]:
     """Tasks preempted most in the range, with the GPU-hours lost (reported, else estimated)."""
-    lost = Coalesce(
-        "lost_gpu_seconds",
-        Least(Value(cap_seconds), F("seconds_since_start")) * F("gpus"),
-        output_field=health_selectors.GPU_SECONDS,
-    )
+    lost = health_selectors.lost_gpu_seconds_expression(cap_seconds)
     rows = (
         Preemption.objects.filter(at__gte=start, at__lt=end)
         .values("task_id", "task__external_id", "task__team__name", "task__kind")
@@ -90,7 +86,7 @@ def top_preempted_tasks(
             team=row["task__team__name"],
             kind=row["task__kind"],
             preemptions=row["n"],
-            lost_gpu_hours=gpu_hours(row["lost"]).quantize(CENT, ROUND_HALF_UP),
+            lost_gpu_hours=gpu_hours(row["lost"]).quantize(CENT, ROUNDING),
         )
         for row in rows
     ]

@@ -15,11 +15,9 @@ same run gives the same CSV and FOCUS bytes every time. Everything here reads; n
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
-from zoneinfo import ZoneInfo
+from decimal import ROUND_DOWN, Decimal
 
 from django.conf import settings
 from django.db.models import Count, Prefetch, Q
@@ -34,19 +32,17 @@ from billing.models import (
     StatementLine,
     StatementLineClass,
     StatementLineTask,
-    period_year_error,
 )
-from billing.pricing.money import round_places
 from billing.selectors import rates_per_gpu_class
-from metering.models import TASK_KINDS
+from kernel.money import ROUNDING, round_places
+from kernel.period import PeriodError, period_utc_range, previous_period, time_zone
+from kernel.tasks import TASK_KIND_LABELS as KIND_LABELS
 from reports import health
 from reports.cards import HealthCard, health_cards
 from reports.formatting import CENT, SECONDS_PER_HOUR, gpu_hours
 from reports.period_health import PreemptedTask, period_health
 from reports.render_csv import Cell
 
-PERIOD_RE = re.compile(r"^([0-9]{4})-(0[1-9]|1[0-2])$")
-KIND_LABELS = dict(TASK_KINDS)
 # A missing health number reads "n/a" in the report and its PDF (an en dash on the dashboards).
 REPORT_EMPTY = "n/a"
 
@@ -69,34 +65,22 @@ class Period:
 
     @property
     def previous(self) -> Period:
-        year, month = (int(part) for part in self.label.split("-"))
-        year, month = (year - 1, 12) if month == 1 else (year, month - 1)
-        return period_bounds(f"{year:04d}-{month:02d}", timezone=self.timezone)
+        return period_bounds(previous_period(self.label), timezone=self.timezone)
 
     @property
     def days(self) -> int:
-        zone = ZoneInfo(self.timezone)
-        return (self.end.astimezone(zone).date() - self.start.astimezone(zone).date()).days
+        local = time_zone(self.timezone)
+        return (self.end.astimezone(local).date() - self.start.astimezone(local).date()).days
 
 
 def period_bounds(label: str, *, timezone: str | None = None) -> Period:
     """The month `label` (YYYY-MM) in `timezone` (default the pool's) as UTC instants."""
-    match = PERIOD_RE.match(label or "")
-    if match is None:
-        raise ReportInputError(f"period must be YYYY-MM (e.g. 2026-10), got {label!r}")
     zone_name = timezone or settings.TANDEM_TIMEZONE
-    zone = ZoneInfo(zone_name)
-    year, month = int(match.group(1)), int(match.group(2))
-    if error := period_year_error(label, year):
-        raise ReportInputError(error)
-    first = dt.datetime(year, month, 1, tzinfo=zone)
-    following = dt.datetime(year + month // 12, month % 12 + 1, 1, tzinfo=zone)
-    return Period(
-        label=label,
-        start=first.astimezone(dt.UTC),
-        end=following.astimezone(dt.UTC),
-        timezone=zone_name,
-    )
+    try:
+        start, end = period_utc_range(label, zone_name)
+    except PeriodError as error:
+        raise ReportInputError(str(error)) from None
+    return Period(label=label, start=start, end=end, timezone=zone_name)
 
 
 def closed_period(label: str) -> PeriodClose:
@@ -284,7 +268,7 @@ def _list_cost(
     if line.kind != LineKind.OFFPEAK or line.is_correction or gpu_seconds is None:
         return billed
     rate = close.standard_rate if standard_rate is None else standard_rate
-    return (gpu_seconds * rate / SECONDS_PER_HOUR).quantize(CENT, ROUND_HALF_UP)
+    return (gpu_seconds * rate / SECONDS_PER_HOUR).quantize(CENT, ROUNDING)
 
 
 @dataclass(frozen=True)

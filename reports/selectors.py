@@ -13,17 +13,18 @@ import datetime as dt
 from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
-from zoneinfo import ZoneInfo
 
-from django.conf import settings
 from django.db import connection
 from django.db.models import Count, DecimalField, F, Max, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce, ExtractHour, Least, TruncDay, TruncHour
 from django.db.models.lookups import GreaterThan
 
-from billing.selectors import PriceBookNotFound, price_book_in_force
+from billing.defaults import DEFAULT_PRICE_BOOK
+from billing.selectors import PriceBookNotFound, pool_timezone, price_book_in_force
+from kernel.histogram import parse_bound
+from kernel.lost_work import lost_gpu_seconds
+from kernel.tasks import INTERRUPTIBLE_KINDS, TRAINING_KINDS
 from metering.models import (
-    TRAINING_KINDS,
     IngestWindow,
     LatencyInterval,
     PodWait,
@@ -38,16 +39,12 @@ from metering.services import latency_p99
 from reports import health
 
 # docs/pricing.md's example book: used when no price book is in force for the period.
-DEFAULT_SLA_MIN_REQUESTS = 100
-DEFAULT_LOST_WORK_CAP_SECONDS = 1800
+DEFAULT_SLA_MIN_REQUESTS = DEFAULT_PRICE_BOOK["sla_min_requests"]
+DEFAULT_LOST_WORK_CAP_SECONDS = DEFAULT_PRICE_BOOK["starvation_lost_work_cap_seconds"]
 
 GROUP_BY_CHOICES = ("team", "task", "kind", "day", "hour")
 ZERO = Decimal(0)
 GPU_SECONDS = DecimalField(max_digits=30, decimal_places=6)
-
-
-def pool_timezone() -> ZoneInfo:
-    return ZoneInfo(settings.TANDEM_TIMEZONE)
 
 
 @dataclass(frozen=True)
@@ -235,7 +232,7 @@ def _merged_buckets(
             rows.extend(cursor.fetchall())
     bounds: dict[int, dict[Decimal, list]] = {}
     for service_id, le, total, seen in rows:
-        bound = Decimal("Infinity") if le in ("+Inf", "Inf", "inf", "+inf") else Decimal(le)
+        bound = parse_bound(le)
         # "1" and "1.0" are the same bound: add them up before checking presence.
         entry = bounds.setdefault(service_id, {}).setdefault(bound, [ZERO, 0])
         entry[0] += total
@@ -296,12 +293,19 @@ def health_comparison(
 # --- Sharing analytics ------------------------------------------------------------------
 
 
-def _lost_gpu_seconds_expression(cap_seconds: int) -> Coalesce:
-    """SQL form of `health.lost_gpu_seconds`: reported loss, else min(cap, run time) * GPUs."""
-    return Coalesce(
-        "lost_gpu_seconds",
-        Least(Value(cap_seconds), F("seconds_since_start")) * F("gpus"),
-        output_field=GPU_SECONDS,
+def lost_gpu_seconds_expression(cap_seconds: int) -> Coalesce:
+    """`kernel.lost_work.lost_gpu_seconds` over a Preemption's columns, evaluated by the
+    database: reported loss, else min(cap, run time) * GPUs. Sums over a month of
+    preemptions stay one query; the rule itself is the kernel's."""
+    return lost_gpu_seconds(
+        reported=F("lost_gpu_seconds"),
+        seconds_since_start=F("seconds_since_start"),
+        gpus=F("gpus"),
+        cap_seconds=Value(cap_seconds),
+        reported_else=lambda reported, assumed: Coalesce(
+            reported, assumed, output_field=GPU_SECONDS
+        ),
+        least=Least,
     )
 
 
@@ -312,7 +316,7 @@ def lost_gpu_seconds_per_team(
     rows = (
         Preemption.objects.filter(_team_filter(teams), at__gte=start, at__lt=end)
         .values("task__team__name")
-        .annotate(lost=Sum(_lost_gpu_seconds_expression(cap)))
+        .annotate(lost=Sum(lost_gpu_seconds_expression(cap)))
         .order_by("task__team__name")
     )
     return {row["task__team__name"]: row["lost"] for row in rows}
@@ -364,7 +368,7 @@ def sharing_analytics(
     for usage_rows, _ in team_usage_parts(start=start, end=end):
         totals = usage_rows.aggregate(
             allocated=Sum("alloc_gpu_seconds"),
-            interruptible=Sum("alloc_gpu_seconds", filter=Q(kind__in=health.INTERRUPTIBLE_KINDS)),
+            interruptible=Sum("alloc_gpu_seconds", filter=Q(kind__in=INTERRUPTIBLE_KINDS)),
         )
         allocated += totals["allocated"] or ZERO
         interruptible += totals["interruptible"] or ZERO
@@ -495,7 +499,7 @@ def _parts(
     preemptions = (
         Preemption.objects.filter(teams_q, at__gte=start, at__lt=end)
         .values(group=_group_column(group_by, "at"))
-        .annotate(n=Count("id"), lost=Sum(_lost_gpu_seconds_expression(cap)))
+        .annotate(n=Count("id"), lost=Sum(lost_gpu_seconds_expression(cap)))
         .order_by()
     )
     for v in preemptions:

@@ -15,7 +15,6 @@ import tempfile
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from zoneinfo import ZoneInfo
 
 from celery import current_app
 from django.conf import settings
@@ -24,6 +23,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from billing.models import PeriodClose, Statement
+from kernel.period import time_zone
 from reports.models import ReportFile, ReportRun, reports_dir
 from reports.page import report_page_html
 from reports.render_csv import csv_bytes
@@ -253,7 +253,7 @@ def report_run_email(*, run: ReportRun) -> list[str]:
 
 def previous_period_label(now: dt.datetime) -> str:
     """The calendar month before `now`, in the pool's time zone."""
-    local = timezone.localtime(now, timezone=ZoneInfo(settings.TANDEM_TIMEZONE))
+    local = timezone.localtime(now, timezone=time_zone(settings.TANDEM_TIMEZONE))
     year, month = (local.year - 1, 12) if local.month == 1 else (local.year, local.month - 1)
     return f"{year:04d}-{month:02d}"
 

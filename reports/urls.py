@@ -1,10 +1,11 @@
 from django.urls import path, re_path
 
+from kernel.period import PERIOD_URL_PATTERN
 from reports import views
 
 app_name = "reports"
 
-PERIOD = r"(?P<period>[0-9]{4}-[0-9]{2})"
+PERIOD = rf"(?P<period>{PERIOD_URL_PATTERN})"
 
 urlpatterns = [
     path("", views.run_list, name="runs"),

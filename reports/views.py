@@ -8,7 +8,6 @@ their own statements, and gets 404 (never 403) for anything else.
 from __future__ import annotations
 
 import datetime as dt
-from zoneinfo import ZoneInfo
 
 from django.contrib.auth.decorators import login_required
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
@@ -18,6 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from access.decorators import role_required
 from access.selectors import sees_every_team, visible_teams
 from billing.models import StatementLine
+from kernel.period import time_zone
 from reports import rows, services
 from reports.explain import statement_line_explain
 from reports.models import ReportFile, ReportRun
@@ -125,7 +125,7 @@ def explain_line(request: HttpRequest, line_id: int) -> HttpResponse:
     explanation = statement_line_explain(line=line, task_id=_task_param(request))
     if request.GET.get("format") == "json":
         return JsonResponse(explanation.as_json())
-    zone = ZoneInfo(explanation.timezone)
+    zone = time_zone(explanation.timezone)
     return render(
         request,
         "reports/explain.html",

@@ -26,9 +26,11 @@ Design
   named lines; the SLA breaches; the rates and their derivation. `result_to_dict` gives the
   JSON of docs/pricing.md; `scenario_hash` pins a statement to its exact input.
 
-Modules: `model` (input), `engine` (rules), `quantile` (Prometheus' histogram_quantile),
-`result` (output), `output` (JSON), `parsing` (scenario files, canonical JSON), `money`
-(context and rounding), `times`, `wording` (descriptions).
+Modules: `model` (input), `engine` (rules), `result` (output), `output` (JSON), `parsing`
+(scenario files, canonical JSON), `money` (context, fixed-point arithmetic), `times`,
+`wording` (descriptions). The rules the engine shares with the rest of Tandem (the rounding
+rule, task kinds, the price book's fields, Prometheus' histogram_quantile and the breach
+test, lost work) live in the Django-free `kernel/` package (docs/architecture.md "Kernel").
 """
 
 from billing.pricing.engine import ENGINE_VERSION, derive_class_rates, derive_rates, price
@@ -57,7 +59,6 @@ from billing.pricing.parsing import (
     scenario_hash,
     scenario_to_dict,
 )
-from billing.pricing.quantile import histogram_quantile
 from billing.pricing.result import (
     PLATFORM_LINE_NAMES,
     TEAM_LINE_KINDS,
@@ -72,6 +73,7 @@ from billing.pricing.result import (
     TeamResult,
 )
 from billing.pricing.times import format_interval, parse_instant
+from kernel.histogram import histogram_quantile
 
 __all__ = [
     "CLASS_DECIMAL_FIELDS",

@@ -28,7 +28,6 @@ from billing.pricing.money import (
     round_money,
     scaled,
 )
-from billing.pricing.quantile import P99, exceeds_objective, histogram_quantile
 from billing.pricing.result import (
     TEAM_LINE_KINDS,
     Breach,
@@ -42,6 +41,8 @@ from billing.pricing.result import (
     TeamResult,
 )
 from billing.pricing.times import epoch_seconds, local_hour, zone
+from kernel.histogram import P99, histogram_quantile, interval_breached
+from kernel.lost_work import lost_gpu_seconds
 
 ENGINE_VERSION = "2.0.0"
 
@@ -270,9 +271,9 @@ def _find_breaches(
     breaches = []
     for record in scenario.latency:
         service = services[record.service]
-        if record.request_count < book.sla_min_requests:
-            continue
-        if not exceeds_objective(record.buckets, service.slo_p99_ms):
+        if not interval_breached(
+            record.buckets, slo_p99_ms=service.slo_p99_ms, min_requests=book.sla_min_requests
+        ):
             continue
         held = training_held.get(record.interval, ZERO)
         peak = is_peak(record.interval)
@@ -370,11 +371,13 @@ def _compensate(
 ) -> CompensatedPreemption:
     book = scenario.price_book
     reported = event.lost_gpu_seconds is not None
-    if reported:
-        lost = event.lost_gpu_seconds
-    else:
-        # An exact product: the context traps any loss of digits.
-        lost = min(book.starvation_lost_work_cap_seconds, event.seconds_since_start) * event.gpus
+    # Without a report, an exact product: the context traps any loss of digits.
+    lost = lost_gpu_seconds(
+        reported=event.lost_gpu_seconds,
+        seconds_since_start=event.seconds_since_start,
+        gpus=event.gpus,
+        cap_seconds=book.starvation_lost_work_cap_seconds,
+    )
     epoch = epoch_seconds(event.at)
     peak = is_peak(epoch - epoch % scenario.step_seconds)
     rate = rates.standard_per_gpu_hour if peak else rates.offpeak_training_per_gpu_hour

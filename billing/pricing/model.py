@@ -15,12 +15,12 @@ from typing import NamedTuple
 
 from billing.pricing.money import ZERO
 from billing.pricing.times import format_instant, format_interval, zone
+from kernel.price_book_fields import ENGINE_DECIMAL_FIELDS as DECIMAL_BOOK_FIELDS
+from kernel.price_book_fields import GPU_CLASS_DECIMAL_FIELDS as CLASS_DECIMAL_FIELDS
+from kernel.tasks import TASK_KINDS, TRAINING_KINDS
 
-INFERENCE = "inference"
 # The class every GPU belongs to unless a class of the book names its model (docs/pricing.md v2).
 DEFAULT_CLASS = "default"
-TASK_KINDS = ("inference", "training_interactive", "training_batch", "preprocessing")
-TRAINING_KINDS = frozenset(TASK_KINDS[1:])
 ONE = Decimal(1)
 
 
@@ -85,13 +85,6 @@ class GpuClass:
             _check_decimal(name, getattr(self, name))
         if self.reserved_inference_share is not None:
             _check_decimal("reserved_inference_share", self.reserved_inference_share, maximum=ONE)
-
-
-CLASS_DECIMAL_FIELDS = (
-    "depreciation_per_gpu_hour",
-    "facility_per_gpu_hour",
-    "gpu_average_power_kw",
-)
 
 
 class ClassFigures(NamedTuple):
@@ -199,17 +192,6 @@ class PriceBook:
         if start <= end:
             return start <= hour < end
         return hour >= start or hour < end
-
-
-DECIMAL_BOOK_FIELDS = (
-    "depreciation_per_gpu_hour",
-    "facility_per_gpu_hour",
-    "electricity_per_kwh",
-    "gpu_average_power_kw",
-    "reserved_inference_share",
-    "sla_penalty_per_interval",
-    "starvation_lost_work_cap_seconds",
-)
 
 
 @dataclass(frozen=True, slots=True)

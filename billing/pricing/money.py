@@ -9,20 +9,19 @@ each rounded with the single rule `ROUNDING`.
 
 from __future__ import annotations
 
-from decimal import (
-    ROUND_HALF_UP,
-    Context,
-    Decimal,
-    DivisionByZero,
-    Inexact,
-    InvalidOperation,
-    Overflow,
+from decimal import Context, Decimal, DivisionByZero, Inexact, InvalidOperation, Overflow
+
+from kernel.money import (
+    FIXED_PLACES,
+    FIXED_QUANTUM,
+    ROUNDING,
+    format_money,
+    minor_unit,
+    round_money,
+    round_places,
 )
 
-ROUNDING = ROUND_HALF_UP
 PRECISION = 60
-FIXED_PLACES = 30
-FIXED_QUANTUM = Decimal(1).scaleb(-FIXED_PLACES)
 ZERO = Decimal(0)
 SECONDS_PER_HOUR = Decimal(3600)
 
@@ -37,15 +36,6 @@ CONTEXT = Context(
 # is exact) and then rounded once onto the fixed-point grid.
 _WIDE = Context(prec=2 * PRECISION, rounding=ROUNDING, traps=[InvalidOperation, DivisionByZero])
 
-# ISO 4217 currencies whose minor unit is not the cent; every other code rounds to 2 places.
-_MINOR_UNITS = {
-    **dict.fromkeys(
-        "BIF CLP DJF GNF ISK JPY KMF KRW PYG RWF UGX UYI VND VUV XAF XOF XPF".split(), 0
-    ),
-    **dict.fromkeys("BHD IQD JOD KWD LYD OMR TND".split(), 3),
-    **dict.fromkeys("CLF UYW".split(), 4),
-}
-
 
 def scaled(value: Decimal, factor: Decimal, divisor: Decimal = Decimal(1)) -> Decimal:
     """`value * factor / divisor`, rounded once (ROUNDING) to `FIXED_PLACES` places."""
@@ -56,28 +46,6 @@ def scaled(value: Decimal, factor: Decimal, divisor: Decimal = Decimal(1)) -> De
 def per_hour(gpu_seconds: Decimal, rate_per_gpu_hour: Decimal) -> Decimal:
     """The amount for `gpu_seconds` at a rate per GPU-hour (fixed-point, unrounded)."""
     return scaled(gpu_seconds, rate_per_gpu_hour, SECONDS_PER_HOUR)
-
-
-def minor_unit(currency: str) -> int:
-    """Decimal places of the currency's minor unit (2 unless ISO 4217 says otherwise)."""
-    return _MINOR_UNITS.get(currency, 2)
-
-
-def round_money(amount: Decimal, currency: str) -> Decimal:
-    """Round once to the currency's minor unit with ROUNDING; never shows a negative zero."""
-    rounded = amount.quantize(Decimal(1).scaleb(-minor_unit(currency)), context=_WIDE)
-    return rounded.copy_abs() if rounded.is_zero() else rounded
-
-
-def round_places(value: Decimal, places: int) -> Decimal:
-    """Round `value` to `places` decimal places with ROUNDING (for display quantities)."""
-    rounded = value.quantize(Decimal(1).scaleb(-places), context=_WIDE)
-    return rounded.copy_abs() if rounded.is_zero() else rounded
-
-
-def format_money(amount: Decimal, currency: str) -> str:
-    """A rounded amount as text: two decimals (more for 3- and 4-place currencies)."""
-    return str(round_places(amount, max(2, minor_unit(currency))))
 
 
 def hours(gpu_seconds: Decimal) -> Decimal:
@@ -92,3 +60,22 @@ def canonical_decimal(value: Decimal) -> str:
     (`14.3740`), so a scenario written back out re-prices to the same text.
     """
     return str(value)
+
+
+__all__ = [
+    "CONTEXT",
+    "FIXED_PLACES",
+    "FIXED_QUANTUM",
+    "PRECISION",
+    "ROUNDING",
+    "SECONDS_PER_HOUR",
+    "ZERO",
+    "canonical_decimal",
+    "format_money",
+    "hours",
+    "minor_unit",
+    "per_hour",
+    "round_money",
+    "round_places",
+    "scaled",
+]

@@ -37,6 +37,9 @@ from billing.pricing.model import (
 )
 from billing.pricing.money import canonical_decimal
 from billing.pricing.times import epoch_seconds, format_instant, format_interval, parse_instant
+from kernel.histogram import INFINITY, is_infinity
+from kernel.price_book_fields import GPU_CLASS_FIELDS as CLASS_FIELDS
+from kernel.price_book_fields import PRICE_BOOK_FIELDS as BOOK_FIELDS
 
 DEFAULT_STEP_SECONDS = 300
 SCENARIO_FIELDS = (
@@ -49,17 +52,7 @@ SCENARIO_FIELDS = (
     "latency",
     "preemptions",
 )
-BOOK_FIELDS = (
-    "currency",
-    "timezone",
-    *DECIMAL_BOOK_FIELDS,
-    "peak_hours",
-    "sla_min_requests",
-    "starvation_preemption_threshold",
-)
 OPTIONAL_BOOK_FIELDS = ("gpu_classes",)
-CLASS_FIELDS = ("name", "models", *CLASS_DECIMAL_FIELDS, "reserved_inference_share")
-INFINITY = Decimal("Infinity")
 
 
 class _FieldError(Exception):
@@ -341,7 +334,7 @@ def _latency(row: dict) -> Latency:
         if not (isinstance(bucket, list) and len(bucket) == 2):
             raise _FieldError(f"a bucket must be [le, cumulative_count], got {bucket!r}")
         le, count = bucket
-        upper = INFINITY if le in ("+Inf", "Inf", "inf", "+inf") else _decimal("le", le)
+        upper = INFINITY if is_infinity(le) else _decimal("le", le)
         parsed.append((upper, _decimal("cumulative_count", count)))
     parsed.sort(key=itemgetter(0))
     return Latency(service=service, interval=interval, buckets=tuple(parsed))
@@ -376,14 +369,14 @@ def _small_parts(scenario: Scenario) -> dict:
     """
     book = scenario.price_book
     text = canonical_decimal
-    price_book = {
-        "currency": book.currency,
-        "timezone": book.timezone,
-        **{name: text(getattr(book, name)) for name in DECIMAL_BOOK_FIELDS},
-        "peak_hours": list(book.peak_hours),
-        "sla_min_requests": book.sla_min_requests,
-        "starvation_preemption_threshold": book.starvation_preemption_threshold,
-    }
+    price_book = {}
+    for name in BOOK_FIELDS:
+        value = getattr(book, name)
+        if name in DECIMAL_BOOK_FIELDS:
+            value = text(value)
+        elif name == "peak_hours":
+            value = list(value)
+        price_book[name] = value
     if book.gpu_classes:
         price_book["gpu_classes"] = [
             _gpu_class_dict(item) for item in sorted(book.gpu_classes, key=lambda c: c.name)

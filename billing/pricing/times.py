@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
+
+from kernel.period import time_zone as zone
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _ONE_SECOND = dt.timedelta(seconds=1)
@@ -43,14 +45,16 @@ def format_instant(moment: dt.datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def zone(name: str) -> ZoneInfo:
-    """The IANA time zone `name`; ValueError when it is unknown."""
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown time zone {name!r}") from None
-
-
 def local_hour(epoch: int, tz: ZoneInfo) -> int:
     """The hour (0-23) on the pool's wall clock at the instant `epoch`."""
     return dt.datetime.fromtimestamp(epoch, tz).hour
+
+
+__all__ = [
+    "epoch_seconds",
+    "format_instant",
+    "format_interval",
+    "local_hour",
+    "parse_instant",
+    "zone",
+]

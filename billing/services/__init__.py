@@ -5,10 +5,7 @@ each other downwards only: quotas -> close -> books.
 
 from billing.services.books import (
     CLASS_DECIMAL_FIELDS,
-    CLASS_FIELDS,
-    DECIMAL_FIELDS,
     PERIOD_CLOSE_LOCK,
-    PRICE_FIELDS,
     BillingError,
     PriceBookInvalid,
     price_book_create_draft,
@@ -31,11 +28,8 @@ from billing.services.quotas import (
 
 __all__ = [
     "CLASS_DECIMAL_FIELDS",
-    "CLASS_FIELDS",
-    "DECIMAL_FIELDS",
     "MONTH_TO_DATE_LOCK",
     "PERIOD_CLOSE_LOCK",
-    "PRICE_FIELDS",
     "BillingError",
     "PeriodCloseOutcome",
     "PeriodCloseRefused",

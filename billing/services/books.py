@@ -21,9 +21,16 @@ from billing.models import (
     PriceBookGpuClass,
 )
 from billing.pricing import ScenarioError
-from billing.pricing.money import minor_unit
 from billing.selectors import (
     engine_price_book,
+)
+from kernel.money import minor_unit
+from kernel.price_book_fields import (
+    GPU_CLASS_DECIMAL_FIELDS,
+    GPU_CLASS_FIELDS,
+    GPU_CLASS_OPTIONAL_FIELDS,
+    PRICE_BOOK_DECIMAL_FIELDS,
+    PRICE_BOOK_FIELDS,
 )
 
 # One lock for every period close: closes (and the corrections they carry) happen in order.
@@ -40,39 +47,8 @@ class PriceBookInvalid(BillingError):
 
 # --- Price books ----------------------------------------------------------------------
 
-PRICE_FIELDS = (
-    "currency",
-    "timezone",
-    "depreciation_per_gpu_hour",
-    "facility_per_gpu_hour",
-    "electricity_per_kwh",
-    "gpu_average_power_kw",
-    "reserved_inference_share",
-    "peak_hours",
-    "sla_penalty_per_interval",
-    "sla_min_requests",
-    "starvation_preemption_threshold",
-    "starvation_lost_work_cap_seconds",
-)
-DECIMAL_FIELDS = (
-    "depreciation_per_gpu_hour",
-    "facility_per_gpu_hour",
-    "electricity_per_kwh",
-    "gpu_average_power_kw",
-    "reserved_inference_share",
-    "sla_penalty_per_interval",
-)
-
-
-CLASS_FIELDS = (
-    "name",
-    "models",
-    "depreciation_per_gpu_hour",
-    "facility_per_gpu_hour",
-    "gpu_average_power_kw",
-    "reserved_inference_share",
-)
-CLASS_DECIMAL_FIELDS = CLASS_FIELDS[2:]
+# A class's amounts: D, F, W and its optional reserve share s.
+CLASS_DECIMAL_FIELDS = (*GPU_CLASS_DECIMAL_FIELDS, *GPU_CLASS_OPTIONAL_FIELDS)
 
 
 def price_book_create_draft(
@@ -89,12 +65,12 @@ def price_book_create_draft(
     `{name, models, depreciation_per_gpu_hour, facility_per_gpu_hour, gpu_average_power_kw,
     reserved_inference_share?}`). Amounts are Decimals, ints or decimal strings; floats are
     refused. The version number is the next free one."""
-    unknown = sorted(set(prices) - set(PRICE_FIELDS))
+    unknown = sorted(set(prices) - set(PRICE_BOOK_FIELDS))
     if unknown:
         raise PriceBookInvalid(f"unknown price book field {unknown[0]!r}")
     base = based_on or PriceBook.objects.order_by("-version").first()
     if base is not None:
-        values = {name: getattr(base, name) for name in PRICE_FIELDS}
+        values = {name: getattr(base, name) for name in PRICE_BOOK_FIELDS}
     else:
         values = {**DEFAULT_PRICE_BOOK, "timezone": settings.TANDEM_TIMEZONE}
     values.update(prices)
@@ -160,15 +136,19 @@ def _gpu_classes(book: PriceBook, records: list[dict]) -> list[PriceBookGpuClass
         where = f"gpu_classes[{number}]"
         if not isinstance(record, dict):
             raise PriceBookInvalid(f"{where}: expected an object, got {record!r}")
-        unknown = sorted(set(record) - set(CLASS_FIELDS))
+        unknown = sorted(set(record) - set(GPU_CLASS_FIELDS))
         if unknown:
             raise PriceBookInvalid(f"{where}: unknown field {unknown[0]!r}")
-        missing = [name for name in CLASS_FIELDS[:-1] if name not in record]
+        missing = [
+            name
+            for name in GPU_CLASS_FIELDS
+            if name not in record and name not in GPU_CLASS_OPTIONAL_FIELDS
+        ]
         if missing:
             raise PriceBookInvalid(f"{where}: missing field {missing[0]!r}")
         values = {"reserved_inference_share": None, **record}
         try:
-            coerced = _coerced(values, CLASS_DECIMAL_FIELDS, ("reserved_inference_share",))
+            coerced = _coerced(values, CLASS_DECIMAL_FIELDS, GPU_CLASS_OPTIONAL_FIELDS)
         except PriceBookInvalid as error:
             raise PriceBookInvalid(f"{where} ({record['name']!r}): {error}") from None
         classes.append(PriceBookGpuClass(price_book=book, **coerced))
@@ -210,7 +190,7 @@ def price_book_ensure_default() -> PriceBook | None:
 
 
 def _coerced(
-    values: dict, names: tuple[str, ...] = DECIMAL_FIELDS, optional: tuple[str, ...] = ()
+    values: dict, names: tuple[str, ...] = PRICE_BOOK_DECIMAL_FIELDS, optional: tuple[str, ...] = ()
 ) -> dict:
     """`values` with the amounts `names` as Decimals (None allowed for `optional` ones)."""
     coerced = dict(values)

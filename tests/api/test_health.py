@@ -23,6 +23,8 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from kernel import histogram
+from kernel.tasks import INTERRUPTIBLE_KINDS
 from reports import health, selectors
 from tests.api import expected
 from tests.api import factories as f
@@ -94,7 +96,7 @@ def prometheus_quantile(url: str, buckets: list[tuple[str, int]]) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("buckets", HISTOGRAMS)
 def test_it_computes_p99_as_prometheus_does(prometheus, buckets):
-    ours = health.histogram_quantile(health.P99, health.parse_buckets(buckets))
+    ours = histogram.histogram_quantile(histogram.P99, histogram.parse_histogram(buckets))
     theirs = prometheus_quantile(prometheus, buckets)
     if theirs == "NaN":
         assert ours is None
@@ -104,18 +106,20 @@ def test_it_computes_p99_as_prometheus_does(prometheus, buckets):
 
 
 def test_it_merges_buckets_rather_than_averaging_p99s():
-    quiet = health.parse_buckets([("0.1", 100), ("1", 100), ("+Inf", 100)])
-    busy = health.parse_buckets([("0.1", 500), ("1", 1000), ("+Inf", 1000)])
-    merged = health.merge_buckets([quiet, busy])
-    assert merged == health.parse_buckets([("0.1", 600), ("1", 1100), ("+Inf", 1100)])
+    quiet = [("0.1", 100), ("1", 100), ("+Inf", 100)]
+    busy = [("0.1", 500), ("1", 1000), ("+Inf", 1000)]
+    merged = histogram.merge_histograms([quiet, busy])
+    assert merged == histogram.parse_histogram([("0.1", 600), ("1", 1100), ("+Inf", 1100)])
     # rank 1089 of 1100 falls in (0.1, 1]: 0.1 + 0.9 * 489/500
-    assert health.histogram_quantile(health.P99, merged) == Decimal("0.9802")
+    assert histogram.histogram_quantile(histogram.P99, merged) == Decimal("0.9802")
 
 
 def test_it_keeps_only_bounds_every_interval_has():
-    old = health.parse_buckets([("0.1", 5), ("0.5", 8), ("+Inf", 10)])
-    new = health.parse_buckets([("0.1", 1), ("0.25", 2), ("+Inf", 4)])
-    assert health.merge_buckets([old, new]) == health.parse_buckets([("0.1", 6), ("+Inf", 14)])
+    old = [("0.1", 5), ("0.5", 8), ("+Inf", 10)]
+    new = [("0.1", 1), ("0.25", 2), ("+Inf", 4)]
+    assert histogram.merge_histograms([old, new]) == histogram.parse_histogram(
+        [("0.1", 6), ("+Inf", 14)]
+    )
 
 
 # --- The endpoint -----------------------------------------------------------------------
@@ -126,15 +130,17 @@ def expected_services(pool, teams: set[str] | None = None) -> list[dict]:
     for name, (team, slo, is_key) in sorted(SERVICES.items()):
         if not is_key or (teams is not None and team not in teams):
             continue
-        intervals = [health.parse_buckets(b) for i, b in pool.latency[name] if expected.in_range(i)]
+        intervals = [
+            histogram.parse_histogram(b) for i, b in pool.latency[name] if expected.in_range(i)
+        ]
         merged: dict[Decimal, Decimal] = defaultdict(Decimal)
         for buckets in intervals:
             for le, count in buckets:
                 merged[le] += count
-        p99 = health.histogram_quantile(health.P99, sorted(merged.items())) * 1000
+        p99 = histogram.histogram_quantile(histogram.P99, sorted(merged.items())) * 1000
         breaches = 0
         for buckets in intervals:
-            q = health.histogram_quantile(health.P99, buckets)
+            q = histogram.histogram_quantile(histogram.P99, buckets)
             breaches += buckets[-1][1] >= 100 and q is not None and q * 1000 > slo
         rows.append(
             {
@@ -143,7 +149,7 @@ def expected_services(pool, teams: set[str] | None = None) -> list[dict]:
                 "slo_p99_ms": slo,
                 "p99_ms": expected.places(p99, 3),
                 "meets_slo": p99 <= slo,
-                "requests": expected.places(merged[health.INFINITY], 0),
+                "requests": expected.places(merged[histogram.INFINITY], 0),
                 "intervals": len(intervals),
                 "breached_intervals": breaches,
             }
@@ -281,7 +287,7 @@ def test_it_profiles_training_against_inference_by_local_hour(pool, callers):
 def test_it_gives_the_interruptible_share_and_preemption_cost(pool, callers):
     body = callers["finance"].client.get(reverse("api-sharing"), RANGE).json()
     in_range = [u for u in pool.usage if expected.in_range(u.interval)]
-    interruptible = sum(u.alloc for u in in_range if TASKS[u.task][1] in health.INTERRUPTIBLE_KINDS)
+    interruptible = sum(u.alloc for u in in_range if TASKS[u.task][1] in INTERRUPTIBLE_KINDS)
     share = interruptible / sum(u.alloc for u in in_range)
     assert body["interruptible_share"] == expected.places(share, 6)
     assert body["time_slicing_pays_off"] is (share >= Decimal("0.5"))
@@ -323,13 +329,15 @@ def stored_histograms(draw) -> list[list]:
 @given(st.lists(stored_histograms(), min_size=1, max_size=8))
 @hypothesis_settings(max_examples=200, deadline=None)
 def test_it_merges_stored_buckets_as_summing_each_bound_would(histograms):
-    common = set.intersection(*({health.parse_buckets([p])[0][0] for p in h} for h in histograms))
+    common = set.intersection(
+        *({histogram.parse_histogram([p])[0][0] for p in h} for h in histograms)
+    )
     naive: dict[Decimal, Decimal] = defaultdict(Decimal)
-    for histogram in histograms:
-        for le, count in health.parse_buckets(histogram):
+    for stored in histograms:
+        for le, count in histogram.parse_histogram(stored):
             if le in common:
                 naive[le] += count
-    assert health.merge_buckets(histograms) == sorted(naive.items())
+    assert histogram.merge_histograms(histograms) == tuple(sorted(naive.items()))
 
 
 @given(
@@ -351,12 +359,22 @@ def test_it_reads_stored_histograms_into_the_same_service_numbers(db, histograms
         for s in selectors.service_latencies(start=START, end=END, min_requests=minimum)
         if s.service_id == service.pk
     ]
-    wanted = health.service_latency(
+    merged = histogram.merge_histograms(histograms)
+    p99 = histogram.histogram_quantile(histogram.P99, merged)
+    breached = sum(
+        histogram.interval_breached(
+            histogram.parse_histogram(b), slo_p99_ms=Decimal(slo), min_requests=minimum
+        )
+        for b in histograms
+    )
+    wanted = health.ServiceLatency(
         service_id=service.pk,
         service=service.external_id,
         team=service.team.name,
         slo_p99_ms=slo,
-        interval_buckets=histograms,
-        min_requests=minimum,
+        p99_ms=None if p99 is None else p99 * 1000,
+        requests=merged[-1][1] if merged else Decimal(0),
+        intervals=len(histograms),
+        breached_intervals=breached,
     )
     assert got == wanted

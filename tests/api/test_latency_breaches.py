@@ -13,9 +13,9 @@ import pytest
 from django.urls import reverse
 
 from billing.pricing import histogram_quantile
-from billing.pricing.quantile import exceeds_objective
 from billing.scenarios import _buckets as engine_buckets
 from dashboards import selectors as pages
+from kernel.histogram import exceeds_objective
 from metering.models import LatencyInterval
 from reports import selectors
 from tests.api import factories as f

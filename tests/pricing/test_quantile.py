@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from billing.pricing import histogram_quantile
-from billing.pricing.quantile import exceeds_objective
+from kernel.histogram import exceeds_objective
 
 INF = Decimal("Infinity")
 

@@ -1,0 +1,61 @@
+"""Money and displayed quantities: one rounding rule, ROUND_HALF_UP (docs/pricing.md "Rounding").
+
+Every place that rounds an amount, a rate or a displayed quantity uses `ROUNDING` (or one of
+the functions below), so the pricing engine, the statements, the APIs and every page round
+alike.
+"""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_UP, Context, Decimal, DivisionByZero, InvalidOperation
+
+ROUNDING = ROUND_HALF_UP
+# Unrounded figures live on a fixed grid of 30 decimal places (docs/pricing.md "Rounding"):
+# the engine rounds every division onto it, and the database keeps it to the digit.
+FIXED_PLACES = 30
+FIXED_QUANTUM = Decimal(1).scaleb(-FIXED_PLACES)
+CENT = Decimal("0.01")
+
+# Wide enough that rounding any engine figure (60 significant digits) loses nothing but the
+# digits the rounding drops.
+_ROUNDING_CONTEXT = Context(prec=120, rounding=ROUNDING, traps=[InvalidOperation, DivisionByZero])
+
+# ISO 4217 currencies whose minor unit is not the cent; every other code rounds to 2 places.
+_MINOR_UNITS = {
+    **dict.fromkeys(
+        "BIF CLP DJF GNF ISK JPY KMF KRW PYG RWF UGX UYI VND VUV XAF XOF XPF".split(), 0
+    ),
+    **dict.fromkeys("BHD IQD JOD KWD LYD OMR TND".split(), 3),
+    **dict.fromkeys("CLF UYW".split(), 4),
+}
+
+
+def minor_unit(currency: str) -> int:
+    """Decimal places of the currency's minor unit (2 unless ISO 4217 says otherwise)."""
+    return _MINOR_UNITS.get(currency, 2)
+
+
+def round_money(amount: Decimal, currency: str) -> Decimal:
+    """Round once to the currency's minor unit with ROUNDING; never shows a negative zero."""
+    rounded = amount.quantize(Decimal(1).scaleb(-minor_unit(currency)), context=_ROUNDING_CONTEXT)
+    return rounded.copy_abs() if rounded.is_zero() else rounded
+
+
+def round_places(value: Decimal, places: int) -> Decimal:
+    """Round `value` to `places` decimal places with ROUNDING (for display quantities)."""
+    rounded = value.quantize(Decimal(1).scaleb(-places), context=_ROUNDING_CONTEXT)
+    return rounded.copy_abs() if rounded.is_zero() else rounded
+
+
+def format_money(amount: Decimal, currency: str) -> str:
+    """A rounded amount as text: two decimals (more for 3- and 4-place currencies)."""
+    return str(round_places(amount, max(2, minor_unit(currency))))
+
+
+def half_up(value: Decimal, quantum: Decimal) -> Decimal:
+    """`value` rounded to the exponent of `quantum` with ROUNDING, in the caller's context.
+
+    Exactly `value.quantize(quantum, rounding=ROUND_HALF_UP)`: a negative zero stays one,
+    unlike `round_places`, so figures that were rounded this way print as before.
+    """
+    return value.quantize(quantum, rounding=ROUNDING)
