@@ -17,15 +17,18 @@ GPU classes (docs/pricing.md v2): the book's classes travel in `price_book.gpu_c
 Capacity and usage rows carry their GPU model (dcgm-exporter's `modelName`); each model goes
 to the class of the book that lists it, else to `default`, and the rows of one interval (and
 task) and class are summed. `default` is written without `gpu_class`, so a book without
-classes gives version 1's scenario text and hash. Preemptions carry no model yet: they are
-written without a class.
+classes gives version 1's scenario text and hash. A preemption carries the model of its
+task's metered allocation (builder 3), classed the same way: its compensation is priced at
+that class's rates (rule 5).
 
 Builder versions: a closed month's scenario is re-built to verify it and to find late data,
 so the builder's output for a closed month never changes. `SCENARIO_BUILDER_VERSION` is
 stored on each close and the month is re-built as that version built it:
 1. no `preemptions_before` (every task's count started with the period);
 2. each task preempted in the period carries `preemptions_before`, its preemptions before the
-   period start (docs/pricing.md "Preemptions across periods").
+   period start (docs/pricing.md "Preemptions across periods");
+3. each preemption carries the GPU class of its recorded GPU model (builders 1 and 2 wrote
+   every preemption in `default`).
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ from metering.models import Service, Task
 ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 INFINITY = Decimal("Infinity")
 INFINITY_SPELLINGS = ("+Inf", "Inf", "inf", "+inf")
-SCENARIO_BUILDER_VERSION = 2
+SCENARIO_BUILDER_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,7 @@ def scenario_build(
     task_ids = _task_names(all_tasks)
     classes = _classes_by_model(price_book)
     usage = _usage_rows(start, end, task_ids, classes)
-    preemptions = _preemption_rows(start, end, task_ids)
+    preemptions = _preemption_rows(start, end, task_ids, classes if builder_version >= 3 else {})
     used = {row["task"] for row in preemptions}
     earlier = _preemptions_before(start, task_ids, preempted=used) if builder_version >= 2 else {}
     used.update(row[1] for row in usage)
@@ -301,11 +304,15 @@ def _buckets(text: str) -> tuple[tuple[Decimal, Decimal], ...]:
     return tuple(parsed)
 
 
-def _preemption_rows(start: dt.datetime, end: dt.datetime, task_ids: dict[int, str]) -> list[dict]:
+def _preemption_rows(
+    start: dt.datetime, end: dt.datetime, task_ids: dict[int, str], classes: dict[str, str]
+) -> list[dict]:
+    """The period's preemptions, each with the class of its GPU model when `classes` (model
+    -> class) names it; `default` is written without a class."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT task_id, pod, at, trim_scale(gpus)::text, seconds_since_start,"
-            " trim_scale(lost_gpu_seconds)::text FROM metering_preemption"
+            " trim_scale(lost_gpu_seconds)::text, gpu_model FROM metering_preemption"
             " WHERE at >= %s AND at < %s",
             [start, end],
         )
@@ -318,7 +325,8 @@ def _preemption_rows(start: dt.datetime, end: dt.datetime, task_ids: dict[int, s
                 "seconds_since_start": seconds_since_start,
                 "lost_gpu_seconds": lost,
             }
-            for task_pk, pod, at, gpus, seconds_since_start, lost in cursor.fetchall()
+            | ({"gpu_class": classes[model]} if model in classes else {})
+            for task_pk, pod, at, gpus, seconds_since_start, lost, model in cursor.fetchall()
         ]
 
 
