@@ -143,9 +143,10 @@ def load(*, tasks: int = TASKS) -> int:
             bounds.append((bounds[-1] if bounds else 0) + share)
         model_of_task = (
             "CASE"
-            + "".join(f" WHEN t.id %% 25 < {bound} THEN '{model}'" for bound, model in zip(
-                bounds, models, strict=True
-            ))
+            + "".join(
+                f" WHEN t.id %% 25 < {bound} THEN '{model}'"
+                for bound, model in zip(bounds, models, strict=True)
+            )
             + " END"
         )
         # Each task runs in ~93 % of intervals on 1 or 2 GPUs of its model: ~4.0 million rows
