@@ -206,37 +206,56 @@ def _usage_rows(
     per task, interval and class (a task's rows of models of one class summed); `default`
     rows have no class, as version 1's.
 
-    PostgreSQL packs each interval's and class's rows into one text ("task_pk alloc task_pk
-    alloc ..."): a few thousand result rows instead of millions keeps per-row driver overhead
-    out of the hot path, and the split below runs in C (maps and zip, no Python code per row).
+    PostgreSQL packs each interval's and GPU model's rows into one text ("task_pk alloc
+    task_pk alloc ..."): a few thousand result rows instead of millions keeps per-row driver
+    overhead out of the hot path, and the split below runs in C (maps and zip, no Python code
+    per row). Models map to classes here; only an interval in which one task held GPUs of
+    two models of one class has its allocations summed in Python (`_summed_fields`).
     """
     with connection.cursor() as cursor:
         cursor.execute(
             # trim_scale: "150.000000" -> "150", the same value in shorter canonical text.
-            "SELECT epoch, gpu_class,"
-            " string_agg(task_id::text || ' ' || trim_scale(alloc)::text, ' ')"
-            " FROM (SELECT extract(epoch FROM r.interval_start)::bigint AS epoch,"
-            " coalesce(m.gpu_class, %(default)s) AS gpu_class, r.task_id,"
-            " sum(r.alloc_gpu_seconds) AS alloc FROM metering_usageinterval r"
-            + CLASS_OF_ROW
-            + " WHERE r.interval_start >= %(start)s AND r.interval_start < %(end)s"
-            " GROUP BY 1, 2, 3) AS per_class GROUP BY epoch, gpu_class",
-            _class_parameters(start, end, classes),
+            "SELECT extract(epoch FROM interval_start)::bigint, gpu_model,"
+            " string_agg(task_id::text || ' ' || trim_scale(alloc_gpu_seconds)::text, ' ')"
+            " FROM metering_usageinterval WHERE interval_start >= %s AND interval_start < %s"
+            " GROUP BY 1, 2",
+            [start, end],
         )
         packed = cursor.fetchall()
+    by_class: dict[tuple[int, str], list[str]] = {}
+    for epoch, model, text in packed:
+        by_class.setdefault((epoch, classes.get(model, DEFAULT_CLASS)), []).append(text)
     tasks: dict[str, str] = {}
     rows: list[tuple] = []
-    for epoch, gpu_class, text in packed:
-        fields = text.split(" ")
+    for (epoch, gpu_class), texts in by_class.items():
+        fields = (texts[0] if len(texts) == 1 else " ".join(texts)).split(" ")
         task_pks = fields[0::2]
+        allocs = fields[1::2]
+        if len(texts) > 1 and len(set(task_pks)) < len(task_pks):
+            task_pks, allocs = _summed_fields(task_pks, allocs)
         for task_pk in set(task_pks).difference(tasks):
             tasks[task_pk] = task_ids[int(task_pk)]
         # repeat() is endless; the other two have one item per row
-        columns = [repeat(epoch), map(tasks.__getitem__, task_pks), map(Decimal, fields[1::2])]
+        columns = [repeat(epoch), map(tasks.__getitem__, task_pks), map(Decimal, allocs)]
         if gpu_class != DEFAULT_CLASS:
             columns.append(repeat(gpu_class))
         rows.extend(zip(*columns, strict=False))
     return rows
+
+
+def _summed_fields(task_pks: list[str], allocs: list[str]) -> tuple[list[str], list[str]]:
+    """Each task once, its allocations summed and written as PostgreSQL's trim_scale(sum)
+    writes them (no trailing zeros), so the scenario text is the same as when SQL summed."""
+    sums: dict[str, Decimal] = {}
+    for task_pk, alloc in zip(task_pks, allocs, strict=True):
+        sums[task_pk] = sums.get(task_pk, Decimal(0)) + Decimal(alloc)
+    texts = []
+    for total in sums.values():
+        text = format(total, "f")
+        if "." in text:
+            text = text.rstrip("0").rstrip(".")
+        texts.append(text)
+    return list(sums), texts
 
 
 def _capacity_rows(start: dt.datetime, end: dt.datetime, classes: dict[str, str]) -> list[dict]:

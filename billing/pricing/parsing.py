@@ -529,28 +529,41 @@ def _classed_usage_text(scenario: Scenario, used: list[str]) -> str:
     """`_usage_text` for usage on several classes (or one that is not `default`): a row
     of a class but `default` has `"gpu_class":<name>` between the allocation and the
     interval (sorted keys), and a task's rows follow each other by class name, `default`
-    first (as its empty name sorts first)."""
+    first (as its empty name sorts first).
+
+    Per interval, each task's text up to the interval is kept by task (a task on two
+    classes in one interval, the rare case, keeps a list sorted by class), then written in
+    task order: the same walk as `_usage_text`, no sort of millions of rows."""
     classes = scenario.index.classes
     intervals = sorted({interval for name in used for interval in classes[name].usage})
-    # After the allocation: the class (none for `default`), up to the interval's text.
+    # Between the allocation and the interval's text: the class (none for `default`).
     class_text = {
         name: '","interval":"'
         if name == DEFAULT_CLASS
         else f'","gpu_class":{json.dumps(name)},"interval":"'
         for name in used
     }
-    order = {name: "" if name == DEFAULT_CLASS else name for name in used}
+    ordered = sorted(used, key=lambda name: "" if name == DEFAULT_CLASS else name)
     quoted = {task: '","task":' + json.dumps(task) + "}" for task in scenario.index.tasks}
     parts: list[str] = []
     append = parts.append
     for interval in intervals:
         when = format_interval(interval)
-        rows = [
-            (task, order[name], alloc, class_text[name])
-            for name in used
-            for task, alloc in classes[name].usage.get(interval, {}).items()
-        ]
-        rows.sort(key=itemgetter(0, 1))
-        for task, _, alloc, middle in rows:
-            append('{"alloc_gpu_seconds":"' + str(alloc) + middle + when + quoted[task])
+        heads: dict[str, str] = {}
+        several: dict[str, list[str]] = {}
+        for name in ordered:  # by class name: a task's rows come out in that order
+            middle = class_text[name] + when
+            for task, alloc in classes[name].usage.get(interval, {}).items():
+                head = '{"alloc_gpu_seconds":"' + str(alloc) + middle
+                if task in heads:
+                    several.setdefault(task, [heads[task]]).append(head)
+                else:
+                    heads[task] = head
+        for task in sorted(heads):
+            tail = quoted[task]
+            if task in several:
+                for head in several[task]:
+                    append(head + tail)
+            else:
+                append(heads[task] + tail)
     return ",".join(parts)

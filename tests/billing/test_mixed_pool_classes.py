@@ -30,7 +30,9 @@ from billing.models import (
     StatementLine,
     StatementLineTaskClass,
 )
+from billing.pricing import canonical_json
 from billing.pricing.money import round_money
+from billing.scenarios import scenario_build
 from billing.selectors import period_scenario_text, period_verification
 from billing.services import period_close
 from metering.models import CapacityInterval, Preemption, Task, UsageInterval
@@ -274,3 +276,41 @@ def test_it_never_changes_a_contribution_or_platform_class_part(mixed_pool):
             with transaction.atomic():
                 run_sql(f"UPDATE {table} SET amount_unrounded = 0")
     assert PeriodClose.objects.count() == 1
+
+
+def test_it_sums_a_tasks_models_of_one_class_in_an_interval(default_book):
+    # The default book lists no class: A100 and L40S are both `default`, and a task that
+    # held one of each in an interval has one usage row there, its allocations summed.
+    source = SourceFactory(name="default")
+    task = TaskFactory(source=source, external_id="both", team=TeamFactory(name="nlp"))
+    other = TaskFactory(source=source, external_id="one", team=task.team)
+    for model in ("NVIDIA A100-SXM4-80GB", L40S):
+        CapacityInterval.objects.create(
+            source=source,
+            interval_start=METERED_FROM,
+            gpu_model=model,
+            gpus_present=2,
+            capacity_gpu_seconds=Decimal(600),
+        )
+    UsageInterval.objects.bulk_create(
+        [
+            UsageInterval(
+                task=task, interval_start=METERED_FROM, gpu_model=L40S,
+                alloc_gpu_seconds=Decimal("150.5"),
+            ),
+            UsageInterval(
+                task=task, interval_start=METERED_FROM, gpu_model="NVIDIA A100-SXM4-80GB",
+                alloc_gpu_seconds=Decimal("149.5"),
+            ),
+            UsageInterval(
+                task=other, interval_start=METERED_FROM, gpu_model=L40S,
+                alloc_gpu_seconds=Decimal("300.250000"),
+            ),
+        ]
+    )  # fmt: skip
+
+    built = scenario_build(start=METERED_FROM, end=METERED_FROM + STEP, price_book=default_book)
+    text = canonical_json(built.scenario)
+    assert '{"alloc_gpu_seconds":"300","interval":"2026-10-30T16:00:00Z","task":"both"}' in text
+    assert '{"alloc_gpu_seconds":"300.25","interval":"2026-10-30T16:00:00Z","task":"one"}' in text
+    assert len(built.scenario.usage) == 2
