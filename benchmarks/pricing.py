@@ -4,6 +4,12 @@ Loads ~4 million usage rows (500 tasks x 8,640 intervals at 93 %), 20 services' 
 a few thousand preemptions straight into PostgreSQL with INSERT ... SELECT generate_series,
 then times `close_period` against reading the same usage rows with COPY.
 
+The pool mixes three GPU models on whole 8-GPU nodes (docs/pricing.md "GPU classes"), named
+as dcgm-exporter's `modelName` writes them (docs/telemetry.md): 40 H100, 50 A100 and 35 L40S
+nodes. Each task runs on one model (task id modulo 25: 8 in 25 on H100, 10 on A100, 7 on
+L40S), so no class's usage exceeds its capacity, and the month is priced by a published book
+with one class per model (effective from the month's first day, published once per database).
+
 Run with DATABASE_URL pointing at a scratch, migrated database (its metering and billing rows
 are TRUNCATEd first), e.g.
   DATABASE_URL=postgres://postgres@127.0.0.1:5432/billing_bench python benchmarks/pricing.py
@@ -39,6 +45,48 @@ STEP = 300
 PERIOD = "2026-09"
 START = "2026-08-31T16:00:00Z"  # 1 September 00:00 in Asia/Shanghai
 INTERVALS = 30 * 24 * 3600 // STEP
+# (class, dcgm-exporter modelName, GPUs, share of tasks in 25ths, D, F, W): 1,000 GPUs.
+MODELS = (
+    ("H100", "NVIDIA H100 80GB HBM3", 320, 8, "38.00", "4.10", "0.70"),
+    ("A100", "NVIDIA A100-SXM4-80GB", 400, 10, "16.50", "2.90", "0.40"),
+    ("L40S", "NVIDIA L40S", 280, 7, "7.20", "1.80", "0.35"),
+)
+GPU_CLASSES = [
+    {
+        "name": name,
+        "models": [model],
+        "depreciation_per_gpu_hour": depreciation,
+        "facility_per_gpu_hour": facility,
+        "gpu_average_power_kw": power,
+    }
+    for name, model, _, _, depreciation, facility, power in MODELS
+]
+
+
+def price_book_ensure() -> None:
+    """Publish, once per database, a book with the three classes in force for the month."""
+    import datetime as dt
+
+    from billing.selectors import price_book_in_force
+    from billing.services import (
+        price_book_create_draft,
+        price_book_ensure_default,
+        price_book_publish,
+    )
+
+    price_book_ensure_default()
+    first_day = dt.date.fromisoformat(f"{PERIOD}-01")
+    in_force = price_book_in_force(first_day)
+    if [item.to_scenario_dict() for item in in_force.gpu_classes.all()] == sorted(
+        GPU_CLASSES, key=lambda item: item["name"]
+    ):
+        return
+    draft = price_book_create_draft(
+        effective_from=first_day,
+        gpu_classes=GPU_CLASSES,
+        notes="Benchmark book: three GPU classes.",
+    )
+    price_book_publish(price_book_id=draft.pk)
 
 
 def load(*, tasks: int = TASKS) -> int:
@@ -79,21 +127,37 @@ def load(*, tasks: int = TASKS) -> int:
             [source, SERVICES - 1],
         )
         started = time.perf_counter()
+        models = [model for _, model, *_ in MODELS]
         cursor.execute(
             "INSERT INTO metering_capacityinterval (source_id, fault_domain, interval_start,"
-            " gpus_present, capacity_gpu_seconds)"
-            " SELECT %s, '', %s::timestamptz + make_interval(secs => i * 300), %s, %s"
-            " FROM generate_series(0, %s) i",
-            [source, START, GPUS, GPUS * STEP, INTERVALS - 1],
+            " gpu_model, gpus_present, capacity_gpu_seconds)"
+            " SELECT %s, '', %s::timestamptz + make_interval(secs => i * 300), m.model,"
+            " m.gpus, m.gpus * 300 FROM generate_series(0, %s) i"
+            " CROSS JOIN unnest(%s::text[], %s::int[]) AS m(model, gpus)",
+            [source, START, INTERVALS - 1, models, [gpus for _, _, gpus, *_ in MODELS]],
         )
-        # Each task runs in ~93 % of intervals on 1 or 2 GPUs: ~4.0 million rows for 500 tasks,
-        # at most 500 x 600 = 300,000 GPU-seconds per interval, the pool's capacity.
+        assert sum(gpus for _, _, gpus, *_ in MODELS) == GPUS
+        # The model of task id modulo 25 (its class's GPUs hold at least two per task there).
+        bounds = []
+        for _, _, _, share, *_ in MODELS:
+            bounds.append((bounds[-1] if bounds else 0) + share)
+        model_of_task = (
+            "CASE"
+            + "".join(
+                f" WHEN t.id %% 25 < {bound} THEN '{model}'"
+                for bound, model in zip(bounds, models, strict=True)
+            )
+            + " END"
+        )
+        # Each task runs in ~93 % of intervals on 1 or 2 GPUs of its model: ~4.0 million rows
+        # for 500 tasks, at most 2 GPUs a task, within each class's capacity.
         cursor.execute(
-            "INSERT INTO metering_usageinterval (task_id, interval_start, alloc_gpu_seconds,"
-            " busy_gpu_seconds, memory_avg_bytes, memory_peak_bytes, read_operations,"
-            " write_operations, read_bytes, write_bytes)"
-            " SELECT t.id, %s::timestamptz + make_interval(secs => i * 300),"
-            " 300 * (1 + (t.id + i) %% 2), 0, 0, 0, 0, 0, 0, 0"
+            "INSERT INTO metering_usageinterval (task_id, interval_start, gpu_model,"
+            " alloc_gpu_seconds, busy_gpu_seconds, memory_avg_bytes, memory_peak_bytes,"
+            " read_operations, write_operations, read_bytes, write_bytes)"
+            " SELECT t.id, %s::timestamptz + make_interval(secs => i * 300), "
+            + model_of_task
+            + ", 300 * (1 + (t.id + i) %% 2), 0, 0, 0, 0, 0, 0, 0"
             " FROM metering_task t CROSS JOIN generate_series(0, %s) i"
             " WHERE (t.id * 7 + i * 13) %% 100 < 93",
             [START, INTERVALS - 1],
@@ -108,8 +172,8 @@ def load(*, tasks: int = TASKS) -> int:
             [START, INTERVALS - 1],
         )
         cursor.execute(
-            "INSERT INTO metering_preemption (task_id, pod, at, gpus, seconds_since_start,"
-            " lost_gpu_seconds) SELECT t.id, 'pod-' || k,"
+            "INSERT INTO metering_preemption (task_id, pod, pods, at, gpus, seconds_since_start,"
+            " lost_gpu_seconds) SELECT t.id, 'pod-' || k, 1,"
             " %s::timestamptz + make_interval(secs => (t.id * 977 + k * 86400) %% 2592000),"
             " 1, 3600, NULL FROM metering_task t CROSS JOIN generate_series(0, 4) k"
             " WHERE t.kind <> 'inference'",
@@ -150,6 +214,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
     options = parser.parse_args(argv)
     call_command("migrate", verbosity=0)
     rows = load(tasks=options.tasks)
+    price_book_ensure()
     reference = copy_seconds()
     started = time.perf_counter()
     call_command("close_period", "--period", PERIOD, "--no-corrections")
@@ -158,7 +223,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
     print(f"COPY of the usage rows: {reference:.1f} s")
     print(f"close_period {PERIOD}: {close_seconds:.1f} s (goal <= 60 s)")
     print(f"ratio close / COPY: {ratio:.1f}x (goal <= 5x)")
-    month = f"a month, {rows / 1e6:.1f} M usage rows"
+    month = f"a month, {rows / 1e6:.1f} M usage rows, {len(MODELS)} GPU classes"
     return [
         Row(
             figure=f"month close ({month})",

@@ -522,6 +522,34 @@ class StatementLineTask(ImmutableModel):
         return f"{self.task or self.service}: {self.amount_unrounded}"
 
 
+class StatementLineTaskClass(ImmutableModel):
+    """The part of one task's contribution that one GPU class priced (docs/pricing.md "GPU
+    classes"), exact; a contribution's parts sum to it. GPU-time lines only: latency lines
+    and corrections have none. FOCUS names the task on each of a line's class rows with it."""
+
+    contribution = models.ForeignKey(
+        StatementLineTask, on_delete=models.PROTECT, related_name="classes"
+    )
+    gpu_class = models.CharField(max_length=64)
+    gpu_seconds = models.DecimalField(**EXACT)
+    amount_unrounded = models.DecimalField(**EXACT)
+
+    class Meta:
+        ordering = ["contribution", "gpu_class"]
+        verbose_name = "contribution class part"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["contribution", "gpu_class"], name="line_contribution_class_unique"
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(gpu_class=""), name="line_contribution_class_named"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.contribution} {self.gpu_class}: {self.amount_unrounded}"
+
+
 class PlatformLine(ImmutableModel):
     """One named part of the platform balance (docs/pricing.md rule 6)."""
 
@@ -548,6 +576,42 @@ class PlatformLine(ImmutableModel):
 
     def __str__(self) -> str:
         return f"{self.period_close} {self.name} {self.amount}"
+
+    @property
+    def class_parts(self) -> list[PlatformLineClass]:
+        """As StatementLine.class_parts: none when `default` alone priced it (prefetch
+        `classes`)."""
+        parts = list(self.classes.all())
+        if all(part.gpu_class == DEFAULT_GPU_CLASS for part in parts):
+            return []
+        return parts
+
+
+class PlatformLineClass(ImmutableModel):
+    """The part of a platform line that one GPU class accounts for (docs/pricing.md "GPU
+    classes"), exact, stored like a team line's (StatementLineClass). Corrections have none."""
+
+    line = models.ForeignKey(PlatformLine, on_delete=models.PROTECT, related_name="classes")
+    gpu_class = models.CharField(max_length=64)
+    quantity_gpu_seconds = models.DecimalField(**EXACT)
+    quantity_gpu_hours = models.DecimalField(max_digits=20, decimal_places=2)
+    rate_per_gpu_hour = models.DecimalField(**EXACT, null=True, blank=True)
+    amount_unrounded = models.DecimalField(**EXACT)
+
+    class Meta:
+        ordering = ["line", "gpu_class"]
+        verbose_name = "platform line class part"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["line", "gpu_class"], name="platform_line_class_unique"
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(gpu_class=""), name="platform_line_class_named"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.line} {self.gpu_class}: {self.amount_unrounded}"
 
 
 class SlaBreach(ImmutableModel):

@@ -17,15 +17,18 @@ GPU classes (docs/pricing.md v2): the book's classes travel in `price_book.gpu_c
 Capacity and usage rows carry their GPU model (dcgm-exporter's `modelName`); each model goes
 to the class of the book that lists it, else to `default`, and the rows of one interval (and
 task) and class are summed. `default` is written without `gpu_class`, so a book without
-classes gives version 1's scenario text and hash. Preemptions carry no model yet: they are
-written without a class.
+classes gives version 1's scenario text and hash. A preemption carries the model of its
+task's metered allocation (builder 3), classed the same way: its compensation is priced at
+that class's rates (rule 5).
 
 Builder versions: a closed month's scenario is re-built to verify it and to find late data,
 so the builder's output for a closed month never changes. `SCENARIO_BUILDER_VERSION` is
 stored on each close and the month is re-built as that version built it:
 1. no `preemptions_before` (every task's count started with the period);
 2. each task preempted in the period carries `preemptions_before`, its preemptions before the
-   period start (docs/pricing.md "Preemptions across periods").
+   period start (docs/pricing.md "Preemptions across periods");
+3. each preemption carries the GPU class of its recorded GPU model (builders 1 and 2 wrote
+   every preemption in `default`).
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from metering import selectors as metering_selectors
 from metering.models import Service, Task
 
 ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
-SCENARIO_BUILDER_VERSION = 2
+SCENARIO_BUILDER_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,7 @@ def scenario_build(
     task_ids = _task_names(all_tasks)
     classes = _classes_by_model(price_book)
     usage = _usage_rows(start, end, task_ids, classes)
-    preemptions = _preemption_rows(start, end, task_ids)
+    preemptions = _preemption_rows(start, end, task_ids, classes if builder_version >= 3 else {})
     used = {row["task"] for row in preemptions}
     earlier = _preemptions_before(start, task_ids, preempted=used) if builder_version >= 2 else {}
     used.update(row[1] for row in usage)
@@ -183,26 +186,47 @@ def _usage_rows(
     per task, interval and class (a task's rows of models of one class summed); `default`
     rows have no class, as version 1's.
 
-    PostgreSQL packs each interval's and class's rows into one text ("task_pk alloc task_pk
-    alloc ..."): a few thousand result rows instead of millions keeps per-row driver overhead
-    out of the hot path, and the split below runs in C (maps and zip, no Python code per row).
+    PostgreSQL packs each interval's and GPU model's rows into one text ("task_pk alloc
+    task_pk alloc ..."): a few thousand result rows instead of millions keeps per-row driver
+    overhead out of the hot path, and the split below runs in C (maps and zip, no Python code
+    per row). Models map to classes here; only an interval in which one task held GPUs of
+    two models of one class has its allocations summed in Python (`_summed_fields`).
     """
-    packed = metering_selectors.usage_packed_per_interval_and_class(
-        start=start, end=end, classes=classes, default_class=DEFAULT_CLASS
-    )
+    packed = metering_selectors.usage_packed_per_interval_and_model(start=start, end=end)
+    by_class: dict[tuple[int, str], list[str]] = {}
+    for epoch, model, text in packed:
+        by_class.setdefault((epoch, classes.get(model, DEFAULT_CLASS)), []).append(text)
     tasks: dict[str, str] = {}
     rows: list[tuple] = []
-    for epoch, gpu_class, text in packed:
-        fields = text.split(" ")
+    for (epoch, gpu_class), texts in by_class.items():
+        fields = (texts[0] if len(texts) == 1 else " ".join(texts)).split(" ")
         task_pks = fields[0::2]
+        allocs = fields[1::2]
+        if len(texts) > 1 and len(set(task_pks)) < len(task_pks):
+            task_pks, allocs = _summed_fields(task_pks, allocs)
         for task_pk in set(task_pks).difference(tasks):
             tasks[task_pk] = task_ids[int(task_pk)]
         # repeat() is endless; the other two have one item per row
-        columns = [repeat(epoch), map(tasks.__getitem__, task_pks), map(Decimal, fields[1::2])]
+        columns = [repeat(epoch), map(tasks.__getitem__, task_pks), map(Decimal, allocs)]
         if gpu_class != DEFAULT_CLASS:
             columns.append(repeat(gpu_class))
         rows.extend(zip(*columns, strict=False))
     return rows
+
+
+def _summed_fields(task_pks: list[str], allocs: list[str]) -> tuple[list[str], list[str]]:
+    """Each task once, its allocations summed and written as PostgreSQL's trim_scale(sum)
+    writes them (no trailing zeros), so the scenario text is the same as when SQL summed."""
+    sums: dict[str, Decimal] = {}
+    for task_pk, alloc in zip(task_pks, allocs, strict=True):
+        sums[task_pk] = sums.get(task_pk, Decimal(0)) + Decimal(alloc)
+    texts = []
+    for total in sums.values():
+        text = format(total, "f")
+        if "." in text:
+            text = text.rstrip("0").rstrip(".")
+        texts.append(text)
+    return list(sums), texts
 
 
 def _capacity_rows(start: dt.datetime, end: dt.datetime, classes: dict[str, str]) -> list[dict]:
@@ -257,7 +281,11 @@ def _buckets(text: str) -> tuple[tuple[Decimal, Decimal], ...]:
     return tuple(parsed)
 
 
-def _preemption_rows(start: dt.datetime, end: dt.datetime, task_ids: dict[int, str]) -> list[dict]:
+def _preemption_rows(
+    start: dt.datetime, end: dt.datetime, task_ids: dict[int, str], classes: dict[str, str]
+) -> list[dict]:
+    """The period's preemptions, each with the class of its GPU model when `classes` (model
+    -> class) names it; `default` is written without a class."""
     return [
         {
             "task": task_ids[task_pk],
@@ -267,7 +295,8 @@ def _preemption_rows(start: dt.datetime, end: dt.datetime, task_ids: dict[int, s
             "seconds_since_start": seconds_since_start,
             "lost_gpu_seconds": lost,
         }
-        for task_pk, pod, at, gpus, seconds_since_start, lost in (
+        | ({"gpu_class": classes[model]} if model in classes else {})
+        for task_pk, pod, at, gpus, seconds_since_start, lost, model in (
             metering_selectors.preemptions_in(start=start, end=end)
         )
     ]

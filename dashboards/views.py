@@ -692,7 +692,7 @@ def statement_list(request: HttpRequest) -> HttpResponse:
 
 def reconciliation(close: PeriodClose, statements: list[Statement]) -> dict:
     """Teams plus platform lines against the pool cost, as a waterfall and a table."""
-    platform_lines = list(close.platform_lines.all())
+    platform_lines = list(close.platform_lines.prefetch_related("classes"))
     parts = [{"label": s.team.name, "amount": s.total} for s in statements]
     for line in platform_lines:
         correction = f" ({line.corrects_period})" if line.is_correction else ""

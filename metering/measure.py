@@ -678,21 +678,29 @@ def _derive_preemptions(
         if at is None or identity is None:
             facts.warnings.append(f"preemptions: pod {pod[0]}/{pod[1]} has no preempted tick")
             continue
-        gpus = held_before.get(pod, held_now.get(pod))
+        gpus, model = held_before.get(pod) or held_now.get(pod) or (None, "")
         if gpus is None:
             facts.warnings.append(
                 f"preemptions: pod {pod[0]}/{pod[1]} has no metered GPUs; its request counts"
             )
             gpus = identity.gpus
-        facts.preemptions[pod] = {"at": at, "gpus": gpus, "scheduled": identity.scheduled}
+        facts.preemptions[pod] = {
+            "at": at,
+            "gpus": gpus,
+            "scheduled": identity.scheduled,
+            "model": model,
+        }
 
 
 def _held_gpus(
     observed: Observed, pods: set[PodKey], plan: sources.QueryPlan, shared: set[str]
-) -> dict[PodKey, Fraction]:
+) -> dict[PodKey, tuple[Fraction, str]]:
     """GPUs each of `pods` held while it was there: its allocated GPU-seconds over the
-    seconds it was seen (a MIG slice counts slices/7, a time-sliced replica its share)."""
+    seconds it was seen (a MIG slice counts slices/7, a time-sliced replica its share), and
+    the GPU model that held most of them (ties: the first name), which prices its
+    compensation (docs/pricing.md "GPU classes", rule 5)."""
     seconds: dict[PodKey, Fraction] = defaultdict(Fraction)
+    by_model: dict[PodKey, dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
     ticks: dict[PodKey, int] = defaultdict(int)
     for (uuid, _, profile, namespace, pod), series in observed.series.items():
         key = (namespace, pod)
@@ -705,8 +713,17 @@ def _held_gpus(
             continue  # _derive_gpus warns about the profile
         if held is not None:
             seconds[key] += held * share
+            gpu = observed.gpus.get(uuid)
+            by_model[key][series.model or (gpu.model if gpu else "")] += held * share
             ticks[key] = max(ticks[key], series.ticks)
-    return {key: seconds[key] / ticks[key] for key in seconds if ticks[key]}
+    return {
+        key: (seconds[key] / ticks[key], _largest(by_model[key])) for key in seconds if ticks[key]
+    }
+
+
+def _largest(amounts: dict[str, Fraction]) -> str:
+    """The key with the largest amount, the first by name among equals ("" when none)."""
+    return min(amounts, key=lambda name: (-amounts[name], name), default="")
 
 
 def _derive_gpus(

@@ -210,6 +210,10 @@ class Preemption(models.Model):
     gpus = models.DecimalField(max_digits=12, decimal_places=6)
     seconds_since_start = models.PositiveIntegerField()
     lost_gpu_seconds = models.DecimalField(max_digits=20, decimal_places=6, null=True, blank=True)
+    # dcgm-exporter's `modelName` of the GPUs its metered allocation held (the one holding
+    # most of them): its compensation is priced in that model's class (docs/pricing.md "GPU
+    # classes", rule 5). Empty: unknown (rows from before), priced as `default`.
+    gpu_model = models.CharField(max_length=200, blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["at"]

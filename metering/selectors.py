@@ -393,25 +393,18 @@ def _class_parameters(
     }
 
 
-def usage_packed_per_interval_and_class(
-    *, start: datetime, end: datetime, classes: dict[str, str], default_class: str
-) -> list[tuple[int, str, str]]:
-    """(interval start in Unix seconds, GPU class, "task_pk alloc task_pk alloc ...") for the
-    intervals starting in [start, end): each task's allocated GPU-seconds summed over the
-    task's rows of models of one class. `classes` maps GPU model -> class; a model in none is
-    `default_class`."""
+def usage_packed_per_interval_and_model(*, start: datetime, end: datetime) -> list[tuple]:
+    """(interval start in Unix seconds, GPU model, "task_pk alloc task_pk alloc ...") for the
+    intervals starting in [start, end). A task has one row per interval and model
+    (`usage_unique`), so nothing is summed here; the caller maps models to classes."""
     with connection.cursor() as cursor:
         cursor.execute(
             # trim_scale: "150.000000" -> "150", the same value in shorter canonical text.
-            "SELECT epoch, gpu_class,"
-            " string_agg(task_id::text || ' ' || trim_scale(alloc)::text, ' ')"
-            " FROM (SELECT extract(epoch FROM r.interval_start)::bigint AS epoch,"
-            " coalesce(m.gpu_class, %(default)s) AS gpu_class, r.task_id,"
-            " sum(r.alloc_gpu_seconds) AS alloc FROM metering_usageinterval r"
-            + CLASS_OF_ROW
-            + " WHERE r.interval_start >= %(start)s AND r.interval_start < %(end)s"
-            " GROUP BY 1, 2, 3) AS per_class GROUP BY epoch, gpu_class",
-            _class_parameters(start, end, classes, default_class),
+            "SELECT extract(epoch FROM interval_start)::bigint, gpu_model,"
+            " string_agg(task_id::text || ' ' || trim_scale(alloc_gpu_seconds)::text, ' ')"
+            " FROM metering_usageinterval WHERE interval_start >= %s AND interval_start < %s"
+            " GROUP BY 1, 2",
+            [start, end],
         )
         return cursor.fetchall()
 
@@ -446,11 +439,12 @@ def latency_histograms(*, start: datetime, end: datetime) -> list[tuple[int, int
 
 
 def preemptions_in(*, start: datetime, end: datetime) -> list[tuple]:
-    """(task pk, pod, at, GPUs as text, seconds since start, lost GPU-seconds as text)."""
+    """(task pk, pod, at, GPUs as text, seconds since start, lost GPU-seconds as text, the
+    GPU model that held most of the preempted GPUs, "" when unknown)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT task_id, pod, at, trim_scale(gpus)::text, seconds_since_start,"
-            " trim_scale(lost_gpu_seconds)::text FROM metering_preemption"
+            " trim_scale(lost_gpu_seconds)::text, gpu_model FROM metering_preemption"
             " WHERE at >= %s AND at < %s",
             [start, end],
         )

@@ -812,8 +812,11 @@ def _preemption_rows(
     """One preemption per task in the interval (docs/pricing.md "Preemptions across periods"):
     a gang's pods evicted together are one eviction of the task, so the engine counts it
     once. Its GPUs (and lost work, when reported) add up the pods', it ran as long as the
-    longest-running pod, happened at the first pod's tick and is named by the first pod."""
+    longest-running pod, happened at the first pod's tick and is named by the first pod. Its
+    GPU model is the one that held most of its pods' GPUs (ties: the first name), which
+    prices its compensation (docs/pricing.md "GPU classes", rule 5)."""
     events: dict[int, Preemption] = {}
+    models: dict[int, dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
     for pod, event in sorted(facts.preemptions.items()):
         if "at" not in event:
             continue
@@ -825,6 +828,7 @@ def _preemption_rows(
         at = datetime.fromtimestamp(event["at"], UTC)
         gpus = Fraction(event.get("gpus", 0))
         task_id = task_ids[(start, pod)]
+        models[task_id][event.get("model", "")] += gpus
         found = events.get(task_id)
         if found is None:
             events[task_id] = Preemption(
@@ -842,8 +846,10 @@ def _preemption_rows(
         found.pods += 1
         found.gpus += gpus
         found.seconds_since_start = max(found.seconds_since_start, since_start)
-    for event in events.values():
+    for task_id, event in events.items():
         event.gpus = _quantize(event.gpus)  # the pods' sum, rounded once
+        held = models[task_id]
+        event.gpu_model = min(held, key=lambda name: (-held[name], name))
     return [events[task_id] for task_id in sorted(events)]
 
 
@@ -912,8 +918,16 @@ def _content_hash(rows: WindowRows) -> str:
             for r in rows.capacity
         ],
         "latency": [[r.service_id, r.buckets] for r in rows.latency],
+        # The model only where there is one, as for capacity.
         "preemptions": [
-            [r.task_id, r.pod, r.at.isoformat(), str(r.gpus), r.seconds_since_start]
+            [
+                r.task_id,
+                r.pod,
+                r.at.isoformat(),
+                str(r.gpus),
+                r.seconds_since_start,
+                *([r.gpu_model] if r.gpu_model else []),
+            ]
             for r in rows.preemptions
         ],
         "waits": [[str(v) for v in row] for row in rows.waits],

@@ -9,8 +9,9 @@ Column by column, what the spec asks and what Tandem writes:
 - BilledCost, EffectiveCost, ContractedCost: Decimal, never null, in BillingCurrency, plain
   numbers ("-64.35", no exponent, no '+'). One row per statement line and contributing task;
   a line priced in several GPU classes (docs/pricing.md "GPU classes") has one row per class
-  instead, naming no task (contributions are not stored per class). A line's rounded amount
-  is shared among its tasks or classes to the cent (rows.apportion), so
+  and contributing task instead, naming the task (each contribution's parts per class are
+  stored, billing migration 0008; a close made before has one row per class naming no task).
+  A line's rounded amount is shared among its rows to the cent (rows.apportion), so
   Σ BilledCost = Σ statement totals exactly. Nothing is prepaid, so EffectiveCost = BilledCost,
   and the price book is the contract, so ContractedCost = BilledCost.
 - ListCost: the same charge at list price. The list price is the standard rate R; off-peak

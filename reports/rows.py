@@ -110,6 +110,7 @@ def _statements(close: PeriodClose) -> list[Statement]:
         .prefetch_related(
             Prefetch("lines", queryset=lines),
             Prefetch("lines__tasks", queryset=contributions),
+            "lines__tasks__classes",
             "lines__classes",
         )
         .order_by("team__name")
@@ -316,22 +317,41 @@ def _class_charges(
     parts: list[StatementLineClass],
     catalog: _ClassCatalog,
 ) -> list[FocusCharge] | None:
-    """One charge per GPU class of a line priced in several: the line's rounded amount shared
-    among its classes to the cent (apportion), so they sum to the line exactly. Tasks are not
-    split by class (contributions are stored per line), so these rows name no resource.
-    None when the parts cannot be apportioned (mixed signs, all zero)."""
-    weights = [part.amount_unrounded for part in parts]
+    """One charge per GPU class and contributing task of a line priced in several classes
+    (or one besides `default`), by class then task: the line's rounded amount shared among
+    them to the cent (apportion), so they sum to the line exactly. Closes made before
+    contributions were stored per class (billing migration 0008) have one charge per class
+    naming no task. None when the shares cannot be apportioned (mixed signs, all zero)."""
+    by_class = {part.gpu_class: part for part in parts}
+    shares = [
+        (by_class[item.gpu_class], contribution, item.gpu_seconds, item.amount_unrounded)
+        for contribution in line.tasks.all()
+        for item in contribution.classes.all()
+        if item.gpu_class in by_class
+    ]
+    shares.sort(key=lambda share: share[0].gpu_class)  # stable: tasks keep their order
+    if not shares:
+        shares = [(part, None, part.quantity_gpu_seconds, part.amount_unrounded) for part in parts]
+    weights = [amount for *_, amount in shares]
     if line.amount == 0 or not any(weights) or not _single_sign(weights, line.amount_unrounded):
         return None
     charges = []
-    for part, billed in zip(parts, apportion(line.amount, weights), strict=True):
+    for (part, contribution, gpu_seconds, _), billed in zip(
+        shares, apportion(line.amount, weights), strict=True
+    ):
         standard = catalog.standard_rates.get(part.gpu_class)
+        task = kind = service = None
+        if contribution is not None:
+            task, kind, service = _contributor(contribution)
+        resource_type = None
+        if contribution is not None:
+            resource_type = KIND_LABELS.get(kind, kind) if task else "Inference service"
         charges.append(
             FocusCharge(
                 close=close, statement=statement, line=line, billed_cost=billed,
-                list_cost=_list_cost(line, part.quantity_gpu_seconds, billed, close, standard),
-                gpu_seconds=part.quantity_gpu_seconds, resource_id=None, resource_type=None,
-                task_kind=None, sku=catalog.sku(part),
+                list_cost=_list_cost(line, gpu_seconds, billed, close, standard),
+                gpu_seconds=gpu_seconds, resource_id=task or service,
+                resource_type=resource_type, task_kind=kind, sku=catalog.sku(part),
             )
         )  # fmt: skip
     return charges
@@ -580,7 +600,9 @@ def report_page(label: str) -> ReportPage:
         ),
         verdict=verdict,
         teams=_team_costs(close),
-        platform_lines=list(close.platform_lines.order_by("is_correction", "id")),
+        platform_lines=list(
+            close.platform_lines.order_by("is_correction", "id").prefetch_related("classes")
+        ),
         services=_service_records(close, numbers.after.services, numbers.before.services),
         top_preempted=numbers.top_preempted,
         sharing=numbers.sharing,

@@ -484,19 +484,36 @@ def _team_results(
                 lines.append(_sla_line(kind, ids, ledgers[kind], sla, context))
             else:
                 by_class = _class_parts(kind, ids, parts[kind], classes)
-                lines.append(_team_line(kind, ids, ledgers[kind], by_class, classes, context))
+                lines.append(
+                    _team_line(kind, ids, ledgers[kind], parts[kind], by_class, classes, context)
+                )
         total = sum((line.rounded for line in lines), ZERO)
         results.append(TeamResult(team=team, lines=tuple(lines), total=total))
     return tuple(results)
 
 
-def _contributions(kind: str, ids: list[str], ledger: Ledger) -> tuple[Contribution, ...]:
+def _contributions(
+    kind: str,
+    ids: list[str],
+    ledger: Ledger,
+    parts: ClassLedger | None = None,
+    classes: dict[str, _ClassPrice] | None = None,
+) -> tuple[Contribution, ...]:
+    """Each task's (or service's) part of a line; on GPU-time lines (`parts` given) with its
+    exact part per class, in the classes' order, which sum to it."""
     return tuple(
         Contribution(
             id=key,
             is_service=kind == "sla_credit",
             amount=ledger[key][0],
             gpu_seconds=ledger[key][1],
+            by_class=()
+            if parts is None or classes is None
+            else tuple(
+                ClassPart(name, entry[1], entry[0], _book_rate(kind, classes[name].rates))
+                for name in classes
+                if (entry := parts.get(key, {}).get(name)) is not None
+            ),
         )
         for key in ids
     )
@@ -532,13 +549,14 @@ def _team_line(
     kind: str,
     ids: list[str],
     ledger: Ledger,
+    parts: ClassLedger,
     by_class: tuple[ClassPart, ...],
     classes: dict[str, _ClassPrice],
     context: wording.TeamContext,
 ) -> Line:
     """One GPU-time line (baseline, standard, off-peak, compensation): the exact sum of its
     contributions over all classes, rounded once."""
-    contributions = _contributions(kind, ids, ledger)
+    contributions = _contributions(kind, ids, ledger, parts, classes)
     amount = sum((item.amount for item in contributions), ZERO)
     gpu_seconds = sum((item.gpu_seconds for item in contributions), ZERO)
     rate = _line_rate(kind, by_class, classes[DEFAULT_CLASS].rates, amount, gpu_seconds)

@@ -519,9 +519,15 @@ def _summed_usage(
     summed: dict[int, dict[str, Decimal]] = {}
     for usage in by_class.values():
         for interval, rows in usage.items():
-            in_interval = summed.setdefault(interval, {})
-            for task, alloc in rows.items():
-                in_interval[task] = in_interval.get(task, ZERO) + alloc
+            in_interval = summed.get(interval)
+            if in_interval is None:
+                summed[interval] = dict(rows)
+            elif in_interval.keys().isdisjoint(rows):
+                # The usual case, a task on one class per interval: merged in C, no sums.
+                in_interval.update(rows)
+            else:
+                for task, alloc in rows.items():
+                    in_interval[task] = in_interval.get(task, ZERO) + alloc
     return summed
 
 

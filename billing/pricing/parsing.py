@@ -17,6 +17,7 @@ import hashlib
 import json
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from operator import itemgetter
 from typing import Any
@@ -100,10 +101,31 @@ def canonical_json(data: dict | Scenario) -> str:
     """The one text of a scenario: sorted keys, no whitespace, records sorted, decimals as
     strings. A dict is parsed (and validated) first, so equal scenarios give equal text."""
     scenario = data if isinstance(data, Scenario) else scenario_from_dict(data)
-    head = json.dumps(_small_parts(scenario), sort_keys=True, separators=(",", ":"))
-    # "usage" sorts last among the keys: append it to the object, written row by row, as a
-    # month of a large pool has millions of rows.
-    return f'{head[:-1]},"usage":[{_usage_text(scenario)}]}}'
+    # The object's keys in sorted order, each value as `json.dumps(sort_keys=True)` writes
+    # it; latency and usage (a month has hundreds of thousands of histograms and millions of
+    # usage rows) are written record by record as the same text, without a dict per record.
+    parts = _small_parts(scenario)
+    parts["latency"] = _Verbatim(f"[{_latency_text(scenario)}]")
+    parts["usage"] = _Verbatim(f"[{_usage_text(scenario)}]")
+    return (
+        "{"
+        + ",".join(
+            f"{_dumps(key)}:{value.text if isinstance(value, _Verbatim) else _dumps(value)}"
+            for key, value in sorted(parts.items())
+        )
+        + "}"
+    )
+
+
+@dataclass(frozen=True)
+class _Verbatim:
+    """JSON text written as it is into `canonical_json`."""
+
+    text: str
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def scenario_hash(data: dict | Scenario) -> str:
@@ -362,7 +384,7 @@ def _preemption(row: dict) -> Preemption:
 
 
 def _small_parts(scenario: Scenario) -> dict:
-    """Everything but usage, as JSON-ready values (the JSON dump sorts the keys).
+    """Everything but latency and usage, as JSON-ready values (the JSON dump sorts the keys).
 
     Version-2 fields are written only when they say something (classes listed, a class
     other than `default`, earlier preemptions): a version-1 scenario keeps its text and hash.
@@ -399,10 +421,6 @@ def _small_parts(scenario: Scenario) -> dict:
             )
             for row in sorted(scenario.capacity, key=lambda row: (row.interval, row.gpu_class))
         ],
-        "latency": [
-            _latency_dict(row)
-            for row in sorted(scenario.latency, key=lambda row: (row.service, row.interval))
-        ],
         "preemptions": [
             _preemption_dict(row)
             for row in sorted(
@@ -436,15 +454,31 @@ def _with_class(record: dict, gpu_class: str) -> dict:
     return record
 
 
-def _latency_dict(row: Latency) -> dict:
-    return {
-        "service": row.service,
-        "interval": format_interval(row.interval),
-        "buckets": [
-            ["+Inf" if le.is_infinite() else canonical_decimal(le), canonical_decimal(count)]
+def _latency_text(scenario: Scenario) -> str:
+    """Latency records sorted by (service, interval), each `{"buckets":[[le,count],...],
+    "interval":...,"service":...}` exactly as `json.dumps(sort_keys=True,
+    separators=(",", ":"))` writes it (`"+Inf"` for the infinite bound)."""
+    quoted: dict[str, str] = {}
+    parts: list[str] = []
+    append = parts.append
+    for row in sorted(scenario.latency, key=lambda row: (row.service, row.interval)):
+        service = quoted.get(row.service)
+        if service is None:
+            service = quoted[row.service] = json.dumps(row.service)
+        buckets = ",".join(
+            '["' + ("+Inf" if le.is_infinite() else str(le)) + '","' + str(count) + '"]'
             for le, count in row.buckets
-        ],
-    }
+        )
+        append(
+            '{"buckets":['
+            + buckets
+            + '],"interval":"'
+            + format_interval(row.interval)
+            + '","service":'
+            + service
+            + "}"
+        )
+    return ",".join(parts)
 
 
 def _preemption_dict(row: Preemption) -> dict:
@@ -485,23 +519,44 @@ def _usage_text(scenario: Scenario) -> str:
 
 
 def _classed_usage_text(scenario: Scenario, used: list[str]) -> str:
-    """`_usage_text` for usage on several classes (or one that is not `default`)."""
+    """`_usage_text` for usage on several classes (or one that is not `default`): a row
+    of a class but `default` has `"gpu_class":<name>` between the allocation and the
+    interval (sorted keys), and a task's rows follow each other by class name, `default`
+    first (as its empty name sorts first).
+
+    Per interval, each task's text up to the interval is kept by task (a task on two
+    classes in one interval, the rare case, keeps a list sorted by class), then written in
+    task order: the same walk as `_usage_text`, no sort of millions of rows."""
     classes = scenario.index.classes
     intervals = sorted({interval for name in used for interval in classes[name].usage})
+    # Between the allocation and the interval's text: the class (none for `default`).
+    class_text = {
+        name: '","interval":"'
+        if name == DEFAULT_CLASS
+        else f'","gpu_class":{json.dumps(name)},"interval":"'
+        for name in used
+    }
+    ordered = sorted(used, key=lambda name: "" if name == DEFAULT_CLASS else name)
+    quoted = {task: '","task":' + json.dumps(task) + "}" for task in scenario.index.tasks}
     parts: list[str] = []
+    append = parts.append
     for interval in intervals:
-        rows = [
-            (task, "" if name == DEFAULT_CLASS else name, alloc)
-            for name in used
-            for task, alloc in classes[name].usage.get(interval, {}).items()
-        ]
-        for task, name, alloc in sorted(rows, key=itemgetter(0, 1)):
-            record = {
-                "alloc_gpu_seconds": str(alloc),
-                "interval": format_interval(interval),
-                "task": task,
-            }
-            if name:
-                record["gpu_class"] = name
-            parts.append(json.dumps(record, sort_keys=True, separators=(",", ":")))
+        when = format_interval(interval)
+        heads: dict[str, str] = {}
+        several: dict[str, list[str]] = {}
+        for name in ordered:  # by class name: a task's rows come out in that order
+            middle = class_text[name] + when
+            for task, alloc in classes[name].usage.get(interval, {}).items():
+                head = '{"alloc_gpu_seconds":"' + str(alloc) + middle
+                if task in heads:
+                    several.setdefault(task, [heads[task]]).append(head)
+                else:
+                    heads[task] = head
+        for task in sorted(heads):
+            tail = quoted[task]
+            if task in several:
+                for head in several[task]:
+                    append(head + tail)
+            else:
+                append(heads[task] + tail)
     return ",".join(parts)

@@ -60,6 +60,8 @@ class Contribution:
     is_service: bool
     amount: Decimal
     gpu_seconds: Decimal
+    # On GPU-time lines: the task's exact part per GPU class, summing to it (v2).
+    by_class: tuple[ClassPart, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

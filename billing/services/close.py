@@ -29,6 +29,7 @@ from billing.models import (
     PeriodClose,
     PeriodScenario,
     PlatformLine,
+    PlatformLineClass,
     PlatformLineName,
     PriceBook,
     SlaBreach,
@@ -36,6 +37,7 @@ from billing.models import (
     StatementLine,
     StatementLineClass,
     StatementLineTask,
+    StatementLineTaskClass,
 )
 from billing.pricing import ENGINE_VERSION, Line, ScenarioError
 from billing.pricing.money import hours
@@ -482,6 +484,10 @@ def _store_close(
                 team_lines[team].append(row)
                 line_contributions.append((row, _delta_contributions(delta)))
     platform_lines = [_platform_line(line) for line in result.platform.lines]
+    platform_classes = [
+        (row, _class_parts(line, PlatformLineClass))
+        for row, line in zip(platform_lines, result.platform.lines, strict=True)
+    ]
     for correction in corrections:
         platform_lines += [
             _platform_correction(delta, correction.period, book.currency)
@@ -520,6 +526,7 @@ def _store_close(
     for row in platform_lines:
         row.period_close = close
     PlatformLine.objects.bulk_create(platform_lines)
+    _store_class_parts(platform_classes)
     _store_breaches(close, priced)
     return close
 
@@ -592,18 +599,27 @@ def _store_statements(
             item.line = row
             contributions.append(item)
     StatementLineTask.objects.bulk_create(contributions, batch_size=5000)
+    parts = []
+    for contribution in contributions:
+        for part in getattr(contribution, "_classes", ()):
+            part.contribution = contribution
+            parts.append(part)
+    StatementLineTaskClass.objects.bulk_create(parts, batch_size=5000)
 
 
 def _store_class_parts(
-    line_classes: list[tuple[StatementLine, list[StatementLineClass]]],
+    line_classes: list[tuple[StatementLine, list[StatementLineClass]]]
+    | list[tuple[PlatformLine, list[PlatformLineClass]]],
 ) -> None:
-    """Each GPU-time line's parts per GPU class, after the lines (they need their ids)."""
-    parts = []
+    """Each GPU-time line's (team or platform) parts per GPU class, after the lines (they
+    need their ids)."""
+    parts: list = []
     for row, items in line_classes:
         for item in items:
             item.line = row
             parts.append(item)
-    StatementLineClass.objects.bulk_create(parts, batch_size=5000)
+    if parts:
+        type(parts[0]).objects.bulk_create(parts, batch_size=5000)
 
 
 def _store_breaches(close: PeriodClose, priced: PricedScenario) -> None:
@@ -640,10 +656,12 @@ def _statement_line(line: Line) -> StatementLine:
     )
 
 
-def _class_parts(line: Line) -> list[StatementLineClass]:
+def _class_parts(
+    line: Line, model: type[StatementLineClass] | type[PlatformLineClass] = StatementLineClass
+) -> list:
     """The line's exact part per GPU class (none on latency lines, which have no classes)."""
     return [
-        StatementLineClass(
+        model(
             gpu_class=part.gpu_class,
             quantity_gpu_seconds=part.gpu_seconds,
             quantity_gpu_hours=part.gpu_hours,
@@ -655,17 +673,26 @@ def _class_parts(line: Line) -> list[StatementLineClass]:
 
 
 def _contributions(line: Line, priced: PricedScenario) -> list[StatementLineTask]:
+    """The line's contributions, each with its unsaved parts per GPU class in `_classes`
+    (stored once the contributions have ids, `_store_contribution_classes`)."""
     rows = []
     for item in line.contributions:
         is_service, pk = _contributor_key(item.id, item.is_service, priced)
-        rows.append(
-            StatementLineTask(
-                service_id=pk if is_service else None,
-                task_id=None if is_service else pk,
-                gpu_seconds=item.gpu_seconds,
-                amount_unrounded=item.amount,
-            )
+        row = StatementLineTask(
+            service_id=pk if is_service else None,
+            task_id=None if is_service else pk,
+            gpu_seconds=item.gpu_seconds,
+            amount_unrounded=item.amount,
         )
+        row._classes = [
+            StatementLineTaskClass(
+                gpu_class=part.gpu_class,
+                gpu_seconds=part.gpu_seconds,
+                amount_unrounded=part.amount,
+            )
+            for part in item.by_class
+        ]
+        rows.append(row)
     return rows
 
 

@@ -19,7 +19,9 @@ CLOSE_MODELS = [
     models.StatementLine,
     models.StatementLineTask,
     models.StatementLineClass,
+    models.StatementLineTaskClass,
     models.PlatformLine,
+    models.PlatformLineClass,
     models.SlaBreach,
 ]
 

@@ -13,6 +13,7 @@ import pytest
 
 from billing import services
 from billing.models import PeriodClose, StatementLine
+from billing.scenarios import SCENARIO_BUILDER_VERSION
 from billing.selectors import period_scenario_text, period_verification
 from billing.services import period_close
 from metering.models import CapacityInterval, Preemption, Task, UsageInterval
@@ -92,7 +93,7 @@ def test_it_compensates_the_first_preemption_of_a_month_after_three_the_month_be
     assert tasks == [
         {"id": "trainer", "team": "vision", "kind": "training_batch", "preemptions_before": 3}
     ]
-    assert november.scenario_builder_version == 2
+    assert november.scenario_builder_version == SCENARIO_BUILDER_VERSION
     assert period_verification(NOVEMBER).differences == []
 
 

@@ -4,7 +4,9 @@ and interval (a gang's pods summed), GPUs from what the devices series show each
 A three-GPU node, back-filled into a real Prometheus (promtool): Job `gang` of namespace `ml`
 runs two pods on GPU-a and GPU-b; Job `tune` runs one pod on a 3g.40gb MIG slice of GPU-c and,
 as kube-state-metrics reports MIG, requests `nvidia_com_mig_3g.40gb`, no `nvidia_com_gpu`. All
-three pods are evicted at the same tick, in the second window.
+three pods are evicted at the same tick, in the second window. GPU-a and GPU-b are A100s,
+GPU-c an H100: each preemption records the model its metered GPUs had (docs/pricing.md "GPU
+classes", rule 5: its compensation is priced in that model's class).
 """
 
 from __future__ import annotations
@@ -33,8 +35,13 @@ PODS = (
 )
 
 
+A100, H100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
+
+
 def _device(uuid: str, gpu: int, profile: str, pod: str | None) -> list[str]:
     labels = f'gpu="{gpu}",UUID="{uuid}",device="nvidia{gpu}",{DCGM}'
+    if uuid == "GPU-c":
+        labels = labels.replace(f'modelName="{A100}"', f'modelName="{H100}"')
     if profile:
         labels += f',GPU_I_PROFILE="{profile}",GPU_I_ID="1"'
     if pod is None:
@@ -116,3 +123,10 @@ def test_it_counts_the_metered_slice_of_a_mig_task_not_its_request(evictions) ->
     assert (tune.pod, tune.pods, tune.at) == ("tune-0", 1, EVICTED)
     assert tune.gpus == Decimal("0.428571")  # 3/7 of GPU-c; the request names no nvidia_com_gpu
     assert tune.seconds_since_start == (EVICTED - PODS[2][5]).seconds - 30
+
+
+@pytest.mark.django_db
+def test_it_records_the_gpu_model_of_the_metered_allocation(evictions) -> None:
+    assert evictions["gang"].gpu_model == A100
+    # A MIG slice takes its physical GPU's model (docs/telemetry.md).
+    assert evictions["tune"].gpu_model == H100

@@ -17,8 +17,8 @@ from metering.models import LatencyInterval, PodWait, Preemption
 from metering.services import latency_p99
 from reports import rows, services
 from reports.models import HealthSnapshot, ReportFile, ReportRun
-from reports.period_health import period_health, period_health_read
 from reports.page import report_page_html
+from reports.period_health import period_health, period_health_read
 from tests.factories import windows_complete
 from tests.reports import factories as f
 from tests.reports.test_pdf import pdf_text
