@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -63,12 +64,15 @@ from billing.selectors import (
     month_to_date_state,
     month_to_date_usage,
     period_bounds,
+    period_close_of,
     period_containing,
     period_label,
     period_previous,
+    period_verification,
     period_window_problems,
     price_book_in_force,
 )
+from metering import partitions
 from metering.models import IngestWindow, Team
 
 ZERO = Decimal(0)
@@ -983,6 +987,28 @@ def _correction_wording(label: str, delta: _Delta, period: str, currency: str) -
 
 
 # --- Quotas ---------------------------------------------------------------------------
+
+
+def period_archive(*, period: str, directory: Path) -> Path:
+    """Archive a closed month's metering partitions to `directory`/YYYY-MM and drop them
+    (metering.partitions.month_archive); returns the manifest's path.
+
+    Refuses (PeriodNotClosed) a month that is not closed, and (BillingError) one whose
+    metering no longer matches what was priced: corrections of it are still to come, and
+    they re-price it from the metering tables. `verify_period --archive` re-prices it later.
+    """
+    close = period_close_of(period)
+    month = partitions.month_of(period)
+    partitions.archive_folder_free(month=month, directory=directory)
+    verification = period_verification(period)
+    if not verification.ok:
+        raise BillingError(
+            f"{period} does not verify, so it is not archived: "
+            + "; ".join(verification.differences)
+        )
+    manifest = partitions.month_archive(month=month, directory=directory)
+    audit_record(action="change", obj=close, changes={"archived_to": [None, str(manifest)]})
+    return manifest
 
 
 def quota_set(

@@ -110,7 +110,9 @@ def _instant(moment: dt.datetime) -> str:
 # --- Creating ahead ---------------------------------------------------------------------
 
 
-def partitions_ensure(*, now: dt.datetime | None = None, months_ahead: int | None = None) -> list[str]:
+def partitions_ensure(
+    *, now: dt.datetime | None = None, months_ahead: int | None = None
+) -> list[str]:
     """Create the partitions of the month of `now` and of the `months_ahead` months after it
     (TANDEM_PARTITION_MONTHS_AHEAD by default) that are missing; returns their names.
     Idempotent: beat runs it daily, the `partitions_create` command on demand."""
@@ -157,7 +159,9 @@ def _partition_create(cursor: Any, table: str, key: str, month: Month) -> None:
         f"WITH moved AS (DELETE FROM {default} WHERE {key} >= {start} AND {key} < {end}"
         f" RETURNING *) INSERT INTO {name} SELECT * FROM moved"
     )
-    cursor.execute(f"ALTER TABLE {table} ATTACH PARTITION {name} FOR VALUES FROM ({start}) TO ({end})")
+    cursor.execute(
+        f"ALTER TABLE {table} ATTACH PARTITION {name} FOR VALUES FROM ({start}) TO ({end})"
+    )
 
 
 def _table_exists(cursor: Any, name: str) -> bool:
@@ -185,9 +189,7 @@ def month_archive(*, month: Month, directory: Path) -> Path:
     detach and drop them: all in one transaction, the manifest written before the commit.
     Refuses when that folder already holds a manifest. The caller checks the month is
     closed (billing.services.period_archive)."""
-    target = Path(directory) / month.name
-    if (target / MANIFEST).exists():
-        raise ArchiveError(f"{target / MANIFEST} exists: {month.name} is archived there already")
+    target = archive_folder_free(month=month, directory=directory)
     target.mkdir(parents=True, exist_ok=True)
     with transaction.atomic(), connection.cursor() as cursor:
         month_partitions_ensure(month)  # rows of the month still in the default partition
@@ -208,6 +210,14 @@ def month_archive(*, month: Month, directory: Path) -> Path:
             (target / MANIFEST).unlink()  # nothing was dropped: no archive either
             raise
     return target / MANIFEST
+
+
+def archive_folder_free(*, month: Month, directory: Path) -> Path:
+    """`directory`/YYYY-MM, where `month` is archived; ArchiveError when an archive is there."""
+    target = Path(directory) / month.name
+    if (target / MANIFEST).exists():
+        raise ArchiveError(f"{target / MANIFEST} exists: {month.name} is archived there already")
+    return target
 
 
 def _table_write(cursor: Any, table: str, partition: str, target: Path) -> dict:
@@ -331,6 +341,9 @@ def _month_empty_check(cursor: Any, table: str, month: Month) -> None:
 
 def _table_load(cursor: Any, table: str, path: Path, entry: dict) -> None:
     columns = ", ".join(entry["columns"])
-    with open(path, "rb") as file, cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+    with (
+        open(path, "rb") as file,
+        cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy,
+    ):
         while block := file.read(COPY_BLOCK):
             copy.write(block)
