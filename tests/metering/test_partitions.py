@@ -128,3 +128,31 @@ def test_it_has_the_migration_leave_partitioned_tables_with_default_partitions()
             )
             assert cursor.fetchone() == (f"RANGE ({key})", f"PRIMARY KEY (id, {key})")
             assert partitions.default_partition_name(table) in partitions.partitions_of(table)
+
+
+def _scans() -> dict[str, int]:
+    """Scans of every partition by this transaction so far (sequential and index)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT relname, seq_scan + coalesce(idx_scan, 0) FROM pg_stat_xact_user_tables"
+            " WHERE relname LIKE 'metering\\_%\\_p%' OR relname LIKE 'metering\\_%\\_default'"
+        )
+        return dict(cursor.fetchall())
+
+
+def test_it_has_the_rollup_touch_only_the_partitions_of_the_month_written(task):
+    for name in ("2031-02", "2031-03", "2031-04"):
+        partitions.month_partitions_ensure(partitions.month_of(name))
+    for start in (NOW - dt.timedelta(days=30), NOW, NOW + dt.timedelta(days=30)):
+        _usage(task, start)
+    before = _scans()
+
+    UsageInterval.objects.filter(task=task, interval_start=NOW).update(alloc_gpu_seconds=1)
+    UsageInterval.objects.filter(task=task, interval_start=NOW).delete()
+
+    after = _scans()
+    touched = {name for name, scans in after.items() if scans > before.get(name, 0)}
+    assert touched == {"metering_usageinterval_p2031_03", "metering_usagehour_p2031_03"} | {
+        "metering_teamhour_p2031_03"
+    }
+    assert rollup_drift() == []
