@@ -12,6 +12,7 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import IntegrityError, connection, transaction
+from django.db.migrations.executor import MigrationExecutor
 
 from config.celery import app
 from metering import partitions
@@ -155,4 +156,40 @@ def test_it_has_the_rollup_touch_only_the_partitions_of_the_month_written(task):
     assert touched == {"metering_usageinterval_p2031_03", "metering_usagehour_p2031_03"} | {
         "metering_teamhour_p2031_03"
     }
+    assert rollup_drift() == []
+
+
+def _migrate(target: list[tuple[str, str]] | None = None) -> None:
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(target or executor.loader.graph.leaf_nodes())
+
+
+def _relkind(table: str) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relkind FROM pg_class WHERE oid = %s::regclass", [table])
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_converts_plain_tables_keeping_rows_rollup_and_ids(settings) -> None:
+    _migrate([("metering", "0007_preemption_per_task")])
+    try:
+        assert _relkind("metering_usageinterval") == "r"
+        task = Task.objects.create(
+            source=Source.objects.create(name="plain", url="http://127.0.0.1:9"),
+            external_id="trainer",
+            team=Team.objects.create(name="plain-team"),
+            kind="training_batch",
+            first_seen=NOW,
+        )
+        old = _usage(task, dt.datetime(2026, 10, 1, 2, tzinfo=dt.UTC))
+    finally:
+        _migrate()
+
+    assert _relkind("metering_usageinterval") == "p"
+    assert _partition_of("metering_usageinterval", old.pk) == "metering_usageinterval_p2026_10"
+    assert UsageHour.objects.get(task=task).alloc_gpu_seconds == Decimal(300)
+    new = _usage(task, dt.datetime(2026, 10, 1, 3, tzinfo=dt.UTC))
+    assert new.pk > old.pk  # the id sequence went on where it was
     assert rollup_drift() == []
