@@ -3,10 +3,11 @@
 Usage, capacity and latency intervals, and the four hourly rollup tables, are PostgreSQL
 declarative partitions by range of their start (`interval_start`, `hour_start`), one
 partition per month of the pool's time zone (TANDEM_TIMEZONE): the months a close prices
-(`billing.selectors.period_bounds`, docs/pricing.md "Periods"). A close, a month's report and
-the rollup of a month then read one partition; with UTC months a pool in Asia/Shanghai would
-read the last eight hours of the previous UTC month's partition as well. Month boundaries of a
-zone with whole-hour offsets are whole UTC hours, so every rollup hour falls in one partition.
+(docs/pricing.md, "Inputs": a period is a calendar month in the pool's time zone). A close,
+a month's report and the rollup of a month then read one partition; with UTC months a pool
+in Asia/Shanghai would read the last eight hours of the previous UTC month's partition too.
+Month boundaries of a zone with whole-hour offsets are whole UTC hours, so every rollup hour
+falls in one partition.
 
 Each table has a default partition, so no insert ever fails for want of a partition; beat
 creates the partitions of this month and the next TANDEM_PARTITION_MONTHS_AHEAD months ahead
