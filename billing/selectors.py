@@ -7,6 +7,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
@@ -29,6 +30,7 @@ from billing.scenarios import scenario_build, scenario_digest
 from kernel.money import ROUNDING
 from kernel.period import first_day, period_of, period_utc_range, previous_period, time_zone
 from kernel.tasks import TRAINING_KINDS
+from metering import partitions
 from metering.models import CapacityInterval, IngestWindow, Source, Team
 from metering.selectors import range_split, windows_missing
 
@@ -671,10 +673,20 @@ class Verification:
         return not self.differences
 
 
-def period_verification(period: str) -> Verification:
+def period_verification(period: str, archive: Path | None = None) -> Verification:
     """Re-price a closed period's stored scenario and compare it with what was stored; then
     re-build the scenario from the metering tables and compare its hash with the latest one
-    priced (a difference means the data changed after the close and no close carried it)."""
+    priced (a difference means the data changed after the close and no close carried it).
+
+    With `archive` (a month's folder written by `archive_month`), the metering of a month
+    whose partitions were archived is read from the archive instead, put back for the
+    verification only (metering.partitions.archive_loaded); ArchiveError when it cannot be.
+    """
+    if archive is not None:
+        with partitions.archive_loaded(archive) as month:
+            if month.name != period:
+                raise partitions.ArchiveError(f"{archive} holds {month.name}, not {period}")
+            return period_verification(period)
     close = period_close_of(period)
     differences: list[str] = []
     notes: list[str] = []

@@ -243,6 +243,10 @@ EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
 EMAIL_PORT = env_int("EMAIL_PORT", 25)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "tandem@localhost")
 
+# --- Partitions (metering.partitions) -------------------------------------------------
+# Beat keeps the interval tables' monthly partitions created this many months ahead.
+TANDEM_PARTITION_MONTHS_AHEAD = env_int("TANDEM_PARTITION_MONTHS_AHEAD", 3)
+
 # --- Periodic work (Celery beat) ------------------------------------------------------
 CELERY_BEAT_SCHEDULE = {
     "metering-ingest-newest-windows": {
@@ -258,6 +262,11 @@ CELERY_BEAT_SCHEDULE = {
         # the quota export's month-to-date draft; ingestion also queues it after each window
         "task": "billing.tasks.refresh_month_to_date",
         "schedule": timedelta(seconds=TANDEM_STEP_SECONDS),
+    },
+    "metering-partitions-create-ahead": {
+        # idempotent; daily, so a missed day still leaves months of partitions ahead
+        "task": "metering.tasks.partitions_create_ahead",
+        "schedule": timedelta(days=1),
     },
     "reports-monthly-run": {
         "task": "reports.tasks.report_runs_create_due",

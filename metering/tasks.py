@@ -18,7 +18,7 @@ from datetime import datetime
 from celery import current_app, shared_task
 from django.conf import settings
 
-from metering import services, sources
+from metering import partitions, services, sources
 from metering.models import IngestWindow, Source
 
 logger = logging.getLogger(__name__)
@@ -82,3 +82,10 @@ def ingest_newest_windows(now: str | None = None) -> list[int]:
             ingest_windows.delay_on_commit([window.pk for window in batch])
         window_ids += [window.pk for batch in [newest, *backlog] for window in batch]
     return window_ids
+
+
+@shared_task(acks_late=True)
+def partitions_create_ahead() -> list[str]:
+    """Create the interval tables' partitions of this month and the months ahead that are
+    missing (metering.partitions); beat runs it daily, and running it twice creates nothing."""
+    return partitions.partitions_ensure()

@@ -1,8 +1,10 @@
 """Writes for billing, by concern: price books (`books`), period closes (`close`), quotas and
-the month-to-date draft (`quotas`). Callers import from `billing.services`; the modules import
-each other downwards only: quotas -> close -> books.
+the month-to-date draft (`quotas`), archiving a closed month (`archive`). Callers import from
+`billing.services`; the modules import each other downwards only: quotas -> close -> books,
+archive -> books.
 """
 
+from billing.services.archive import period_archive
 from billing.services.books import (
     CLASS_DECIMAL_FIELDS,
     PERIOD_CLOSE_LOCK,
@@ -35,6 +37,7 @@ __all__ = [
     "PeriodCloseRefused",
     "PriceBookInvalid",
     "month_to_date_draft_refresh",
+    "period_archive",
     "period_close",
     "period_close_due",
     "price_book_create_draft",

@@ -1,10 +1,14 @@
-"""`verify_period --period YYYY-MM`: re-price a closed period; fail on any difference."""
+"""`verify_period --period YYYY-MM [--archive DIR]`: re-price a closed period; fail on any
+difference. With `--archive`, the metering of an archived month is read from its archive."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
 from billing.selectors import PeriodNotClosed, period_verification
+from metering.partitions import ArchiveError
 
 
 class Command(BaseCommand):
@@ -16,11 +20,17 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--period", required=True, help="YYYY-MM of a closed period")
+        parser.add_argument(
+            "--archive",
+            type=Path,
+            help="the month's folder written by archive_month (DIR/YYYY-MM): read its"
+            " metering from there, the month's partitions having been archived",
+        )
 
-    def handle(self, *args, period: str, **options):
+    def handle(self, *args, period: str, archive: Path | None, **options):
         try:
-            verification = period_verification(period)
-        except (PeriodNotClosed, ValueError) as error:
+            verification = period_verification(period, archive=archive)
+        except (PeriodNotClosed, ArchiveError, ValueError) as error:
             raise CommandError(str(error)) from None
         for note in verification.notes:
             self.stdout.write(f"note: {note}")
