@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+# The pool fixtures (`api_pool`, `boundary_pool`, `report_pool`), for every area.
+pytest_plugins = ["tests.pools.fixtures"]
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 

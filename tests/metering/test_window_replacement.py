@@ -16,8 +16,8 @@ from audit.models import AuditEntry
 from billing.models import StatementLine
 from billing.services import price_book_ensure_default
 from metering.models import IngestWindow, Source, UsageInterval
-from tests.billing.helpers import command_output
 from tests.factories import windows_complete
+from tests.helpers import command_output
 from tests.metering.jobs import (  # noqa: F401 (fixtures)
     ALPHA_START,
     BETA_START,
