@@ -21,6 +21,8 @@ def api_pool_rows(django_db_setup, django_db_blocker) -> Iterator[ApiPool]:
 
     Each test runs inside it in a savepoint (the `db` fixture), so a test that changes a row
     leaves it unchanged for the next one, and nothing outlives the module for other areas.
+    Once built, a module's other database tests see its rows too: one that writes rows of its
+    own reads back only those (by their ids), not everything in a table.
     """
     with django_db_blocker.unblock(), transaction.atomic():
         # A transactional test before this module may have flushed the migration's book.
