@@ -20,6 +20,9 @@ from tests.dashboards.conftest import make_people
 from tests.e2e.conftest import CHARTS_DRAWN_JS
 from tests.pools.pages import MONTH, build_closed_page_pool
 
+# Every test here starts Prometheus, a Celery worker or Chromium (tests/slow.py).
+pytestmark = pytest.mark.slow
+
 VIEWPORT = {"width": 1440, "height": 900}
 
 

@@ -109,6 +109,7 @@ def _truth_by_model(truth: dict) -> tuple[dict, dict]:
     return capacity, usage
 
 
+@pytest.mark.slow
 def test_it_meters_capacity_and_usage_per_gpu_model_exactly(mixed_source, mixed_truth) -> None:
     modes = {
         (gpu["modelName"], gpu["mode"])

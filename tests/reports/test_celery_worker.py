@@ -22,6 +22,9 @@ from tests.factories import windows_complete
 from tests.pools import reports as pools
 from tests.slow import starts
 
+# Every test here starts Prometheus, a Celery worker or Chromium (tests/slow.py).
+pytestmark = pytest.mark.slow
+
 WAIT_SECONDS = 180
 
 

@@ -69,6 +69,7 @@ def test_it_shows_no_flag_on_a_complete_month(report_pool, people) -> None:
     assert 'data-flag="incomplete"' not in report.content.decode()
 
 
+@pytest.mark.slow
 def test_it_flags_the_monthly_report_page_and_its_pdf(incomplete, finance) -> None:
     html = finance.get(reverse("reports:page", args=[pools.PERIOD])).content.decode()
     run = services.report_run_create(period=pools.PERIOD, kind="monthly", enqueue=False)

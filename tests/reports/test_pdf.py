@@ -6,12 +6,16 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 from django.core import mail
 
 from reports import rows, services
 from reports.models import ReportFile, ReportRun
 from reports.templatetags.report_format import money
 from tests.pools import reports as pools
+
+# Every test here starts Prometheus, a Celery worker or Chromium (tests/slow.py).
+pytestmark = pytest.mark.slow
 
 COLOURED = 80  # max(r,g,b) - min(r,g,b) above this is a chart colour, not grey text
 
