@@ -52,6 +52,7 @@ def statements(period: str) -> dict[str, Decimal]:
     return dict(Statement.objects.filter(period=period).values_list("team__name", "total"))
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_it_keeps_same_named_jobs_of_two_namespaces_with_their_own_teams(jobs_prometheus) -> None:  # noqa: F811
     price_book_ensure_default()

@@ -60,6 +60,7 @@ def closed_october_then_prometheus_lost(jobs_url: str, empty_url: str) -> Source
     return source
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_it_keeps_a_closed_months_rows_when_prometheus_lost_them(
     jobs_prometheus,  # noqa: F811
