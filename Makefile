@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEBIAN_PACKAGES := prometheus chromium poppler-utils
 
-.PHONY: demo test lint format bench soak screenshots debian-packages clean
+.PHONY: demo test test-fast lint format bench soak screenshots debian-packages clean
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -37,6 +37,12 @@ test: debian-packages $(STAMP)
 	$(PY) -m ruff check --no-cache .
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) -m pytest -n auto --dist loadgroup --durations=15 $(PYTEST_ARGS)
+
+# The inner loop: every test but those marked `slow` (they start Prometheus, a Celery worker or
+# Chromium; tests/slow.py fails one that starts them unmarked), keeping the test databases of the
+# last run (`--reuse-db`; add PYTEST_ARGS=--create-db after a new migration).
+test-fast: debian-packages $(STAMP)
+	$(PY) -m pytest -m "not slow" --reuse-db -n auto --dist loadgroup $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check --no-cache .

@@ -6,6 +6,10 @@ from pathlib import Path
 
 import pytest
 
+# The pool fixtures (`api_pool`, `boundary_pool`, `report_pool`) for every area; pytester for
+# the test of the `slow` mark's enforcement (tests/test_slow_marks.py).
+pytest_plugins = ["tests.pools.fixtures", "pytester"]
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 

@@ -6,7 +6,7 @@ import datetime as dt
 from collections import defaultdict
 from decimal import ROUND_HALF_UP, Decimal
 
-from tests.api.conftest import END, START, ZONE, Pool
+from tests.pools.api import END, START, ZONE, ApiPool
 
 CAP_SECONDS = 1800  # starvation_lost_work_cap_seconds of the default price book
 
@@ -27,18 +27,18 @@ def lost(gpus: Decimal, since_start: int, reported: Decimal | None) -> Decimal:
     return reported if reported is not None else min(CAP_SECONDS, since_start) * gpus
 
 
-def group_key(pool: Pool, group_by: str, task: str, moment: dt.datetime) -> str:
+def group_key(api_pool: ApiPool, group_by: str, task: str, moment: dt.datetime) -> str:
     local = moment.astimezone(ZONE)
     return {
-        "team": lambda: pool.team_of(task),
+        "team": lambda: api_pool.team_of(task),
         "task": lambda: task,
-        "kind": lambda: pool.kind_of(task),
+        "kind": lambda: api_pool.kind_of(task),
         "day": lambda: local.date().isoformat(),
         "hour": lambda: local.replace(minute=0, second=0).isoformat(),
     }[group_by]()
 
 
-def usage_by(pool: Pool, group_by: str, teams: set[str] | None = None) -> dict[str, dict]:
+def usage_by(api_pool: ApiPool, group_by: str, teams: set[str] | None = None) -> dict[str, dict]:
     groups: dict[str, dict] = defaultdict(
         lambda: {
             "alloc": Decimal(0),
@@ -54,24 +54,24 @@ def usage_by(pool: Pool, group_by: str, teams: set[str] | None = None) -> dict[s
             "waits": [],
         }
     )
-    keep = lambda task: teams is None or pool.team_of(task) in teams  # noqa: E731
-    for u in pool.usage:
+    keep = lambda task: teams is None or api_pool.team_of(task) in teams  # noqa: E731
+    for u in api_pool.usage:
         if in_range(u.interval) and keep(u.task):
-            g = groups[group_key(pool, group_by, u.task, u.interval)]
+            g = groups[group_key(api_pool, group_by, u.task, u.interval)]
             g["alloc"] += u.alloc
             g["busy"] += u.busy
             g["peak"] = max(g["peak"], u.memory_peak)
             g["memory"].append(u.memory_avg)
             for name in ("reads", "writes", "read_bytes", "write_bytes"):
                 g[name] += getattr(u, name)
-    for task, at, gpus, since_start, reported in pool.preemptions:
+    for task, at, gpus, since_start, reported in api_pool.preemptions:
         if in_range(at) and keep(task):
-            g = groups[group_key(pool, group_by, task, at)]
+            g = groups[group_key(api_pool, group_by, task, at)]
             g["preemptions"] += 1
             g["lost"] += lost(gpus, since_start, reported)
-    for task, scheduled, seconds in pool.waits:
+    for task, scheduled, seconds in api_pool.waits:
         if in_range(scheduled) and keep(task):
-            groups[group_key(pool, group_by, task, scheduled)]["waits"].append(seconds)
+            groups[group_key(api_pool, group_by, task, scheduled)]["waits"].append(seconds)
     return dict(groups)
 
 

@@ -17,7 +17,7 @@ from rest_framework.test import APIClient
 from access.models import ApiToken, Role
 from access.selectors import visible_teams
 from access.services import api_token_create, api_token_revoke, role_assign
-from tests.api import factories as f
+from tests import factories as f
 
 
 def bearer(plain: str) -> APIClient:
@@ -71,7 +71,7 @@ def test_it_keeps_unknown_scopes_out_in_the_database_too(finance):
         )
 
 
-def test_it_shuts_a_revoked_token_out_at_once(pool, finance):
+def test_it_shuts_a_revoked_token_out_at_once(api_pool, finance):
     token, plain = api_token_create(owner=finance, name="ci", scopes=["read"])
     client = bearer(plain)
     assert client.get(reverse("api-teams")).status_code == 200
@@ -82,14 +82,14 @@ def test_it_shuts_a_revoked_token_out_at_once(pool, finance):
     assert token.revoked_at == first_revocation
 
 
-def test_it_shuts_out_the_token_of_a_disabled_person(pool, finance):
+def test_it_shuts_out_the_token_of_a_disabled_person(api_pool, finance):
     _, plain = api_token_create(owner=finance, name="ci", scopes=["read"])
     finance.is_active = False
     finance.save()
     assert bearer(plain).get(reverse("api-teams")).status_code == 401
 
 
-def test_it_records_when_a_token_was_last_used_at_most_once_a_minute(pool, finance):
+def test_it_records_when_a_token_was_last_used_at_most_once_a_minute(api_pool, finance):
     token, plain = api_token_create(owner=finance, name="ci", scopes=["read"])
     assert token.last_used is None
     bearer(plain).get(reverse("api-teams"))
@@ -105,7 +105,7 @@ def test_it_records_when_a_token_was_last_used_at_most_once_a_minute(pool, finan
     "header",
     ["Bearer", "Bearer a b", "Bearer tdm_not-a-token", "Bearer tdm_ñ"],
 )
-def test_it_answers_401_to_malformed_or_unknown_tokens(pool, header):
+def test_it_answers_401_to_malformed_or_unknown_tokens(api_pool, header):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=header)
     response = client.get(reverse("api-teams"))
@@ -113,7 +113,7 @@ def test_it_answers_401_to_malformed_or_unknown_tokens(pool, header):
     assert "detail" in response.json()
 
 
-def test_it_throttles_each_token_on_its_own(pool, finance, settings):
+def test_it_throttles_each_token_on_its_own(api_pool, finance, settings):
     settings.REST_FRAMEWORK = {
         **settings.REST_FRAMEWORK,
         "DEFAULT_THROTTLE_RATES": {"api_token": "3/min"},
@@ -128,7 +128,7 @@ def test_it_throttles_each_token_on_its_own(pool, finance, settings):
     assert all(session.get(reverse("api-teams")).status_code == 200 for _ in range(5))
 
 
-def test_it_creates_and_revokes_tokens_from_the_command_line(pool, finance):
+def test_it_creates_and_revokes_tokens_from_the_command_line(api_pool, finance):
     out, err = io.StringIO(), io.StringIO()
     call_command(
         "api_token_create", owner="fiona", name="cron", scope=["read"], stdout=out, stderr=err
@@ -142,9 +142,9 @@ def test_it_creates_and_revokes_tokens_from_the_command_line(pool, finance):
 # --- visible_teams ----------------------------------------------------------------------
 
 
-def test_it_shows_each_role_its_teams(pool):
-    alpha, bravo = pool.teams["alpha"], pool.teams["bravo"]
-    everyone = set(pool.teams.values())
+def test_it_shows_each_role_its_teams(api_pool):
+    alpha, bravo = api_pool.teams["alpha"], api_pool.teams["bravo"]
+    everyone = set(api_pool.teams.values())
     lead = f.UserFactory(username="lea")
     role_assign(user=lead, name="team_lead", teams=[alpha, bravo])
     superuser = f.UserFactory(username="root", is_superuser=True)
@@ -163,13 +163,13 @@ def test_it_shows_each_role_its_teams(pool):
     assert list(visible_teams(lead)) == []
 
 
-def test_it_refuses_an_unknown_role(pool):
+def test_it_refuses_an_unknown_role(api_pool):
     with pytest.raises(ValidationError) as error:
         role_assign(user=f.UserFactory(), name="admin")
     assert "name" in error.value.message_dict
 
 
-def test_it_lets_a_person_in_once_they_have_a_role(pool):
+def test_it_lets_a_person_in_once_they_have_a_role(api_pool):
     user = f.UserFactory(username="walker", last_login=dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
     client = APIClient()
     client.force_login(user)

@@ -57,21 +57,21 @@ CASES = [
 
 
 @pytest.mark.parametrize(("name", "query", "parameter"), CASES)
-def test_it_answers_400_naming_the_parameter(pool, callers, name, query, parameter):
+def test_it_answers_400_naming_the_parameter(api_pool, callers, name, query, parameter):
     response = callers["lead_a"].client.get(reverse(name), query)
     assert response.status_code == 400, response.content[:300]
     assert response.headers["Content-Type"] == "application/json"
     assert list(response.json()) == [parameter]
 
 
-def test_it_gives_the_same_400_for_another_teams_name_and_an_unknown_one(pool, callers):
+def test_it_gives_the_same_400_for_another_teams_name_and_an_unknown_one(api_pool, callers):
     client = callers["lead_a"].client
     other = client.get(reverse("api-usage"), {**GOOD, "team": "bravo"}).json()
     unknown = client.get(reverse("api-usage"), {**GOOD, "team": "zulu"}).json()
     assert other["team"][0].replace("bravo", "zulu") == unknown["team"][0]
 
 
-def test_it_accepts_an_unencoded_plus_in_a_zone_offset(pool, callers):
+def test_it_accepts_an_unencoded_plus_in_a_zone_offset(api_pool, callers):
     # "+08:00" typed into a URL arrives as " 08:00".
     query = "start=2026-10-01T00:00:00+08:00&end=2026-10-02T00:00:00+08:00"
     response = callers["finance"].client.get(f"{reverse('api-usage')}?{query}")
@@ -88,14 +88,14 @@ def test_it_accepts_an_unencoded_plus_in_a_zone_offset(pool, callers):
         {**GOOD, "page_size": "100000000000000000000"},
     ],
 )
-def test_it_never_answers_500_to_paging_nonsense(pool, callers, query):
+def test_it_never_answers_500_to_paging_nonsense(api_pool, callers, query):
     response = callers["finance"].client.get(reverse("api-usage"), query)
     assert response.status_code in (200, 404)
     assert response.headers["Content-Type"] == "application/json"
 
 
 @pytest.mark.parametrize("path", ["/api/v1/nothing/", "/api/v1/statements/%0A/", "/api/v1/teams"])
-def test_it_answers_json_404_for_unknown_api_paths(pool, callers, path):
+def test_it_answers_json_404_for_unknown_api_paths(api_pool, callers, path):
     # The newline was found by schemathesis: it slipped past the catch-all as HTML.
     response = callers["finance"].client.get(path)
     assert response.status_code == 404

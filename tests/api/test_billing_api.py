@@ -14,9 +14,9 @@ from billing.models import PriceBook
 from billing.scenarios import scenario_build, scenario_price
 from billing.services import month_to_date_draft_refresh
 from metering.models import IngestWindow, UsageInterval
+from tests import factories as f
 from tests.api import expected
-from tests.api import factories as f
-from tests.api.conftest import ZONE
+from tests.pools.api import ZONE
 
 # The default price book (docs/pricing.md's example): R = D + F + E*W, R_off = D + E*W.
 STANDARD = Decimal("11.50") + Decimal("2.30") + Decimal("0.82") * Decimal("0.70")
@@ -26,7 +26,7 @@ TRAINING = ("training_interactive", "training_batch", "preprocessing")
 # --- Statements and price books ---------------------------------------------------------
 
 
-def test_it_lists_statements_with_lines_and_the_scenario_hash(pool, callers):
+def test_it_lists_statements_with_lines_and_the_scenario_hash(api_pool, callers):
     body = callers["finance"].client.get(reverse("api-statements"), {"period": "2026-10"}).json()
     assert [s["team"] for s in body["results"]] == ["alpha", "bravo"]
     alpha = body["results"][0]
@@ -41,14 +41,14 @@ def test_it_lists_statements_with_lines_and_the_scenario_hash(pool, callers):
     assert alpha["incomplete_reason"] == ""
 
 
-def test_it_says_why_a_month_was_closed_incomplete(pool, callers):
+def test_it_says_why_a_month_was_closed_incomplete(api_pool, callers):
     reason = "Prometheus lost 10-12 August"
     close = f.PeriodCloseFactory(
         period="2026-08",
         incomplete_reason=reason,
         incomplete_ranges=[{"message": "default has no ingest window from ..."}],
     )
-    f.StatementFactory(period_close=close, team=pool.teams["alpha"], total="0.00")
+    f.StatementFactory(period_close=close, team=api_pool.teams["alpha"], total="0.00")
 
     body = callers["finance"].client.get(reverse("api-statements"), {"period": "2026-08"}).json()
 
@@ -63,16 +63,16 @@ def test_it_says_why_a_month_was_closed_incomplete(pool, callers):
         ({"period": "2026-10", "team": "alpha"}, ["alpha"]),
     ],
 )
-def test_it_filters_statements_by_period_and_team(pool, callers, query, teams):
+def test_it_filters_statements_by_period_and_team(api_pool, callers, query, teams):
     body = callers["finance"].client.get(reverse("api-statements"), query).json()
     assert [s["team"] for s in body["results"]] == teams
 
 
-def test_it_lists_price_books_with_decimal_strings(pool, callers):
+def test_it_lists_price_books_with_decimal_strings(api_pool, callers):
     body = callers["lead_a"].client.get(reverse("api-price-books")).json()
     books = {book["version"]: book for book in body["results"]}
     assert books[1]["status"] == "published"
-    assert books[pool.draft_book.version]["status"] == "draft"
+    assert books[api_pool.draft_book.version]["status"] == "draft"
     assert Decimal(books[1]["depreciation_per_gpu_hour"]) == Decimal("11.50")
     assert isinstance(books[1]["depreciation_per_gpu_hour"], str)
 
@@ -80,16 +80,17 @@ def test_it_lists_price_books_with_decimal_strings(pool, callers):
 # --- Quota export -----------------------------------------------------------------------
 
 
-def expected_quota(pool, team: str) -> dict:
+def expected_quota(api_pool, team: str) -> dict:
     """Month to date up to the newest ingested data: GPU-hours and money at book v1's rates."""
     now = timezone.now()
     as_of = max(w.end for w in IngestWindow.objects.filter(status="done", end__lte=now))
     upto = min(as_of, now)
     gpu_seconds, money = Decimal(0), Decimal(0)
-    for u in pool.usage:
-        if pool.team_of(u.task) == team and pool.month_start <= u.interval < upto:
+    for u in api_pool.usage:
+        if api_pool.team_of(u.task) == team and api_pool.month_start <= u.interval < upto:
             offpeak = (
-                pool.kind_of(u.task) in TRAINING and not 9 <= u.interval.astimezone(ZONE).hour < 22
+                api_pool.kind_of(u.task) in TRAINING
+                and not 9 <= u.interval.astimezone(ZONE).hour < 22
             )
             gpu_seconds += u.alloc
             money += u.alloc * (OFFPEAK if offpeak else STANDARD)
@@ -104,12 +105,12 @@ def expected_quota(pool, team: str) -> dict:
     }
 
 
-def test_it_exports_each_teams_quota_as_the_records_give(pool, callers):
+def test_it_exports_each_teams_quota_as_the_records_give(api_pool, callers):
     body = callers["token_quota"].client.get(reverse("api-quota-export")).json()
     teams = {row["team"]: row for row in body["teams"]}
     assert set(teams) == {"alpha", "bravo"}  # charlie has no quota
     for name, row in teams.items():
-        wanted = expected_quota(pool, name)
+        wanted = expected_quota(api_pool, name)
         assert {k: row[k] for k in wanted} == wanted
         assert Decimal(row["used_gpu_hours"]) > 0
     alpha, bravo = teams["alpha"], teams["bravo"]
@@ -148,14 +149,14 @@ def exported(client, **query) -> dict[str, dict]:
     return {row["team"]: row for row in response.json()["teams"]}
 
 
-def test_it_exports_the_month_to_date_draft_beside_the_list_estimate(pool, callers):
+def test_it_exports_the_month_to_date_draft_beside_the_list_estimate(api_pool, callers):
     month_to_date_draft_refresh()
 
     teams = exported(callers["token_quota"].client)
 
     as_of = dt.datetime.fromisoformat(teams["alpha"]["month_to_date_as_of"])
-    assert as_of == pool.month_start + dt.timedelta(hours=1)  # the month's window
-    priced = engine_totals(pool.month_start, as_of)
+    assert as_of == api_pool.month_start + dt.timedelta(hours=1)  # the month's window
+    priced = engine_totals(api_pool.month_start, as_of)
     assert sorted(priced) == ["alpha", "bravo"]
     for name, wanted in priced.items():
         row = teams[name]
@@ -171,10 +172,10 @@ def test_it_exports_the_month_to_date_draft_beside_the_list_estimate(pool, calle
     )
 
 
-def test_it_lists_a_team_with_usage_this_month_and_no_quota(pool, callers):
+def test_it_lists_a_team_with_usage_this_month_and_no_quota(api_pool, callers):
     UsageInterval.objects.create(
-        task=pool.tasks["charlie-chat"],
-        interval_start=pool.month_start,
+        task=api_pool.tasks["charlie-chat"],
+        interval_start=api_pool.month_start,
         alloc_gpu_seconds=Decimal("100"),
     )
     month_to_date_draft_refresh()
@@ -200,19 +201,19 @@ def test_it_lists_a_team_with_usage_this_month_and_no_quota(pool, callers):
     assert sorted(exported(client, team="charlie")) == ["charlie"]
 
 
-def test_it_exports_only_a_team_leads_own_quota(pool, callers):
+def test_it_exports_only_a_team_leads_own_quota(api_pool, callers):
     body = callers["token_lead"].client.get(reverse("api-quota-export")).json()
     assert [row["team"] for row in body["teams"]] == ["alpha"]
 
 
-def test_it_refuses_the_export_to_a_token_without_quota_read(pool, callers):
+def test_it_refuses_the_export_to_a_token_without_quota_read(api_pool, callers):
     for name in ("api-quota-export", "api-quota-metrics"):
         response = callers["token_read"].client.get(reverse(name))
         assert response.status_code == 403
         assert "quota:read" in response.content.decode()
 
 
-def test_it_answers_304_while_the_quota_numbers_stay_the_same(pool, callers):
+def test_it_answers_304_while_the_quota_numbers_stay_the_same(api_pool, callers):
     client = callers["token_quota"].client
     first = client.get(reverse("api-quota-export"))
     etag = first.headers["ETag"]
@@ -228,7 +229,7 @@ def test_it_answers_304_while_the_quota_numbers_stay_the_same(pool, callers):
     assert stale.status_code == 200
 
 
-def test_it_changes_the_etag_when_the_draft_is_refreshed(pool, callers):
+def test_it_changes_the_etag_when_the_draft_is_refreshed(api_pool, callers):
     client = callers["token_quota"].client
     url = reverse("api-quota-export")
     before = client.get(url).headers["ETag"]
@@ -241,9 +242,9 @@ def test_it_changes_the_etag_when_the_draft_is_refreshed(pool, callers):
     assert client.get(url, HTTP_IF_NONE_MATCH=etag).status_code == 304
     # New data for the month: the draft is served stale (a new ETag) until a refresh.
     UsageInterval.objects.filter(
-        task=pool.tasks["bravo-pretrain"], interval_start__gte=pool.month_start
+        task=api_pool.tasks["bravo-pretrain"], interval_start__gte=api_pool.month_start
     ).update(alloc_gpu_seconds=Decimal("1"))
-    IngestWindow.objects.filter(start=pool.month_start).update(updated=timezone.now())
+    IngestWindow.objects.filter(start=api_pool.month_start).update(updated=timezone.now())
     stale = client.get(url, HTTP_IF_NONE_MATCH=etag)
     assert stale.status_code == 200 and stale.headers["ETag"] != etag
     drafted_bravo = bravo_of(drafted)
@@ -260,7 +261,7 @@ def bravo_of(response) -> dict:
     return {row["team"]: row for row in response.json()["teams"]}["bravo"]
 
 
-def test_it_answers_400_naming_a_bad_quota_parameter_in_prometheus_text(pool, callers):
+def test_it_answers_400_naming_a_bad_quota_parameter_in_prometheus_text(api_pool, callers):
     response = callers["token_quota"].client.get(
         reverse("api-quota-metrics"), {"quota_only": "perhaps"}
     )
@@ -268,16 +269,16 @@ def test_it_answers_400_naming_a_bad_quota_parameter_in_prometheus_text(pool, ca
     assert response.content.decode().startswith('# error: {"quota_only": ')
 
 
-def test_it_changes_the_etag_when_usage_changes(pool, callers):
+def test_it_changes_the_etag_when_usage_changes(api_pool, callers):
     client = callers["token_quota"].client
     etag = client.get(reverse("api-quota-export")).headers["ETag"]
     UsageInterval.objects.create(
-        task=pool.tasks["alpha-notebook"],
-        interval_start=pool.month_start + dt.timedelta(minutes=5),
+        task=api_pool.tasks["alpha-notebook"],
+        interval_start=api_pool.month_start + dt.timedelta(minutes=5),
         alloc_gpu_seconds=Decimal("0"),
     )  # a zero row changes no number: same validator
     assert client.get(reverse("api-quota-export"), HTTP_IF_NONE_MATCH=etag).status_code == 304
-    UsageInterval.objects.filter(task=pool.tasks["alpha-search"]).update(
+    UsageInterval.objects.filter(task=api_pool.tasks["alpha-search"]).update(
         alloc_gpu_seconds=Decimal("299")
     )
     response = client.get(reverse("api-quota-export"), HTTP_IF_NONE_MATCH=etag)
@@ -299,7 +300,7 @@ def parse_metrics(text: str) -> dict[tuple[str, str], str]:
     return samples
 
 
-def test_it_serves_the_same_numbers_as_valid_prometheus_text(pool, callers):
+def test_it_serves_the_same_numbers_as_valid_prometheus_text(api_pool, callers):
     month_to_date_draft_refresh()
     client = callers["token_quota"].client
     export = {row["team"]: row for row in client.get(reverse("api-quota-export")).json()["teams"]}
@@ -330,8 +331,8 @@ def test_it_serves_the_same_numbers_as_valid_prometheus_text(pool, callers):
     assert samples[("tandem_quota_io_cap_operations_per_second", "bravo")] in ("5000", "250.5")
 
 
-def test_it_escapes_label_values_in_prometheus_text(pool, callers):
-    team = pool.teams["alpha"]
+def test_it_escapes_label_values_in_prometheus_text(api_pool, callers):
+    team = api_pool.teams["alpha"]
     team.name = 'al"pha\\ops'
     team.save()
     text = callers["token_quota"].client.get(reverse("api-quota-metrics")).content.decode()
@@ -342,12 +343,12 @@ def test_it_escapes_label_values_in_prometheus_text(pool, callers):
     assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
-def test_it_exports_in_a_fixed_number_of_queries(pool, callers, django_assert_num_queries):
+def test_it_exports_in_a_fixed_number_of_queries(api_pool, callers, django_assert_num_queries):
     # What a scheduler polls: the same queries however many teams, and never the pricing.
     for number in range(5):
         UsageInterval.objects.create(
             task=f.TaskFactory(team=f.TeamFactory(name=f"extra{number}"), kind="inference"),
-            interval_start=pool.month_start,
+            interval_start=api_pool.month_start,
             alloc_gpu_seconds=Decimal("10"),
         )
     month_to_date_draft_refresh()

@@ -12,36 +12,36 @@ import pytest
 from django.urls import reverse
 
 from config import api_urls
-from tests.api.conftest import Pool
+from tests.pools.api import ApiPool
 
 RANGE = {"start": "2026-10-01", "end": "2026-10-02"}
 
 
-def url_cases(pool: Pool) -> dict[str, dict]:
+def url_cases(api_pool: ApiPool) -> dict[str, dict]:
     """Per URL name: how to call it about another team (bravo) and about lead A's (alpha).
 
     `other` is what alpha's lead must not see: a detail of bravo's, or a list where bravo
     shows up for finance. `quota` marks the endpoints behind the quota:read scope.
     """
-    bravo, alpha = pool.teams["bravo"], pool.teams["alpha"]
+    bravo, alpha = api_pool.teams["bravo"], api_pool.teams["alpha"]
     return {
         "api-teams": {"other": ((), {})},
         "api-team": {"other": ((bravo.pk,), {}), "own": ((alpha.pk,), {})},
         "api-tasks": {"other": ((), {})},
         "api-task": {
-            "other": ((pool.tasks["bravo-pretrain"].pk,), {}),
-            "own": ((pool.tasks["alpha-search"].pk,), {}),
+            "other": ((api_pool.tasks["bravo-pretrain"].pk,), {}),
+            "own": ((api_pool.tasks["alpha-search"].pk,), {}),
         },
         "api-usage": {"other": ((), RANGE)},
         "api-health": {"other": ((), RANGE)},
         "api-sharing": {"other": ((), RANGE)},
         "api-statements": {"other": ((), {})},
         "api-statement": {
-            "other": ((pool.statements["bravo"].pk,), {}),
-            "own": ((pool.statements["alpha"].pk,), {}),
+            "other": ((api_pool.statements["bravo"].pk,), {}),
+            "own": ((api_pool.statements["alpha"].pk,), {}),
         },
         "api-price-books": {"other": ((), {}), "team_free": True},
-        "api-price-book": {"other": ((pool.draft_book.pk,), {}), "team_free": True},
+        "api-price-book": {"other": ((api_pool.draft_book.pk,), {}), "team_free": True},
         "api-quota-export": {"other": ((), {}), "quota": True},
         "api-quota-metrics": {"other": ((), {}), "quota": True},
         "api-schema": {"other": ((), {}), "public": True},
@@ -78,15 +78,15 @@ CALLERS = [
 ]
 
 
-def test_it_has_a_case_for_every_url_in_the_api_conf(pool):
+def test_it_has_a_case_for_every_url_in_the_api_conf(api_pool):
     names = {pattern.name for pattern in api_urls.urlpatterns}
-    assert names == set(url_cases(pool))
+    assert names == set(url_cases(api_pool))
 
 
 @pytest.mark.parametrize("caller", CALLERS)
-def test_it_holds_the_team_boundary_on_every_url(pool, callers, caller):
+def test_it_holds_the_team_boundary_on_every_url(api_pool, callers, caller):
     client = callers[caller].client
-    for name, case in url_cases(pool).items():
+    for name, case in url_cases(api_pool).items():
         args, query = case["other"]
         response = client.get(reverse(name, args=args), query)
         expected = expected_status(case, caller, is_detail=bool(args))
@@ -100,9 +100,9 @@ def test_it_holds_the_team_boundary_on_every_url(pool, callers, caller):
 
 
 @pytest.mark.parametrize("caller", ["lead_a", "token_lead"])
-def test_it_lets_a_team_lead_read_their_own_objects(pool, callers, caller):
+def test_it_lets_a_team_lead_read_their_own_objects(api_pool, callers, caller):
     client = callers[caller].client
-    for name, case in url_cases(pool).items():
+    for name, case in url_cases(api_pool).items():
         if "own" not in case:
             continue
         args, query = case["own"]
@@ -111,15 +111,15 @@ def test_it_lets_a_team_lead_read_their_own_objects(pool, callers, caller):
         assert "alpha" in response.content.decode(), name
 
 
-def test_it_answers_the_same_404_for_another_teams_object_and_a_missing_one(pool, callers):
+def test_it_answers_the_same_404_for_another_teams_object_and_a_missing_one(api_pool, callers):
     client = callers["lead_a"].client
-    other = client.get(reverse("api-task", args=[pool.tasks["bravo-pretrain"].pk]))
+    other = client.get(reverse("api-task", args=[api_pool.tasks["bravo-pretrain"].pk]))
     missing = client.get(reverse("api-task", args=[10**9]))
     assert other.status_code == missing.status_code == 404
     assert other.json() == missing.json()
 
 
-def test_it_challenges_anonymous_callers_with_bearer(pool, callers):
+def test_it_challenges_anonymous_callers_with_bearer(api_pool, callers):
     response = callers["anonymous"].client.get(reverse("api-teams"))
     assert response.status_code == 401
     assert response.headers["WWW-Authenticate"] == "Bearer"

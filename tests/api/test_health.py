@@ -26,9 +26,10 @@ from hypothesis import strategies as st
 from kernel import histogram
 from kernel.tasks import INTERRUPTIBLE_KINDS
 from reports import health, selectors
+from tests import factories as f
 from tests.api import expected
-from tests.api import factories as f
-from tests.api.conftest import END, SERVICES, START, TASKS, ZONE
+from tests.pools.api import END, SERVICES, START, TASKS, ZONE
+from tests.slow import starts
 
 RANGE = {"start": START.isoformat(), "end": END.isoformat()}
 
@@ -55,6 +56,7 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
+@starts("Prometheus")
 def prometheus(tmp_path_factory):
     folder = tmp_path_factory.mktemp("prometheus")
     (folder / "prometheus.yml").write_text("global: {}\n")
@@ -125,13 +127,13 @@ def test_it_keeps_only_bounds_every_interval_has():
 # --- The endpoint -----------------------------------------------------------------------
 
 
-def expected_services(pool, teams: set[str] | None = None) -> list[dict]:
+def expected_services(api_pool, teams: set[str] | None = None) -> list[dict]:
     rows = []
     for name, (team, slo, is_key) in sorted(SERVICES.items()):
         if not is_key or (teams is not None and team not in teams):
             continue
         intervals = [
-            histogram.parse_histogram(b) for i, b in pool.latency[name] if expected.in_range(i)
+            histogram.parse_histogram(b) for i, b in api_pool.latency[name] if expected.in_range(i)
         ]
         merged: dict[Decimal, Decimal] = defaultdict(Decimal)
         for buckets in intervals:
@@ -157,11 +159,11 @@ def expected_services(pool, teams: set[str] | None = None) -> list[dict]:
     return rows
 
 
-def expected_waits(pool, teams: set[str] | None = None) -> tuple[dict, list]:
+def expected_waits(api_pool, teams: set[str] | None = None) -> tuple[dict, list]:
     per_kind = defaultdict(list)
-    for task, scheduled, seconds in pool.waits:
-        if expected.in_range(scheduled) and (teams is None or pool.team_of(task) in teams):
-            per_kind[pool.kind_of(task)].append(seconds)
+    for task, scheduled, seconds in api_pool.waits:
+        if expected.in_range(scheduled) and (teams is None or api_pool.team_of(task) in teams):
+            per_kind[api_pool.kind_of(task)].append(seconds)
     every = [s for waits in per_kind.values() for s in waits]
     overall = {
         "waits": len(every),
@@ -174,31 +176,31 @@ def expected_waits(pool, teams: set[str] | None = None) -> tuple[dict, list]:
     return overall, kinds
 
 
-def test_it_gives_the_three_numbers_the_records_give(pool, callers):
+def test_it_gives_the_three_numbers_the_records_give(api_pool, callers):
     body = callers["platform"].client.get(reverse("api-health"), RANGE).json()
-    busy = sum(u.busy for u in pool.usage if expected.in_range(u.interval))
-    capacity = sum(c for i, c in pool.capacity.items() if expected.in_range(i))
+    busy = sum(u.busy for u in api_pool.usage if expected.in_range(u.interval))
+    capacity = sum(c for i, c in api_pool.capacity.items() if expected.in_range(i))
     assert body["utilization"]["effective"] == expected.places(busy / capacity, 6)
     assert body["utilization"]["busy_gpu_hours"] == expected.hours(busy)
     assert body["utilization"]["capacity_gpu_hours"] == expected.hours(capacity)
-    assert body["services"] == expected_services(pool)
+    assert body["services"] == expected_services(api_pool)
     assert any(s["breached_intervals"] for s in body["services"])  # the fixture has breaches
     assert {s["meets_slo"] for s in body["services"]} == {True, False}
-    overall, kinds = expected_waits(pool)
+    overall, kinds = expected_waits(api_pool)
     assert body["wait_overall"] == overall
     assert body["wait_per_kind"] == kinds
     assert (body["scope"], body["before"], body["verdict"]) == ("all", None, None)
 
 
-def test_it_shows_a_team_lead_their_services_and_waits(pool, callers):
+def test_it_shows_a_team_lead_their_services_and_waits(api_pool, callers):
     body = callers["lead_a"].client.get(reverse("api-health"), RANGE).json()
     assert body["scope"] == "own"
-    assert body["services"] == expected_services(pool, teams={"alpha"})
-    overall, kinds = expected_waits(pool, teams={"alpha"})
+    assert body["services"] == expected_services(api_pool, teams={"alpha"})
+    overall, kinds = expected_waits(api_pool, teams={"alpha"})
     assert (body["wait_overall"], body["wait_per_kind"]) == (overall, kinds)
 
 
-def test_it_compares_two_periods_into_a_verdict(pool, callers):
+def test_it_compares_two_periods_into_a_verdict(api_pool, callers):
     query = {
         **RANGE,
         "before_start": START.isoformat(),
@@ -253,14 +255,14 @@ def test_it_calls_a_period_without_capacity_insufficient_data():
 # --- Sharing analytics ------------------------------------------------------------------
 
 
-def test_it_profiles_training_against_inference_by_local_hour(pool, callers):
+def test_it_profiles_training_against_inference_by_local_hour(api_pool, callers):
     body = callers["platform"].client.get(reverse("api-sharing"), RANGE).json()
     training, inference, capacity = defaultdict(Decimal), defaultdict(Decimal), defaultdict(Decimal)
-    for u in pool.usage:
+    for u in api_pool.usage:
         if expected.in_range(u.interval):
             hour = u.interval.astimezone(ZONE).hour
-            (inference if pool.kind_of(u.task) == "inference" else training)[hour] += u.alloc
-    for interval, gpu_seconds in pool.capacity.items():
+            (inference if api_pool.kind_of(u.task) == "inference" else training)[hour] += u.alloc
+    for interval, gpu_seconds in api_pool.capacity.items():
         if expected.in_range(interval):
             capacity[interval.astimezone(ZONE).hour] += gpu_seconds
     profile = {row["hour"]: row for row in body["profile"]}
@@ -284,23 +286,23 @@ def test_it_profiles_training_against_inference_by_local_hour(pool, callers):
     assert Decimal(body["correlation"]) < 0  # the fixture's loads are complementary
 
 
-def test_it_gives_the_interruptible_share_and_preemption_cost(pool, callers):
+def test_it_gives_the_interruptible_share_and_preemption_cost(api_pool, callers):
     body = callers["finance"].client.get(reverse("api-sharing"), RANGE).json()
-    in_range = [u for u in pool.usage if expected.in_range(u.interval)]
+    in_range = [u for u in api_pool.usage if expected.in_range(u.interval)]
     interruptible = sum(u.alloc for u in in_range if TASKS[u.task][1] in INTERRUPTIBLE_KINDS)
     share = interruptible / sum(u.alloc for u in in_range)
     assert body["interruptible_share"] == expected.places(share, 6)
     assert body["time_slicing_pays_off"] is (share >= Decimal("0.5"))
     lost = defaultdict(Decimal)
-    for task, at, gpus, since_start, reported in pool.preemptions:
+    for task, at, gpus, since_start, reported in api_pool.preemptions:
         if expected.in_range(at):
-            lost[pool.team_of(task)] += expected.lost(gpus, since_start, reported)
+            lost[api_pool.team_of(task)] += expected.lost(gpus, since_start, reported)
     assert body["lost_gpu_hours_per_team"] == {t: expected.hours(s) for t, s in lost.items()}
     # min(1800, 5000) * 2 + 1200.5 + min(1800, 900) * 2 + 100 * 0.5, in GPU-hours
     assert body["lost_gpu_hours_per_team"]["bravo"] == "1.85"
 
 
-def test_it_shows_a_team_lead_only_their_preemption_cost(pool, callers):
+def test_it_shows_a_team_lead_only_their_preemption_cost(api_pool, callers):
     body = callers["lead_a"].client.get(reverse("api-sharing"), RANGE).json()
     assert body["lost_gpu_hours_per_team"] == {"alpha": expected.hours(Decimal(500))}
 
@@ -351,7 +353,7 @@ def test_it_merges_stored_buckets_as_summing_each_bound_would(histograms):
 def test_it_reads_stored_histograms_into_the_same_service_numbers(db, histograms, slo, minimum):
     service = f.ServiceFactory(slo_p99_ms=slo)
     for n, buckets in enumerate(histograms):
-        f.LatencyFactory(
+        f.LatencyIntervalFactory(
             service=service, interval_start=START + n * dt.timedelta(minutes=5), buckets=buckets
         )
     [got] = [

@@ -17,7 +17,7 @@ from hypothesis import settings as hypothesis_settings
 
 from access.services import api_token_create
 from config import api_urls
-from tests.api.factories import RoleFactory
+from tests.factories import RoleFactory
 
 SCHEMA = SchemaGenerator().get_schema(request=None, public=True)
 # Fuzz our endpoints (the schema view is drf-spectacular's own) through the real WSGI app.
@@ -53,7 +53,7 @@ def test_it_serves_the_schema_with_every_path_and_the_token_scheme(db, client):
 
 
 @pytest.fixture
-def fuzz_client(pool, settings):
+def fuzz_client(api_pool, settings):
     """A finance token with both scopes: the widest view, so every operation is reached."""
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {}}
     owner = RoleFactory(user__username="fuzz", name="finance").user

@@ -1,4 +1,5 @@
-"""Fixtures for billing tests: the pool's time zone, the default book, small pools."""
+"""Fixtures for billing tests: the pool's time zone, the default book, the boundary pool
+(tests/pools), the worked example written into the metering tables."""
 
 from __future__ import annotations
 
@@ -16,16 +17,14 @@ from billing.scenarios import BuiltScenario, PricedScenario, scenario_price
 from billing.services import price_book_ensure_default
 from metering.models import CapacityInterval, LatencyInterval, Preemption, UsageInterval
 from metering.services import latency_p99
-from tests.billing.factories import (
+from tests.factories import (
     IngestWindowFactory,
     ServiceFactory,
-    SmallPool,
     SourceFactory,
     TaskFactory,
     TeamFactory,
-    small_pool,
+    windows_complete,
 )
-from tests.factories import windows_complete
 
 
 @pytest.fixture(autouse=True)
@@ -41,15 +40,6 @@ def default_book(db) -> PriceBook:
     """The published default book v1 (the migration's; re-created after a flush)."""
     price_book_ensure_default()
     return PriceBook.objects.get(version=1)
-
-
-@pytest.fixture
-def pool(default_book) -> SmallPool:
-    """36 hours of an 8-GPU pool from 2026-09-30 00:00 Asia/Shanghai (see factories), the
-    rest of September and October ingested and empty."""
-    pool = small_pool()
-    windows_complete(periods=("2026-09", "2026-10"))
-    return pool
 
 
 @pytest.fixture

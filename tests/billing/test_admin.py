@@ -60,7 +60,7 @@ def test_it_shows_a_published_book_read_only(admin_client, default_book):
     assert delete.status_code == 403
 
 
-def test_it_shows_statements_without_letting_anyone_edit_them(admin_client, pool):
+def test_it_shows_statements_without_letting_anyone_edit_them(admin_client, boundary_pool):
     period_close(period="2026-09")
     statement = Statement.objects.get(team__name="vision")
 

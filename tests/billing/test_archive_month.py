@@ -19,14 +19,14 @@ from billing.selectors import period_bounds, period_verification
 from billing.services import period_close
 from metering import partitions
 from metering.models import CapacityInterval, LatencyInterval, UsageHour, UsageInterval
-from tests.billing.helpers import command_output
+from tests.helpers import command_output
 
 pytestmark = pytest.mark.django_db
 SEPTEMBER = "2026-09"
 
 
 @pytest.fixture
-def september_partitioned(pool) -> partitions.Month:
+def september_partitioned(boundary_pool) -> partitions.Month:
     """The pool's September moved from the default partitions into a partition of its own,
     as beat would have created it ahead of the month."""
     month = partitions.month_of(SEPTEMBER)

@@ -19,13 +19,13 @@ from billing.models import (
     StatementLineTask,
 )
 from billing.services import period_close
-from tests.billing.helpers import billing_rows, run_sql
+from tests.helpers import billing_rows, run_sql
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def closed(pool) -> PeriodClose:
+def closed(boundary_pool) -> PeriodClose:
     return period_close(period="2026-09").period_close
 
 

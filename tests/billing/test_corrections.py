@@ -15,21 +15,20 @@ from billing.pricing import price, result_to_dict, scenario_from_dict
 from billing.selectors import period_scenario_text, period_verification
 from billing.services import period_close
 from metering.models import CapacityInterval, IngestWindow, UsageInterval
-from tests.billing.factories import IngestWindowFactory
-from tests.billing.helpers import billing_rows
-from tests.factories import windows_complete
+from tests.factories import IngestWindowFactory, windows_complete
+from tests.helpers import billing_rows
 
 pytestmark = pytest.mark.django_db
 SEPTEMBER, OCTOBER, NOVEMBER = "2026-09", "2026-10", "2026-11"
 
 
-def late_data_for_september(pool, *, hours: tuple[int, int]) -> None:
+def late_data_for_september(boundary_pool, *, hours: tuple[int, int]) -> None:
     """Re-ingested September windows halve vit-pretrain's usage in peak hours (local 10-12)
     and flag themselves as changed after their first write, as metering does."""
     start = dt.datetime(2026, 9, 30, hours[0], tzinfo=dt.UTC)
     end = dt.datetime(2026, 9, 30, hours[1], tzinfo=dt.UTC)
     UsageInterval.objects.filter(
-        task=pool.tasks["vit-pretrain"], interval_start__gte=start, interval_start__lt=end
+        task=boundary_pool.tasks["vit-pretrain"], interval_start__gte=start, interval_start__lt=end
     ).update(alloc_gpu_seconds=F("alloc_gpu_seconds") / 2)
     IngestWindow.objects.filter(start__gte=start, start__lt=end).update(
         changed_after_first_write=timezone.now()
@@ -62,11 +61,11 @@ def engine_lines(result: dict) -> dict[tuple[str, str], Decimal]:
     }
 
 
-def test_it_adds_corrections_of_september_to_octobers_statements(pool):
+def test_it_adds_corrections_of_september_to_octobers_statements(boundary_pool):
     period_close(period=SEPTEMBER)
     september_rows = billing_rows()
     original = engine_lines(repriced(SEPTEMBER, 0))
-    late_data_for_september(pool, hours=(2, 4))
+    late_data_for_september(boundary_pool, hours=(2, 4))
 
     outcome = period_close(period=OCTOBER)
 
@@ -85,9 +84,9 @@ def test_it_adds_corrections_of_september_to_octobers_statements(pool):
     assert PeriodScenario.objects.get(period=SEPTEMBER, revision=1).priced_in == october
 
 
-def test_it_keeps_the_pool_cost_identity_with_corrections(pool):
+def test_it_keeps_the_pool_cost_identity_with_corrections(boundary_pool):
     period_close(period=SEPTEMBER)
-    late_data_for_september(pool, hours=(2, 4))
+    late_data_for_september(boundary_pool, hours=(2, 4))
     CapacityInterval.objects.filter(
         interval_start=dt.datetime(2026, 9, 30, 5, tzinfo=dt.UTC)
     ).update(
@@ -115,19 +114,19 @@ def test_it_keeps_the_pool_cost_identity_with_corrections(pool):
     assert idle.amount > 0 and "Correction of September 2026" in idle.description
 
 
-def test_it_corrects_a_month_twice_from_what_was_billed_so_far(pool):
+def test_it_corrects_a_month_twice_from_what_was_billed_so_far(boundary_pool):
     period_close(period=SEPTEMBER)
-    late_data_for_september(pool, hours=(2, 3))
+    late_data_for_september(boundary_pool, hours=(2, 3))
     period_close(period=OCTOBER)
-    late_data_for_september(pool, hours=(3, 4))
+    late_data_for_september(boundary_pool, hours=(3, 4))
     november_interval = dt.datetime(2026, 11, 10, tzinfo=dt.UTC)
     CapacityInterval.objects.create(
-        source=pool.source,
+        source=boundary_pool.source,
         interval_start=november_interval,
         gpus_present=8,
         capacity_gpu_seconds=2400,
     )
-    IngestWindowFactory(source=pool.source, start=november_interval)
+    IngestWindowFactory(source=boundary_pool.source, start=november_interval)
     windows_complete(periods=[NOVEMBER])
 
     november = period_close(period=NOVEMBER, now=dt.datetime(2026, 12, 1, tzinfo=dt.UTC))
@@ -137,9 +136,9 @@ def test_it_corrects_a_month_twice_from_what_was_billed_so_far(pool):
     assert period_verification(SEPTEMBER).ok
 
 
-def test_it_verifies_a_corrected_month_against_its_latest_revision(pool):
+def test_it_verifies_a_corrected_month_against_its_latest_revision(boundary_pool):
     period_close(period=SEPTEMBER)
-    late_data_for_september(pool, hours=(2, 4))
+    late_data_for_september(boundary_pool, hours=(2, 4))
     assert not period_verification(SEPTEMBER).ok  # late data not yet carried by any close
 
     period_close(period=OCTOBER)
@@ -149,10 +148,11 @@ def test_it_verifies_a_corrected_month_against_its_latest_revision(pool):
     assert "revision 1, carried by the close of 2026-10" in verification.notes[0]
 
 
-def test_it_finds_unflagged_changes_only_when_asked_to_recheck(pool):
+def test_it_finds_unflagged_changes_only_when_asked_to_recheck(boundary_pool):
     period_close(period=SEPTEMBER)
     UsageInterval.objects.filter(
-        task=pool.tasks["search-api"], interval_start=dt.datetime(2026, 9, 30, 1, tzinfo=dt.UTC)
+        task=boundary_pool.tasks["search-api"],
+        interval_start=dt.datetime(2026, 9, 30, 1, tzinfo=dt.UTC),
     ).update(alloc_gpu_seconds=F("alloc_gpu_seconds") - 75)
 
     with_recheck = period_close(period=OCTOBER, recheck=[SEPTEMBER])
@@ -161,7 +161,7 @@ def test_it_finds_unflagged_changes_only_when_asked_to_recheck(pool):
     assert stored_lines(SEPTEMBER) == engine_lines(repriced(SEPTEMBER, 1))
 
 
-def test_it_adds_no_corrections_when_nothing_changed(pool):
+def test_it_adds_no_corrections_when_nothing_changed(boundary_pool):
     period_close(period=SEPTEMBER)
     IngestWindow.objects.update(changed_after_first_write=timezone.now())  # re-ingested, same data
 

@@ -23,7 +23,7 @@ from billing.services import (
     price_book_publish,
     price_book_set_gpu_classes,
 )
-from tests.billing.helpers import command_output, run_sql
+from tests.helpers import command_output, run_sql
 from tests.pricing.builders import H100, L40S
 
 pytestmark = pytest.mark.django_db
@@ -231,7 +231,7 @@ def test_it_lists_the_classes_in_the_price_book_api_and_page(admin_client, defau
     assert "NVIDIA L40S" in page and "none (one class: default)" in page
 
 
-def test_it_closes_and_exports_a_period_priced_with_classes(pool):
+def test_it_closes_and_exports_a_period_priced_with_classes(boundary_pool):
     # A book with classes for September: metering records no GPU model yet, so all usage
     # is the class `default` and prices as before; the book's classes travel in the scenario.
     book = price_book_publish(price_book_id=drafted(H100, L40S).pk)

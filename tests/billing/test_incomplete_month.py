@@ -14,8 +14,8 @@ from billing import services
 from billing.models import PeriodClose
 from billing.services import BillingError, PeriodCloseRefused, period_close
 from metering.models import IngestWindow
-from tests.billing.factories import small_pool
-from tests.billing.helpers import command_output
+from tests.helpers import command_output
+from tests.pools.boundary import build_boundary_pool
 
 pytestmark = pytest.mark.django_db
 SEPTEMBER = "2026-09"
@@ -23,10 +23,10 @@ UTC = dt.UTC
 REASON = "Prometheus lost its TSDB on 10-12 September; finance bills the rest (ticket FIN-88)"
 
 
-def make_september_short(pool) -> None:
+def make_september_short(boundary_pool) -> None:
     """Three days and an hour never ingested, two hours ingested below the threshold."""
     IngestWindow.objects.filter(
-        source=pool.source,
+        source=boundary_pool.source,
         start__gte=dt.datetime(2026, 9, 10, tzinfo=UTC),
         start__lt=dt.datetime(2026, 9, 13, tzinfo=UTC),
     ).delete()
@@ -44,8 +44,8 @@ SHORT_SEPTEMBER = [
 ]
 
 
-def test_it_refuses_a_month_with_missing_windows_naming_the_ranges(pool):
-    make_september_short(pool)
+def test_it_refuses_a_month_with_missing_windows_naming_the_ranges(boundary_pool):
+    make_september_short(boundary_pool)
 
     with pytest.raises(PeriodCloseRefused) as refused:
         period_close(period=SEPTEMBER)
@@ -55,7 +55,7 @@ def test_it_refuses_a_month_with_missing_windows_naming_the_ranges(pool):
 
 
 def test_it_refuses_a_month_of_which_one_day_was_ingested(default_book):
-    small_pool()  # 30 September and 1 October metered, nothing before
+    build_boundary_pool()  # 30 September and 1 October metered, nothing before
 
     with pytest.raises(PeriodCloseRefused) as refused:
         period_close(period=SEPTEMBER)
@@ -65,7 +65,7 @@ def test_it_refuses_a_month_of_which_one_day_was_ingested(default_book):
     ]
 
 
-def test_it_refuses_metering_rows_without_any_window(pool):
+def test_it_refuses_metering_rows_without_any_window(boundary_pool):
     IngestWindow.objects.all().delete()
 
     with pytest.raises(PeriodCloseRefused) as refused:
@@ -76,8 +76,8 @@ def test_it_refuses_metering_rows_without_any_window(pool):
     ]
 
 
-def test_it_names_the_ranges_in_the_commands_error_and_how_to_go_on(pool):
-    make_september_short(pool)
+def test_it_names_the_ranges_in_the_commands_error_and_how_to_go_on(boundary_pool):
+    make_september_short(boundary_pool)
 
     with pytest.raises(CommandError) as refused:
         call_command("close_period", "--period", SEPTEMBER)
@@ -89,8 +89,8 @@ def test_it_names_the_ranges_in_the_commands_error_and_how_to_go_on(pool):
     assert len(message.splitlines()) == 1 + len(SHORT_SEPTEMBER) + 1
 
 
-def test_it_closes_with_accept_incomplete_recording_the_reason_and_the_ranges(pool):
-    make_september_short(pool)
+def test_it_closes_with_accept_incomplete_recording_the_reason_and_the_ranges(boundary_pool):
+    make_september_short(boundary_pool)
 
     output = command_output("close_period", "--period", SEPTEMBER, "--accept-incomplete", REASON)
 
@@ -114,7 +114,7 @@ def test_it_closes_with_accept_incomplete_recording_the_reason_and_the_ranges(po
     }
 
 
-def test_it_records_no_flag_when_the_accepted_month_was_complete(pool):
+def test_it_records_no_flag_when_the_accepted_month_was_complete(boundary_pool):
     close = period_close(period=SEPTEMBER, accept_incomplete=REASON).period_close
 
     assert not close.is_incomplete and close.incomplete_ranges == []
@@ -122,8 +122,8 @@ def test_it_records_no_flag_when_the_accepted_month_was_complete(pool):
     assert entry.changes == {"pool_cost": str(close.pool_cost)}
 
 
-def test_it_accepts_only_metering_gaps_never_a_month_that_is_not_over(pool):
-    make_september_short(pool)
+def test_it_accepts_only_metering_gaps_never_a_month_that_is_not_over(boundary_pool):
+    make_september_short(boundary_pool)
 
     with pytest.raises(PeriodCloseRefused) as refused:
         period_close(
@@ -139,8 +139,8 @@ def test_it_accepts_only_metering_gaps_never_a_month_that_is_not_over(pool):
     assert not PeriodClose.objects.exists()
 
 
-def test_it_never_accepts_incomplete_in_the_beat_close_and_logs_the_ranges(pool, caplog):
-    make_september_short(pool)
+def test_it_never_accepts_incomplete_in_the_beat_close_and_logs_the_ranges(boundary_pool, caplog):
+    make_september_short(boundary_pool)
 
     with caplog.at_level(logging.WARNING, logger="billing.services"):
         closed = services.period_close_due(now=dt.datetime(2026, 9, 30, 18, tzinfo=UTC))

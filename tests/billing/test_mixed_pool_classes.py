@@ -37,10 +37,9 @@ from billing.selectors import period_scenario_text, period_verification
 from billing.services import period_close
 from metering.models import CapacityInterval, Preemption, Task, UsageInterval
 from reports.render_focus import focus_csv
-from tests.billing.factories import SourceFactory, TaskFactory, TeamFactory
-from tests.billing.helpers import run_sql
 from tests.dashboards.conftest import make_user
-from tests.factories import windows_complete
+from tests.factories import SourceFactory, TaskFactory, TeamFactory, windows_complete
+from tests.helpers import run_sql
 
 pytestmark = pytest.mark.django_db
 OCTOBER = "2026-10"

@@ -24,7 +24,7 @@ from billing.services import (
     price_book_publish,
 )
 from metering.models import IngestWindow, Team, UsageInterval
-from tests.billing.factories import QuotaFactory, TeamFactory, UsageIntervalFactory
+from tests.factories import QuotaFactory, TeamFactory, UsageIntervalFactory
 
 pytestmark = pytest.mark.django_db
 UTC = dt.UTC
@@ -34,12 +34,12 @@ LAST_HOUR = dt.datetime(2026, 10, 31, 15, 30, tzinfo=UTC)  # 23:30 on 31 October
 
 
 @pytest.fixture
-def october(pool):
+def october(boundary_pool):
     """The small pool (its October part: 1 October 00:00 to 12:00 local), with every hour of
-    October after it ingested, empty (the pool fixture's), so a close of October prices the
+    October after it ingested, empty (the boundary_pool fixture's), so a close of October prices the
     same rows."""
-    QuotaFactory(team=pool.teams["search"], allowance_money=Decimal("100.00"))
-    return pool
+    QuotaFactory(team=boundary_pool.teams["search"], allowance_money=Decimal("100.00"))
+    return boundary_pool
 
 
 def statuses_at(at: dt.datetime) -> dict:

@@ -23,12 +23,12 @@ from billing.models import (
 from billing.pricing import ScenarioError, scenario_hash
 from billing.services import PeriodCloseRefused, period_close
 from metering.models import CapacityInterval, IngestWindow, LatencyInterval, UsageInterval
-from tests.billing.factories import (
+from tests.factories import (
     SourceFactory,
     TaskFactory,
     UsageIntervalFactory,
 )
-from tests.billing.helpers import billing_rows, command_output, exported_and_repriced
+from tests.helpers import billing_rows, command_output, exported_and_repriced
 
 pytestmark = pytest.mark.django_db
 SEPTEMBER = "2026-09"
@@ -86,7 +86,7 @@ def test_it_closes_the_worked_example_to_the_cent(worked_example, fixtures_dir, 
     }
 
 
-def test_it_reprices_the_exported_scenario_to_the_stored_amounts(pool, tmp_path):
+def test_it_reprices_the_exported_scenario_to_the_stored_amounts(boundary_pool, tmp_path):
     close = period_close(period=SEPTEMBER).period_close
 
     repriced = exported_and_repriced(SEPTEMBER, tmp_path)
@@ -100,7 +100,7 @@ def test_it_reprices_the_exported_scenario_to_the_stored_amounts(pool, tmp_path)
     assert scenario_hash(exported) == close.scenario_sha256
 
 
-def test_it_stores_a_scenario_whose_sha256_is_the_engines_hash(pool):
+def test_it_stores_a_scenario_whose_sha256_is_the_engines_hash(boundary_pool):
     close = period_close(period=SEPTEMBER).period_close
 
     text = PeriodScenario.objects.get(period=SEPTEMBER, revision=0).scenario_text()
@@ -109,7 +109,7 @@ def test_it_stores_a_scenario_whose_sha256_is_the_engines_hash(pool):
     assert scenario_hash(json.loads(text)) == close.scenario_sha256
 
 
-def test_it_takes_only_the_months_intervals_in_the_pools_time_zone(pool):
+def test_it_takes_only_the_months_intervals_in_the_pools_time_zone(boundary_pool):
     close = period_close(period=SEPTEMBER).period_close
 
     september_local = CapacityInterval.objects.filter(
@@ -123,7 +123,7 @@ def test_it_takes_only_the_months_intervals_in_the_pools_time_zone(pool):
     assert close.period_end == dt.datetime(2026, 9, 30, 16, tzinfo=dt.UTC)
 
 
-def test_it_accounts_for_every_cent_of_the_pool(pool):
+def test_it_accounts_for_every_cent_of_the_pool(boundary_pool):
     close = period_close(period=SEPTEMBER).period_close
 
     statements = Statement.objects.filter(period_close=close)
@@ -136,7 +136,7 @@ def test_it_accounts_for_every_cent_of_the_pool(pool):
         assert statement.total == statement.lines.aggregate(total=Sum("amount"))["total"]
 
 
-def test_it_explains_each_line_by_its_tasks(pool):
+def test_it_explains_each_line_by_its_tasks(boundary_pool):
     close = period_close(period=SEPTEMBER).period_close
 
     lines = StatementLine.objects.filter(statement__period_close=close)
@@ -160,7 +160,7 @@ def test_it_explains_each_line_by_its_tasks(pool):
     assert [part.service.external_id for part in credit.tasks.all()] == ["search-api"]
 
 
-def test_it_changes_nothing_when_closed_twice(pool):
+def test_it_changes_nothing_when_closed_twice(boundary_pool):
     first = period_close(period=SEPTEMBER)
     before = billing_rows()
 
@@ -172,11 +172,12 @@ def test_it_changes_nothing_when_closed_twice(pool):
     assert billing_rows() == before
 
 
-def test_it_says_when_a_closed_months_data_changed_without_editing_it(pool):
+def test_it_says_when_a_closed_months_data_changed_without_editing_it(boundary_pool):
     period_close(period=SEPTEMBER)
     before = billing_rows()
     UsageInterval.objects.filter(
-        task=pool.tasks["search-api"], interval_start=dt.datetime(2026, 9, 30, 3, tzinfo=dt.UTC)
+        task=boundary_pool.tasks["search-api"],
+        interval_start=dt.datetime(2026, 9, 30, 3, tzinfo=dt.UTC),
     ).update(alloc_gpu_seconds=F("alloc_gpu_seconds") - 1)
 
     again = period_close(period=SEPTEMBER)
@@ -185,9 +186,11 @@ def test_it_says_when_a_closed_months_data_changed_without_editing_it(pool):
     assert billing_rows() == before
 
 
-def test_it_refuses_while_a_window_is_pending_or_failed_naming_them(pool):
-    IngestWindow.objects.filter(start=pool.start + dt.timedelta(hours=3)).update(status="pending")
-    IngestWindow.objects.filter(start=pool.start + dt.timedelta(hours=5)).update(
+def test_it_refuses_while_a_window_is_pending_or_failed_naming_them(boundary_pool):
+    IngestWindow.objects.filter(start=boundary_pool.start + dt.timedelta(hours=3)).update(
+        status="pending"
+    )
+    IngestWindow.objects.filter(start=boundary_pool.start + dt.timedelta(hours=5)).update(
         status="failed", error="Prometheus answered 503"
     )
 
@@ -201,8 +204,8 @@ def test_it_refuses_while_a_window_is_pending_or_failed_naming_them(pool):
     assert not PeriodClose.objects.exists()
 
 
-def test_it_refuses_a_window_below_the_completeness_threshold(pool, settings):
-    IngestWindow.objects.filter(start=pool.start).update(completeness=Decimal("0.985"))
+def test_it_refuses_a_window_below_the_completeness_threshold(boundary_pool, settings):
+    IngestWindow.objects.filter(start=boundary_pool.start).update(completeness=Decimal("0.985"))
     settings.TANDEM_MIN_COMPLETENESS = Decimal("0.99")
 
     with pytest.raises(PeriodCloseRefused, match=r"98\.50% complete, below the 99\.00% required"):
@@ -212,12 +215,12 @@ def test_it_refuses_a_window_below_the_completeness_threshold(pool, settings):
     assert period_close(period=SEPTEMBER).created
 
 
-def test_it_names_the_missing_node_when_it_refuses_an_incomplete_window(pool):
+def test_it_names_the_missing_node_when_it_refuses_an_incomplete_window(boundary_pool):
     missing = (
         "completeness: node gpu-node-02 (dcgm-exporter 10.42.0.12:9400) missing 4 GPU(s): "
         "GPU-a 300 s, GPU-b 300 s, GPU-c 300 s, GPU-d 300 s; its exporter answered 0 of 5 scrapes"
     )
-    IngestWindow.objects.filter(start=pool.start).update(
+    IngestWindow.objects.filter(start=boundary_pool.start).update(
         completeness=Decimal("0.5"), warnings=["io: series {} has no pod label", missing]
     )
 
@@ -228,14 +231,14 @@ def test_it_names_the_missing_node_when_it_refuses_an_incomplete_window(pool):
     assert reason.endswith(f"50.00% complete, below the 99.00% required ({missing})")
 
 
-def test_it_ignores_windows_of_other_months(pool):
+def test_it_ignores_windows_of_other_months(boundary_pool):
     october = IngestWindow.objects.filter(start=dt.datetime(2026, 10, 5, tzinfo=dt.UTC))
     assert october.update(status="pending") == 1
 
     assert period_close(period=SEPTEMBER).created
 
 
-def test_it_refuses_a_month_that_is_not_over(pool):
+def test_it_refuses_a_month_that_is_not_over(boundary_pool):
     with pytest.raises(PeriodCloseRefused, match="the month is not over until 2026-09-30T16:00"):
         period_close(period=SEPTEMBER, now=dt.datetime(2026, 9, 30, 12, tzinfo=dt.UTC))
 
@@ -246,11 +249,13 @@ def test_it_refuses_a_month_without_metering_data(default_book):
     assert not PeriodClose.objects.exists()
 
 
-def test_it_refuses_bad_metering_data_naming_the_record_and_stores_nothing(pool):
+def test_it_refuses_bad_metering_data_naming_the_record_and_stores_nothing(boundary_pool):
     interval = dt.datetime(2026, 9, 29, 18, 5, tzinfo=dt.UTC)
-    UsageInterval.objects.filter(task=pool.tasks["vit-pretrain"], interval_start=interval).delete()
+    UsageInterval.objects.filter(
+        task=boundary_pool.tasks["vit-pretrain"], interval_start=interval
+    ).delete()
     UsageIntervalFactory(
-        task=pool.tasks["vit-pretrain"], interval_start=interval, alloc_gpu_seconds=2400
+        task=boundary_pool.tasks["vit-pretrain"], interval_start=interval, alloc_gpu_seconds=2400
     )
 
     with pytest.raises(ScenarioError, match=r"usage\[\d+\]: allocations of 2026-09-29T18:05:00Z"):
@@ -264,8 +269,8 @@ def test_it_refuses_a_malformed_period():
         period_close(period="2026-13")
 
 
-def test_it_reports_refusals_through_the_command_without_a_traceback(pool):
-    IngestWindow.objects.filter(start=pool.start).update(status="running")
+def test_it_reports_refusals_through_the_command_without_a_traceback(boundary_pool):
+    IngestWindow.objects.filter(start=boundary_pool.start).update(status="running")
 
     with pytest.raises(CommandError) as refused:
         call_command("close_period", "--period", SEPTEMBER)
@@ -273,7 +278,7 @@ def test_it_reports_refusals_through_the_command_without_a_traceback(pool):
     assert "window default 2026-09-29T16:00Z to 2026-09-29T17:00Z is running" in str(refused.value)
 
 
-def test_it_closes_through_the_command(pool):
+def test_it_closes_through_the_command(boundary_pool):
     output = command_output("close_period", "--period", SEPTEMBER)
 
     close = PeriodClose.objects.get(period=SEPTEMBER)
@@ -281,9 +286,10 @@ def test_it_closes_through_the_command(pool):
     assert "already closed" in command_output("close_period", "--period", SEPTEMBER)
 
 
-def test_it_refuses_a_malformed_latency_histogram_naming_it(pool):
+def test_it_refuses_a_malformed_latency_histogram_naming_it(boundary_pool):
     LatencyInterval.objects.filter(
-        service=pool.services["chat-api"], interval_start=dt.datetime(2026, 9, 30, 2, tzinfo=dt.UTC)
+        service=boundary_pool.services["chat-api"],
+        interval_start=dt.datetime(2026, 9, 30, 2, tzinfo=dt.UTC),
     ).update(buckets=[["0.5", 10], ["0.1", 20], ["0.1", 30], ["+Inf", 30]])
 
     with pytest.raises(ScenarioError, match="latency of 'chat-api' in 2026-09-30T02:00:00Z"):
@@ -291,10 +297,13 @@ def test_it_refuses_a_malformed_latency_histogram_naming_it(pool):
     assert not PeriodClose.objects.exists()
 
 
-def test_it_names_tasks_of_two_sources_with_the_same_id_apart(pool):
+def test_it_names_tasks_of_two_sources_with_the_same_id_apart(boundary_pool):
     other_source = SourceFactory(name="west")
     twin = TaskFactory(
-        source=other_source, external_id="llm-sft", team=pool.teams["nlp"], kind="inference"
+        source=other_source,
+        external_id="llm-sft",
+        team=boundary_pool.teams["nlp"],
+        kind="inference",
     )
     UsageIntervalFactory(
         task=twin, interval_start=dt.datetime(2026, 9, 30, 3, tzinfo=dt.UTC), alloc_gpu_seconds=1
@@ -309,7 +318,7 @@ def test_it_names_tasks_of_two_sources_with_the_same_id_apart(pool):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_closes_outside_a_transaction_reading_one_snapshot(pool):
+def test_it_closes_outside_a_transaction_reading_one_snapshot(boundary_pool):
     """As from the command line or Celery: the reads run in their own REPEATABLE READ
     transaction and the writes in another."""
     outcome = period_close(period=SEPTEMBER)

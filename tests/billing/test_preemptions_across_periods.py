@@ -17,9 +17,8 @@ from billing.scenarios import SCENARIO_BUILDER_VERSION
 from billing.selectors import period_scenario_text, period_verification
 from billing.services import period_close
 from metering.models import CapacityInterval, Preemption, Task, UsageInterval
-from tests.billing.factories import SourceFactory, TaskFactory, TeamFactory
-from tests.billing.helpers import command_output
-from tests.factories import windows_complete
+from tests.factories import SourceFactory, TaskFactory, TeamFactory, windows_complete
+from tests.helpers import command_output
 
 pytestmark = pytest.mark.django_db
 OCTOBER, NOVEMBER = "2026-10", "2026-11"

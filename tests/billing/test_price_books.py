@@ -17,7 +17,7 @@ from billing.services import (
     price_book_ensure_default,
     price_book_publish,
 )
-from tests.billing.helpers import run_sql
+from tests.helpers import run_sql
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ import pytest
 from billing.selectors import quota_status, quota_statuses
 from billing.services import BillingError, quota_set
 from metering.models import IngestWindow
-from tests.billing.factories import (
+from tests.factories import (
     IngestWindowFactory,
     QuotaFactory,
     SourceFactory,

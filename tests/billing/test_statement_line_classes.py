@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 from billing.models import ImmutableRecordError, StatementLine, StatementLineClass
 from billing.pricing.money import hours, round_money
 from billing.services import period_close
-from tests.billing.helpers import run_sql
+from tests.helpers import run_sql
 
 pytestmark = pytest.mark.django_db
 

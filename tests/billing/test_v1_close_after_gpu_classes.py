@@ -19,7 +19,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from billing.selectors import period_verification
 from metering.models import Service, Task, Team
-from tests.billing.helpers import command_output
+from tests.helpers import command_output
 
 pytestmark = pytest.mark.django_db
 BEFORE_GPU_CLASSES = [("billing", "0002_immutable_rows_and_default_price_book")]

@@ -14,14 +14,14 @@ from billing.pricing import price, result_to_dict, scenario_from_dict
 from billing.selectors import period_verification
 from billing.services import period_close
 from metering.models import LatencyInterval, UsageInterval
-from tests.billing.helpers import command_output
+from tests.helpers import command_output
 
 pytestmark = pytest.mark.django_db
 SEPTEMBER = "2026-09"
 
 
 @pytest.fixture
-def closed(pool):
+def closed(boundary_pool):
     return period_close(period=SEPTEMBER).period_close
 
 

@@ -14,14 +14,14 @@ from billing.models import PriceBook
 from billing.pricing import price, scenario_from_dict
 from billing.selectors import period_scenario_text, period_whatif
 from billing.services import period_close, price_book_create_draft
-from tests.billing.helpers import billing_rows, command_output
+from tests.helpers import billing_rows, command_output
 
 pytestmark = pytest.mark.django_db
 SEPTEMBER = "2026-09"
 
 
 @pytest.fixture
-def draft(pool) -> PriceBook:
+def draft(boundary_pool) -> PriceBook:
     period_close(period=SEPTEMBER)
     return price_book_create_draft(
         effective_from=dt.date(2027, 1, 1),

@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import User
 from django.db import transaction
 
 from access.services import role_assign
-from billing import services as billing_services
 from billing.models import PriceBook
 from metering.models import Team
-from tests.dashboards.pool import Pool, build_pool
-from tests.factories import windows_complete
-
-MONTH = "2026-10"
-PREVIOUS_MONTH = "2026-09"
-# Closing a month needs it to be over; tests pass this instant instead of the clock.
-AFTER_BOTH_MONTHS = dt.datetime(2026, 11, 15, tzinfo=dt.UTC)
+from tests.pools.pages import PagePool, build_closed_page_pool
 
 
 @dataclass
@@ -64,39 +55,20 @@ def make_people(*, passwords: Iterable[str] = ()) -> People:
     )
 
 
-def make_closed_pool() -> Pool:
-    """September (3 days) and October (2 days) metered, both closed; a draft book for what-if.
-
-    A flush (transactional tests) removes the default book the migration wrote: make sure of it.
-    """
-    billing_services.price_book_ensure_default()
-    build_pool(first_day=dt.date(2026, 9, 1), days=3, seed=2)
-    pool = build_pool(first_day=dt.date(2026, 10, 1), days=2, seed=1)
-    windows_complete(periods=(PREVIOUS_MONTH, MONTH))
-    for period in (PREVIOUS_MONTH, MONTH):
-        billing_services.period_close(period=period, now=AFTER_BOTH_MONTHS)
-    billing_services.price_book_create_draft(
-        effective_from=dt.date(2027, 1, 1),
-        notes="cheaper hardware",
-        depreciation_per_gpu_hour=Decimal("9.50"),
-    )
-    return pool
-
-
 @pytest.fixture(scope="module")
-def shared_pool(django_db_setup, django_db_blocker) -> Iterator[tuple[Pool, People]]:
+def shared_pool(django_db_setup, django_db_blocker) -> Iterator[tuple[PagePool, People]]:
     """The pool and people, built once per module in a transaction rolled back at its end.
 
     Each test runs inside it in a savepoint (the `db` fixture), so tests still see only their
     own changes, and nothing outlives the module for the other areas' tests.
     """
     with django_db_blocker.unblock(), transaction.atomic():
-        yield make_closed_pool(), make_people()
+        yield build_closed_page_pool(), make_people()
         transaction.set_rollback(True)
 
 
 @pytest.fixture
-def closed_pool(shared_pool, db) -> Pool:
+def closed_pool(shared_pool, db) -> PagePool:
     return shared_pool[0]
 
 

@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from billing.models import PeriodClose, Statement, StatementLine
 from metering.models import IngestWindow, Task, Team
-from tests.dashboards.conftest import MONTH
+from tests.pools.pages import MONTH
 
 PAGES = [
     ("dashboards:overview", []),

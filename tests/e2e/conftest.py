@@ -13,6 +13,7 @@ import pytest
 from playwright.sync_api import Browser, sync_playwright
 
 from reports.render_pdf import CHROMIUM_ARGS, chromium_path
+from tests.slow import starts
 
 # True once plotly has drawn every chart on the page (a page without charts is fine too).
 CHARTS_DRAWN_JS = """
@@ -22,6 +23,7 @@ CHARTS_DRAWN_JS = """
 
 
 @pytest.fixture
+@starts("Chromium")
 def browser() -> Iterator[Browser]:
     """Chromium from Debian (never `playwright install`), headless, no sandbox, offline."""
     with sync_playwright() as playwright:

@@ -16,8 +16,12 @@ from playwright.sync_api import Browser, Page
 from billing.models import StatementLine
 from metering.models import Task, Team
 from reports import services as report_services
-from tests.dashboards.conftest import MONTH, make_closed_pool, make_people
+from tests.dashboards.conftest import make_people
 from tests.e2e.conftest import CHARTS_DRAWN_JS
+from tests.pools.pages import MONTH, build_closed_page_pool
+
+# Every test here starts Prometheus, a Celery worker or Chromium (tests/slow.py).
+pytestmark = pytest.mark.slow
 
 VIEWPORT = {"width": 1440, "height": 900}
 
@@ -39,7 +43,7 @@ class Site:
 @pytest.fixture
 def site(transactional_db, live_server, settings, tmp_path) -> Site:
     settings.TANDEM_REPORTS_DIR = str(tmp_path / "reports")
-    make_closed_pool()
+    build_closed_page_pool()
     make_people(passwords=["fiona", "vera"])
     vision, search = Team.objects.get(name="vision"), Team.objects.get(name="search")
     vision_task = Task.objects.get(external_id="vision-resnet-train")

@@ -24,6 +24,9 @@ from tests.dashboards.conftest import make_user
 from tests.e2e.conftest import CHARTS_DRAWN_JS
 from tests.metering.conftest import ingest_span, pool_span, prometheus_over
 
+# Every test here starts Prometheus, a Celery worker or Chromium (tests/slow.py).
+pytestmark = pytest.mark.slow
+
 # The demo started on this day shows November 2026 (shared) against October 2026 (separate).
 DEMO_DAY = dt.date(2026, 12, 1)
 VIEWPORT = {"width": 1440, "height": 900}

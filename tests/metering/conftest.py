@@ -24,6 +24,7 @@ from simulator.prometheus import PrometheusProcess, backfill, lookback_for, star
 from tests import processes
 from tests.conftest import REPO
 from tests.metering import exposition
+from tests.slow import starts
 
 # A week across the October month boundary (UTC and Asia/Shanghai) and many peak/off-peak
 # boundaries (09:00 and 22:00 local), small enough to ingest in seconds.
@@ -59,6 +60,7 @@ def prometheus_over(tsdb: Path, scrape_seconds: int, port: int | None = None) ->
 
 
 @pytest.fixture(scope="session")
+@starts("Prometheus")
 def pool_prometheus(pool_dir: Path) -> Iterator[PrometheusProcess]:
     running = prometheus_over(pool_dir / "tsdb", POOL.scrape_interval_seconds)
     yield running
@@ -92,6 +94,7 @@ def edge_dir(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: Path) -> Pa
 
 
 @pytest.fixture(scope="session")
+@starts("Prometheus")
 def edge_prometheus(edge_dir: Path) -> Iterator[PrometheusProcess]:
     running = prometheus_over(edge_dir / "late", EDGE_SCRAPE)
     yield running
@@ -99,6 +102,7 @@ def edge_prometheus(edge_dir: Path) -> Iterator[PrometheusProcess]:
 
 
 @pytest.fixture(scope="session")
+@starts("Prometheus")
 def early_prometheus(edge_dir: Path) -> Iterator[PrometheusProcess]:
     running = prometheus_over(edge_dir / "early", EDGE_SCRAPE)
     yield running
@@ -200,6 +204,7 @@ def test_database_url() -> str:
 
 
 @pytest.fixture
+@starts("a Celery worker")
 def start_worker(transactional_db: None, tmp_path: Path) -> Iterator[Callable[[], Worker]]:
     """Start workers on demand; all are stopped before the database is flushed."""
     from config.celery import app

@@ -21,7 +21,7 @@ import pytest
 
 from metering.models import DEFAULT_LABEL_MAPPING, DEFAULT_PRIORITY_CLASS_KINDS, Source
 from simulator.prometheus import PrometheusProcess, backfill, lookback_for, start_prometheus
-from tests.billing.helpers import command_output
+from tests.helpers import command_output
 from tests.metering import exposition
 
 SCRAPE = 60

@@ -51,6 +51,7 @@ def at(epoch: int) -> datetime:
     return datetime.fromtimestamp(epoch, UTC)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_it_lowers_completeness_by_a_silent_nodes_share_and_names_it(silent_pool) -> None:
     truth, prometheus = silent_pool

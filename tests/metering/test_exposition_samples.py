@@ -27,6 +27,7 @@ def edge_source(url: str, name: str = "samples", **fields) -> Source:
     return Source.objects.create(name=name, url=url, scrape_interval_seconds=EDGE_SCRAPE, **fields)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_it_reads_hostname_exported_pod_and_mib_from_the_dcgm_sample(edge_prometheus) -> None:
     source = edge_source(edge_prometheus.url)
@@ -47,6 +48,7 @@ def test_it_reads_hostname_exported_pod_and_mib_from_the_dcgm_sample(edge_promet
     assert capacity == {"Tesla T4": (2 * 300, 2), "": (4 * 300, 4)}
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_it_reads_vllm_buckets_with_any_le_spelling(edge_prometheus) -> None:
     source = edge_source(edge_prometheus.url)
@@ -61,6 +63,7 @@ def test_it_reads_vllm_buckets_with_any_le_spelling(edge_prometheus) -> None:
     assert first.service.team.name == "serving"
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_it_skips_and_counts_series_with_nan_negative_or_missing_labels(edge_prometheus) -> None:
     source = edge_source(edge_prometheus.url)
@@ -81,6 +84,7 @@ def test_it_skips_and_counts_series_with_nan_negative_or_missing_labels(edge_pro
     assert kept == {"good-0", "ray-1111111"}
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_it_escapes_label_values_in_promql(edge_prometheus) -> None:
     source = edge_source(
@@ -102,6 +106,7 @@ def test_it_escapes_label_values_in_promql(edge_prometheus) -> None:
     assert CapacityInterval.objects.get(source=source).gpus_present == 4
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_it_records_when_late_data_changes_a_window(early_prometheus, edge_prometheus) -> None:
     source = edge_source(early_prometheus.url)
@@ -129,6 +134,7 @@ def test_it_records_when_late_data_changes_a_window(early_prometheus, edge_prome
     assert window.completeness == 1 and window.completeness_warnings == []
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_it_creates_the_default_source_from_prometheus_url(edge_prometheus) -> None:
     out = io.StringIO()
@@ -151,6 +157,7 @@ def test_it_creates_the_default_source_from_prometheus_url(edge_prometheus) -> N
     assert "2026-10-05T00:05:00Z done" in out.getvalue()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_it_points_the_default_source_at_prometheus_url_when_it_changes(edge_prometheus) -> None:
     """The demo's second start finds its Prometheus on another free port."""
@@ -199,6 +206,7 @@ def test_it_refuses_bad_ingest_arguments_naming_them(arguments, named) -> None:
     assert not IngestWindow.objects.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_it_refuses_a_bad_label_mapping_naming_the_field(edge_prometheus) -> None:
     source = edge_source(edge_prometheus.url, label_mapping={"task_label": "not a label"})

@@ -64,6 +64,7 @@ def restart(holder: dict[str, PrometheusProcess], tsdb: Path) -> None:
     holder["process"] = prometheus_over(tsdb, POOL.scrape_interval_seconds, port=port)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_it_keeps_windows_pending_while_prometheus_is_down(
     own_prometheus, pool_tsdb_copy, pool_truth
@@ -137,6 +138,7 @@ def test_it_creates_the_newest_closed_window_for_beat() -> None:
     assert beat["schedule"] == timedelta(seconds=300)
 
 
+@pytest.mark.slow
 def test_it_ingests_through_a_celery_worker(start_worker, pool_prometheus, pool_truth) -> None:
     source = Source.objects.create(
         name="celery", url=pool_prometheus.url, scrape_interval_seconds=60
@@ -165,6 +167,7 @@ def test_it_ingests_through_a_celery_worker(start_worker, pool_prometheus, pool_
     assert rollup_drift() == []  # the hourly rollup moved with every rewrite
 
 
+@pytest.mark.slow
 def test_it_survives_a_worker_killed_mid_window(
     start_worker, pool_prometheus, pool_truth, test_database_url
 ) -> None:
@@ -226,6 +229,7 @@ def test_it_survives_a_worker_killed_mid_window(
     assert set(IngestWindow.objects.filter(pk__in=ids).values_list("attempts", flat=True)) == {2}
 
 
+@pytest.mark.slow
 def test_it_fills_windows_once_prometheus_is_back_mid_backfill(
     start_worker, own_prometheus, pool_tsdb_copy, pool_truth
 ) -> None:
@@ -258,6 +262,7 @@ def test_it_fills_windows_once_prometheus_is_back_mid_backfill(
     assert stored_alloc(start, end) == truth_alloc(pool_truth, start, end)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_it_waits_for_a_free_query_slot_of_the_source(edge_prometheus, test_database_url) -> None:
     from django.db import connection as thread_connection

@@ -109,6 +109,7 @@ def _truth_by_model(truth: dict) -> tuple[dict, dict]:
     return capacity, usage
 
 
+@pytest.mark.slow
 def test_it_meters_capacity_and_usage_per_gpu_model_exactly(mixed_source, mixed_truth) -> None:
     modes = {
         (gpu["modelName"], gpu["mode"])
@@ -155,6 +156,7 @@ def test_it_meters_capacity_and_usage_per_gpu_model_exactly(mixed_source, mixed_
         assert sum(in_hours) == expected, model
 
 
+@pytest.mark.slow
 def test_it_closes_a_mixed_month_with_each_class_priced_from_its_own_figures(
     mixed_source, mixed_truth
 ) -> None:

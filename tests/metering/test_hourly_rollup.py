@@ -32,8 +32,8 @@ from metering.models import (
 )
 from metering.selectors import RangeSplit, hourly_rollup_serves, range_split, usage_parts
 from reports import selectors as report_selectors
-from tests.dashboards.pool import build_pool
 from tests.metering.rollup import rollup_drift, rollup_rows
+from tests.pools.pages import build_page_pool
 
 HOUR_10 = dt.datetime(2026, 10, 1, 10, 0, tzinfo=dt.UTC)
 STEP = dt.timedelta(minutes=5)
@@ -381,7 +381,7 @@ def every_read(start: dt.datetime, end: dt.datetime, teams: list[Team]) -> dict:
 
 @pytest.mark.django_db
 def test_it_gives_the_same_numbers_from_the_rollup_as_from_the_intervals(settings) -> None:
-    pool = build_pool(first_day=dt.date(2026, 10, 1), days=2)
+    pool = build_page_pool(first_day=dt.date(2026, 10, 1), days=2)
     teams = list(pool.teams.values())
     settings.TANDEM_READ_HOURLY_ROLLUP = True
     assert [part.hourly for part in usage_parts(start=pool.start, end=pool.end)] == [True]
@@ -425,7 +425,7 @@ def test_it_splits_a_range_into_rollup_hours_and_interval_edges(
 
 @pytest.mark.django_db
 def test_it_reads_the_rollup_for_the_whole_hours_of_a_range_off_the_hour(settings) -> None:
-    pool = build_pool(first_day=dt.date(2026, 10, 1), days=2)
+    pool = build_page_pool(first_day=dt.date(2026, 10, 1), days=2)
     teams = list(pool.teams.values())
     start, end = OFF_THE_HOUR
     settings.TANDEM_READ_HOURLY_ROLLUP = True
@@ -453,7 +453,7 @@ def test_it_reads_the_rollup_for_the_whole_hours_of_a_range_off_the_hour(setting
 
 @pytest.mark.django_db
 def test_it_counts_the_ingested_part_of_the_current_hour_in_quota_use(settings) -> None:
-    pool = build_pool(first_day=dt.date(2026, 10, 1), days=1)
+    pool = build_page_pool(first_day=dt.date(2026, 10, 1), days=1)
     team = pool.teams["search"]
     at = pool.end - dt.timedelta(minutes=30)  # half an hour into the pool's last hour
     # Five-minute windows ingested into that hour so far: data up to 25 past the hour.

@@ -58,6 +58,7 @@ def test_it_has_no_p99_where_prometheus_gives_nan(buckets: list) -> None:
     assert latency_p99(buckets) is None
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_it_stores_the_engines_p99_for_every_ingested_interval(pool_prometheus, pool_truth) -> None:
     source = Source.objects.create(name="p99", url=pool_prometheus.url, scrape_interval_seconds=60)

@@ -38,6 +38,9 @@ from simulator.prometheus import PrometheusProcess
 from tests.metering.conftest import POOL, ingest_span, pool_span
 from tests.metering.rollup import rollup_drift, rollup_rows
 
+# Every test here starts Prometheus, a Celery worker or Chromium (tests/slow.py).
+pytestmark = pytest.mark.slow
+
 ISO = "%Y-%m-%dT%H:%M:%SZ"
 
 

@@ -106,6 +106,7 @@ def evictions(evictions_prometheus: PrometheusProcess) -> dict[str, Preemption]:
     return {p.task.external_id: p for p in Preemption.objects.select_related("task")}
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_it_records_a_gang_evicted_at_once_as_one_preemption(evictions) -> None:
     gang = evictions["gang"]

@@ -52,6 +52,7 @@ def test_it_counts_each_tick_once_with_a_window_one_millisecond_short() -> None:
         assert "[300000ms] offset 1ms" in build(left_open)
 
 
+@pytest.mark.slow
 def test_it_asks_the_server_whether_its_ranges_hold_their_start(edge_prometheus) -> None:
     client = sources.PrometheusClient(url=edge_prometheus.url)
     try:

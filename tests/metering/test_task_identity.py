@@ -15,8 +15,8 @@ from audit.models import AuditEntry
 from billing.models import Statement, StatementLineTask
 from billing.services import price_book_ensure_default
 from metering.models import Task, Team, UsageInterval
-from tests.billing.helpers import command_output
 from tests.factories import windows_complete
+from tests.helpers import command_output
 from tests.metering.jobs import (  # noqa: F401 (fixtures)
     ALPHA_START,
     BETA_START,
@@ -52,6 +52,7 @@ def statements(period: str) -> dict[str, Decimal]:
     return dict(Statement.objects.filter(period=period).values_list("team__name", "total"))
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_it_keeps_same_named_jobs_of_two_namespaces_with_their_own_teams(jobs_prometheus) -> None:  # noqa: F811
     price_book_ensure_default()

@@ -16,8 +16,8 @@ from audit.models import AuditEntry
 from billing.models import StatementLine
 from billing.services import price_book_ensure_default
 from metering.models import IngestWindow, Source, UsageInterval
-from tests.billing.helpers import command_output
 from tests.factories import windows_complete
+from tests.helpers import command_output
 from tests.metering.jobs import (  # noqa: F401 (fixtures)
     ALPHA_START,
     BETA_START,
@@ -60,6 +60,7 @@ def closed_october_then_prometheus_lost(jobs_url: str, empty_url: str) -> Source
     return source
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_it_keeps_a_closed_months_rows_when_prometheus_lost_them(
     jobs_prometheus,  # noqa: F811

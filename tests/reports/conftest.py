@@ -1,4 +1,5 @@
-"""Fixtures for the report tests: a small pool with October 2026 closed, people, a file dir."""
+"""Fixtures for the report tests: people and a file dir; the pool is `report_pool` (tests/pools),
+October 2026 closed."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ import pytest
 from django.test import Client
 
 from access.models import Role
-from billing.services import period_close
-from tests.factories import windows_complete
-from tests.reports import factories as f
+from tests.factories import RoleFactory, UserFactory
+from tests.pools import reports as pools
 
 
 @pytest.fixture(autouse=True)
@@ -23,24 +23,15 @@ def reports_dir(settings, tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def pool(db) -> f.Pool:
-    """The metering rows, and October closed by billing's own period close."""
-    pool = f.build_pool()
-    windows_complete(periods=[f.PERIOD])
-    period_close(period=f.PERIOD)
-    return pool
-
-
-@pytest.fixture
-def people(pool: f.Pool) -> dict[str, Client]:
+def people(report_pool: pools.ReportPool) -> dict[str, Client]:
     """Logged-in clients: finance, platform, the lead of `search`, a user without a role."""
     users = {
-        "finance": f.RoleFactory(user__username="fiona", name=Role.Name.FINANCE).user,
-        "platform": f.RoleFactory(user__username="pat", name=Role.Name.PLATFORM).user,
-        "lead": f.RoleFactory(
-            user__username="lena", name=Role.Name.TEAM_LEAD, teams=[pool.teams["search"]]
+        "finance": RoleFactory(user__username="fiona", name=Role.Name.FINANCE).user,
+        "platform": RoleFactory(user__username="pat", name=Role.Name.PLATFORM).user,
+        "lead": RoleFactory(
+            user__username="lena", name=Role.Name.TEAM_LEAD, teams=[report_pool.teams["search"]]
         ).user,
-        "nobody": f.UserFactory(username="norman"),
+        "nobody": UserFactory(username="norman"),
     }
     clients = {"anonymous": Client()}
     for name, user in users.items():

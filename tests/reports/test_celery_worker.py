@@ -19,12 +19,17 @@ from reports.models import ReportRun
 from tests import processes
 from tests.conftest import REPO
 from tests.factories import windows_complete
-from tests.reports import factories as f
+from tests.pools import reports as pools
+from tests.slow import starts
+
+# Every test here starts Prometheus, a Celery worker or Chromium (tests/slow.py).
+pytestmark = pytest.mark.slow
 
 WAIT_SECONDS = 180
 
 
 @pytest.fixture
+@starts("a Celery worker")
 def worker(transactional_db, settings, tmp_path: Path) -> Iterator[subprocess.Popen]:
     broker = settings.CELERY_BROKER_URL
     # The session's private Redis (tests/private_services.py): no task left by an earlier test.
@@ -59,11 +64,11 @@ def worker(transactional_db, settings, tmp_path: Path) -> Iterator[subprocess.Po
 
 def test_it_runs_a_queued_report_in_a_celery_worker(worker, tmp_path: Path) -> None:
     price_book_ensure_default()  # the flush of a transactional test removed the default book
-    f.build_pool()
-    windows_complete(periods=[f.PERIOD])
-    period_close(period=f.PERIOD)
+    pools.build_report_pool()
+    windows_complete(periods=[pools.PERIOD])
+    period_close(period=pools.PERIOD)
 
-    run = services.report_run_create(period=f.PERIOD, kind="monthly")  # sent on commit
+    run = services.report_run_create(period=pools.PERIOD, kind="monthly")  # sent on commit
 
     deadline = time.monotonic() + WAIT_SECONDS
     while time.monotonic() < deadline and worker.poll() is None:

@@ -8,12 +8,12 @@ from decimal import Decimal
 from django.urls import reverse
 
 from billing.models import StatementLine
-from tests.reports import factories as f
+from tests.pools import reports as pools
 
 
 def line_of(team: str, kind: str) -> StatementLine:
     return StatementLine.objects.get(
-        statement__team__name=team, statement__period=f.PERIOD, kind=kind, is_correction=False
+        statement__team__name=team, statement__period=pools.PERIOD, kind=kind, is_correction=False
     )
 
 
@@ -22,10 +22,12 @@ def explain(client, line: StatementLine, **params) -> object:
 
 
 def offpeak_intervals() -> list[dt.datetime]:
-    return [i for i in f.OCTOBER_INTERVALS if not f._is_peak(i)]
+    return [i for i in pools.OCTOBER_INTERVALS if not pools.is_peak(i)]
 
 
-def test_it_lists_the_tasks_intervals_and_promql_behind_an_offpeak_line(people, pool) -> None:
+def test_it_lists_the_tasks_intervals_and_promql_behind_an_offpeak_line(
+    people, report_pool
+) -> None:
     line = line_of("vision", "offpeak")
     data = explain(people["finance"], line, format="json").json()
 
@@ -46,9 +48,9 @@ def test_it_lists_the_tasks_intervals_and_promql_behind_an_offpeak_line(people, 
     assert data["ingest_windows"] == 31 * 24  # the pool's 12 hours and the rest of October
 
 
-def test_it_shows_one_task_interval_by_interval(people, pool) -> None:
+def test_it_shows_one_task_interval_by_interval(people, report_pool) -> None:
     line = line_of("vision", "offpeak")
-    task = pool.tasks["vit-pretrain"]
+    task = report_pool.tasks["vit-pretrain"]
     data = explain(people["finance"], line, format="json", task=task.pk).json()
     rows = data["contributors"][0]["interval_usage"]
     assert [row["interval_start"] for row in rows] == [
@@ -59,7 +61,7 @@ def test_it_shows_one_task_interval_by_interval(people, pool) -> None:
     assert "recorded_allocation" in html
 
 
-def test_it_lists_the_preemptions_behind_compensation(people, pool) -> None:
+def test_it_lists_the_preemptions_behind_compensation(people, report_pool) -> None:
     data = explain(people["finance"], line_of("vision", "compensation"), format="json").json()
     (task,) = data["contributors"]
     assert len(task["preemptions"]) == 5
@@ -68,7 +70,7 @@ def test_it_lists_the_preemptions_behind_compensation(people, pool) -> None:
     assert "PreemptionByScheduler" in query["promql"]
 
 
-def test_it_explains_a_team_lead_their_own_lines_only(people, pool) -> None:
+def test_it_explains_a_team_lead_their_own_lines_only(people, report_pool) -> None:
     assert explain(people["lead"], line_of("search", "baseline")).status_code == 200
     assert explain(people["lead"], line_of("vision", "offpeak")).status_code == 404
     assert explain(people["nobody"], line_of("search", "baseline")).status_code == 404

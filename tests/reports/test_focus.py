@@ -16,7 +16,7 @@ from reports import services
 from reports.models import ReportFile
 from reports.rows import report_page
 from tests.factories import windows_complete
-from tests.reports import factories as f
+from tests.pools import reports as pools
 
 DECIMAL = re.compile(r"^-?[0-9]+(\.[0-9]+)?$")  # FOCUS NumericFormat: no '+', exponent, comma
 INSTANT = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$")
@@ -30,17 +30,17 @@ MANDATORY = [
 ]  # fmt: skip
 
 
-def focus_rows(pool) -> tuple[list[str], list[dict[str, str]]]:
-    run = services.report_run_create(period=f.PERIOD, parameters={"pdf": False}, enqueue=False)
+def focus_rows(report_pool) -> tuple[list[str], list[dict[str, str]]]:
+    run = services.report_run_create(period=pools.PERIOD, parameters={"pdf": False}, enqueue=False)
     run = services.report_run_execute(run_id=run.pk)
     text = run.files.get(kind=ReportFile.Kind.FOCUS_CSV).path.read_text(encoding="utf-8")
     reader = csv.DictReader(io.StringIO(text))
     return list(reader.fieldnames or []), list(reader)
 
 
-def test_it_sums_billed_cost_to_the_statements_exactly(pool) -> None:
-    _, rows = focus_rows(pool)
-    statements = Statement.objects.filter(period=f.PERIOD)
+def test_it_sums_billed_cost_to_the_statements_exactly(report_pool) -> None:
+    _, rows = focus_rows(report_pool)
+    statements = Statement.objects.filter(period=pools.PERIOD)
     assert sum(Decimal(row["BilledCost"]) for row in rows) == sum(s.total for s in statements)
     for statement in statements:
         team = "'" + statement.team.name if statement.team.name[0] == "=" else statement.team.name
@@ -48,8 +48,8 @@ def test_it_sums_billed_cost_to_the_statements_exactly(pool) -> None:
         assert billed == statement.total, statement.team.name
 
 
-def test_it_has_the_spec_columns_with_their_types(pool) -> None:
-    columns, rows = focus_rows(pool)
+def test_it_has_the_spec_columns_with_their_types(report_pool) -> None:
+    columns, rows = focus_rows(report_pool)
     assert set(MANDATORY) <= set(columns)
     assert rows
     for row in rows:
@@ -73,8 +73,8 @@ def test_it_has_the_spec_columns_with_their_types(pool) -> None:
         assert all(key.startswith("tandem/") for key in tags)
 
 
-def test_it_gives_usage_a_quantity_in_gpu_hours_and_credits_none(pool) -> None:
-    _, rows = focus_rows(pool)
+def test_it_gives_usage_a_quantity_in_gpu_hours_and_credits_none(report_pool) -> None:
+    _, rows = focus_rows(report_pool)
     categories = {row["ChargeCategory"] for row in rows}
     assert {"Usage", "Credit", "Adjustment"} <= categories
     for row in rows:
@@ -89,8 +89,8 @@ def test_it_gives_usage_a_quantity_in_gpu_hours_and_credits_none(pool) -> None:
             assert row["ListCost"] == row["BilledCost"]
 
 
-def test_it_shows_the_offpeak_discount_as_list_cost_above_billed_cost(pool) -> None:
-    _, rows = focus_rows(pool)
+def test_it_shows_the_offpeak_discount_as_list_cost_above_billed_cost(report_pool) -> None:
+    _, rows = focus_rows(report_pool)
     offpeak = [row for row in rows if row["x_LineKind"] == "offpeak"]
     assert offpeak
     for row in offpeak:
@@ -100,32 +100,32 @@ def test_it_shows_the_offpeak_discount_as_list_cost_above_billed_cost(pool) -> N
     )
 
 
-def test_it_escapes_formula_cells_in_focus_too(pool) -> None:
-    _, rows = focus_rows(pool)
-    evil = [row for row in rows if row["SubAccountId"] == "'" + f.EVIL_TEAM]
+def test_it_escapes_formula_cells_in_focus_too(report_pool) -> None:
+    _, rows = focus_rows(report_pool)
+    evil = [row for row in rows if row["SubAccountId"] == "'" + pools.EVIL_TEAM]
     assert evil
-    assert {row["ResourceId"] for row in evil} <= {"'" + f.EVIL_TASK, "'" + f.DASH_TASK, ""}
-    assert json.loads(evil[0]["Tags"])["tandem/team"] == f.EVIL_TEAM  # inside JSON: inert
+    assert {row["ResourceId"] for row in evil} <= {"'" + pools.EVIL_TASK, "'" + pools.DASH_TASK, ""}
+    assert json.loads(evil[0]["Tags"])["tandem/team"] == pools.EVIL_TEAM  # inside JSON: inert
     for row in rows:
         for value in row.values():
             assert not value or value[0] not in "=+@\t\r" or value.startswith("'")
 
 
-def test_it_marks_corrections_of_an_earlier_month(pool) -> None:
+def test_it_marks_corrections_of_an_earlier_month(report_pool) -> None:
     """Late October usage, billed when November closes: ChargeClass Correction, October's
     charge period, November's billing period."""
-    late = f.OCTOBER_START + dt.timedelta(days=3)
+    late = pools.OCTOBER_START + dt.timedelta(days=3)
     CapacityInterval.objects.create(
-        source=pool.source,
+        source=report_pool.source,
         interval_start=late,
-        gpus_present=Decimal(f.GPUS),
-        capacity_gpu_seconds=Decimal(f.GPUS * 300),
+        gpus_present=Decimal(pools.GPUS),
+        capacity_gpu_seconds=Decimal(pools.GPUS * 300),
     )
     UsageInterval.objects.create(
-        task=pool.tasks["vit-pretrain"], interval_start=late, alloc_gpu_seconds=Decimal(900)
+        task=report_pool.tasks["vit-pretrain"], interval_start=late, alloc_gpu_seconds=Decimal(900)
     )
-    november = [f.NOVEMBER_START + i * f.STEP for i in range(12)]
-    f.add_intervals(pool, november)
+    november = [pools.NOVEMBER_START + i * pools.STEP for i in range(12)]
+    pools.add_intervals(report_pool, november)
     windows_complete(periods=["2026-11"])
     period_close(period="2026-11", recheck={"2026-10"}, now=dt.datetime(2026, 12, 2, tzinfo=dt.UTC))
 

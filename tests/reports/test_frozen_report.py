@@ -19,8 +19,8 @@ from reports import rows, services
 from reports.models import HealthSnapshot, ReportFile, ReportRun
 from reports.page import report_page_html
 from reports.period_health import period_health, period_health_read
-from tests.factories import windows_complete
-from tests.reports import factories as f
+from tests.factories import ServiceFactory, windows_complete
+from tests.pools import reports as pools
 from tests.reports.test_pdf import pdf_text
 
 # plotly names each chart's <div> with a fresh uuid4 on every render
@@ -28,10 +28,10 @@ PLOTLY_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f
 LIVE_NOTICE = "Health numbers read live: closed before snapshots were stored."
 
 
-def add_late_data(pool: f.Pool) -> None:
+def add_late_data(pool: pools.ReportPool) -> None:
     """October metering that arrives after the close and moves all three health numbers:
     a long wait, a slow new key service, and a preemption of the training task."""
-    late = f.OCTOBER_START + dt.timedelta(hours=6)
+    late = pools.OCTOBER_START + dt.timedelta(hours=6)
     PodWait.objects.create(
         task=pool.tasks["vit-pretrain"],
         pod="late-pod",
@@ -39,7 +39,7 @@ def add_late_data(pool: f.Pool) -> None:
         scheduled=late,
         seconds=3600,
     )
-    slow = f.ServiceFactory(
+    slow = ServiceFactory(
         source=pool.source,
         external_id="vision/api",
         team=pool.teams["vision"],
@@ -49,14 +49,14 @@ def add_late_data(pool: f.Pool) -> None:
         LatencyInterval(
             service=slow,
             interval_start=at,
-            buckets=f.SLOW,
+            buckets=pools.SLOW,
             request_count=200,
-            p99_seconds=latency_p99(f.SLOW),
+            p99_seconds=latency_p99(pools.SLOW),
         )
-        for at in f.OCTOBER_INTERVALS[:12]
+        for at in pools.OCTOBER_INTERVALS[:12]
     )
     Preemption.objects.create(
-        task=pool.tasks[f.EVIL_TASK],
+        task=pool.tasks[pools.EVIL_TASK],
         pod="late-preempted",
         at=late,
         gpus=Decimal(1),
@@ -67,7 +67,9 @@ def add_late_data(pool: f.Pool) -> None:
 
 def report_files() -> dict[str, bytes | str]:
     """Every file of a fresh monthly-style run: CSV bytes as written, the PDF as text."""
-    run = services.report_run_create(period=f.PERIOD, kind=ReportRun.Kind.ON_DEMAND, enqueue=False)
+    run = services.report_run_create(
+        period=pools.PERIOD, kind=ReportRun.Kind.ON_DEMAND, enqueue=False
+    )
     run = services.report_run_execute(run_id=run.pk)
     assert run.status == ReportRun.Status.DONE, run.error
     return {
@@ -79,7 +81,7 @@ def report_files() -> dict[str, bytes | str]:
 
 
 def report_html() -> str:
-    return PLOTLY_ID.sub("<chart-id>", report_page_html(f.PERIOD))
+    return PLOTLY_ID.sub("<chart-id>", report_page_html(pools.PERIOD))
 
 
 def overview_cards(client) -> str:
@@ -87,19 +89,20 @@ def overview_cards(client) -> str:
     return html[html.index('<div class="cards">') : html.index('class="card verdict')]
 
 
+@pytest.mark.slow  # prints the report's PDF with Chromium
 def test_it_keeps_a_closed_months_report_when_late_data_moves_the_live_numbers(
-    pool, people
+    report_pool, people
 ) -> None:
     html, files = report_html(), report_files()
-    page = rows.report_page(f.PERIOD)
+    page = rows.report_page(pools.PERIOD)
     dashboard = overview_cards(people["finance"])
-    assert HealthSnapshot.objects.filter(period_close__period=f.PERIOD).count() == 1
+    assert HealthSnapshot.objects.filter(period_close__period=pools.PERIOD).count() == 1
 
-    add_late_data(pool)
+    add_late_data(report_pool)
 
     assert report_html() == html
     assert report_files() == files
-    again = rows.report_page(f.PERIOD)
+    again = rows.report_page(pools.PERIOD)
     assert again.cards == page.cards and again.top_preempted == page.top_preempted
     assert again.services == page.services and again.wait_rows == page.wait_rows
     assert not again.health_read_live and LIVE_NOTICE not in html
@@ -110,10 +113,10 @@ def test_it_keeps_a_closed_months_report_when_late_data_moves_the_live_numbers(
     assert "over 5 scheduling attempts" in moved and "over 4 scheduling attempts" in dashboard
 
 
-def test_it_renders_the_report_from_the_same_numbers_it_read_at_the_close(pool) -> None:
+def test_it_renders_the_report_from_the_same_numbers_it_read_at_the_close(report_pool) -> None:
     """The stored numbers read back exactly: the page equals one built from metering now."""
-    close = PeriodClose.objects.get(period=f.PERIOD)
-    previous = rows.period_bounds(f.PREVIOUS_PERIOD)
+    close = PeriodClose.objects.get(period=pools.PERIOD)
+    previous = rows.period_bounds(pools.PREVIOUS_PERIOD)
     stored = period_health(close, previous=(previous.start, previous.end))
     live = period_health_read(
         period=(close.period_start, close.period_end),
@@ -127,26 +130,26 @@ def test_it_renders_the_report_from_the_same_numbers_it_read_at_the_close(pool) 
 def test_it_reads_live_and_says_so_for_a_close_stored_before_snapshots(
     db, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pool = f.build_pool()
-    windows_complete(periods=[f.PERIOD])
+    pool = pools.build_report_pool()
+    windows_complete(periods=[pools.PERIOD])
     monkeypatch.setattr(close_hooks, "_HOOKS", {})  # a close as stored before snapshots
-    period_close(period=f.PERIOD)
+    period_close(period=pools.PERIOD)
     assert not HealthSnapshot.objects.exists()
-    before = rows.report_page(f.PERIOD)
+    before = rows.report_page(pools.PERIOD)
 
     add_late_data(pool)
 
-    page = rows.report_page(f.PERIOD)
+    page = rows.report_page(pools.PERIOD)
     assert page.health_read_live
     assert page.cards != before.cards  # read from metering as it is now
-    assert LIVE_NOTICE in " ".join(report_page_html(f.PERIOD).split())
+    assert LIVE_NOTICE in " ".join(report_page_html(pools.PERIOD).split())
 
 
 def test_it_stores_nothing_of_a_close_whose_snapshot_fails(
     db, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    f.build_pool()
-    windows_complete(periods=[f.PERIOD])
+    pools.build_report_pool()
+    windows_complete(periods=[pools.PERIOD])
 
     def refuse(close: PeriodClose, record: object) -> None:
         raise RuntimeError("the disk is full")
@@ -155,14 +158,14 @@ def test_it_stores_nothing_of_a_close_whose_snapshot_fails(
     monkeypatch.setattr(close_hooks, "_HOOKS", {**close_hooks._HOOKS, "failing": failing})
 
     with pytest.raises(RuntimeError, match="the disk is full"):
-        period_close(period=f.PERIOD)
+        period_close(period=pools.PERIOD)
 
     assert not PeriodClose.objects.exists()
     assert not HealthSnapshot.objects.exists()
 
 
-def test_it_never_changes_a_stored_snapshot(pool) -> None:
-    snapshot = HealthSnapshot.objects.get(period_close__period=f.PERIOD)
+def test_it_never_changes_a_stored_snapshot(report_pool) -> None:
+    snapshot = HealthSnapshot.objects.get(period_close__period=pools.PERIOD)
     snapshot.numbers = {}
     with pytest.raises(ImmutableRecordError):
         snapshot.save()

@@ -143,6 +143,7 @@ def test_it_explains_a_lines_classes(client, classes_close):  # noqa: F811
     assert '<tr data-class="L40S">' in html
 
 
+@pytest.mark.slow
 def test_it_lists_the_classes_on_the_report_page_and_in_its_pdf(
     client,
     classes_close,  # noqa: F811

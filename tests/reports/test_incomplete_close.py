@@ -11,7 +11,8 @@ from billing.models import PeriodClose
 from billing.services import period_close
 from reports import services
 from reports.models import ReportFile
-from tests.reports import factories as f
+from tests.factories import RoleFactory
+from tests.pools import reports as pools
 from tests.reports.test_pdf import pdf_text
 
 REASON = "Prometheus kept 15 days; October 1-14 was never scraped (ticket FIN-91)"
@@ -23,16 +24,16 @@ MISSING = [
 
 
 @pytest.fixture
-def incomplete(db) -> tuple[f.Pool, PeriodClose]:
-    pool = f.build_pool()
-    close = period_close(period=f.PERIOD, accept_incomplete=REASON).period_close
-    return pool, close
+def incomplete(db) -> tuple[pools.ReportPool, PeriodClose]:
+    report_pool = pools.build_report_pool()
+    close = period_close(period=pools.PERIOD, accept_incomplete=REASON).period_close
+    return report_pool, close
 
 
 @pytest.fixture
 def finance(db) -> Client:
     client = Client()
-    client.force_login(f.RoleFactory(user__username="fiona", name=Role.Name.FINANCE).user)
+    client.force_login(RoleFactory(user__username="fiona", name=Role.Name.FINANCE).user)
     return client
 
 
@@ -43,12 +44,12 @@ def flag(html: str) -> str:
 
 
 def test_it_flags_the_month_and_its_statements_with_the_reason(incomplete, finance) -> None:
-    pool, close = incomplete
+    report_pool, close = incomplete
     assert [item["message"] for item in close.incomplete_ranges] == MISSING
 
-    period_page = finance.get(reverse("dashboards:statement_period", args=[f.PERIOD]))
-    team = pool.teams["search"]
-    team_page = finance.get(reverse("dashboards:statement_detail", args=[f.PERIOD, team.pk]))
+    period_page = finance.get(reverse("dashboards:statement_period", args=[pools.PERIOD]))
+    team = report_pool.teams["search"]
+    team_page = finance.get(reverse("dashboards:statement_detail", args=[pools.PERIOD, team.pk]))
     listing = finance.get(reverse("dashboards:statements")).content.decode()
 
     for response in (period_page, team_page):
@@ -59,18 +60,19 @@ def test_it_flags_the_month_and_its_statements_with_the_reason(incomplete, finan
     assert '<span class="pill incomplete"' in listing and REASON in listing
 
 
-def test_it_shows_no_flag_on_a_complete_month(pool, people) -> None:
-    page = people["finance"].get(reverse("dashboards:statement_period", args=[f.PERIOD]))
-    report = people["finance"].get(reverse("reports:page", args=[f.PERIOD]))
+def test_it_shows_no_flag_on_a_complete_month(report_pool, people) -> None:
+    page = people["finance"].get(reverse("dashboards:statement_period", args=[pools.PERIOD]))
+    report = people["finance"].get(reverse("reports:page", args=[pools.PERIOD]))
 
     assert page.status_code == report.status_code == 200
     assert 'data-flag="incomplete"' not in page.content.decode()
     assert 'data-flag="incomplete"' not in report.content.decode()
 
 
+@pytest.mark.slow
 def test_it_flags_the_monthly_report_page_and_its_pdf(incomplete, finance) -> None:
-    html = finance.get(reverse("reports:page", args=[f.PERIOD])).content.decode()
-    run = services.report_run_create(period=f.PERIOD, kind="monthly", enqueue=False)
+    html = finance.get(reverse("reports:page", args=[pools.PERIOD])).content.decode()
+    run = services.report_run_create(period=pools.PERIOD, kind="monthly", enqueue=False)
     run = services.report_run_execute(run_id=run.pk)
 
     assert "closed incomplete" in html

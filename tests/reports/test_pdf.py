@@ -6,12 +6,16 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 from django.core import mail
 
 from reports import rows, services
 from reports.formatting import money
 from reports.models import ReportFile, ReportRun
-from tests.reports import factories as f
+from tests.pools import reports as pools
+
+# Every test here starts Prometheus, a Celery worker or Chromium (tests/slow.py).
+pytestmark = pytest.mark.slow
 
 COLOURED = 80  # max(r,g,b) - min(r,g,b) above this is a chart colour, not grey text
 
@@ -61,16 +65,16 @@ def coloured_pixels(path: Path, page: int, top_pt: float, height_pt: float, tmp:
     return count
 
 
-def test_it_prints_the_numbers_the_totals_and_the_charts(pool, settings, tmp_path) -> None:
+def test_it_prints_the_numbers_the_totals_and_the_charts(report_pool, settings, tmp_path) -> None:
     settings.TANDEM_REPORT_EMAILS = ["cfo@example.com", "ops@example.com"]
-    run = services.report_run_create(period=f.PERIOD, kind="monthly", enqueue=False)
+    run = services.report_run_create(period=pools.PERIOD, kind="monthly", enqueue=False)
     run = services.report_run_execute(run_id=run.pk)
 
     assert run.status == ReportRun.Status.DONE
     pdf = run.files.get(kind=ReportFile.Kind.PDF)
     assert pdf.path.read_bytes().startswith(b"%PDF-")
     text = pdf_text(pdf.path)
-    page = rows.report_page(f.PERIOD)
+    page = rows.report_page(pools.PERIOD)
     # The three health numbers with their trend, and the verdict.
     for card in page.cards:
         assert card.title.upper() in text.upper()  # headings are upper case on the page

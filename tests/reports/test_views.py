@@ -10,12 +10,15 @@ from django.urls import reverse
 from access.models import Role
 from reports import services
 from reports.models import ReportRun
-from tests.reports import factories as f
+from tests.factories import RoleFactory
+from tests.pools import reports as pools
 
 
 @pytest.fixture
-def run(pool) -> ReportRun:
-    created = services.report_run_create(period=f.PERIOD, parameters={"pdf": False}, enqueue=False)
+def run(report_pool) -> ReportRun:
+    created = services.report_run_create(
+        period=pools.PERIOD, parameters={"pdf": False}, enqueue=False
+    )
     return services.report_run_execute(run_id=created.pk)
 
 
@@ -25,7 +28,7 @@ def file_url(run: ReportRun, name: str) -> str:
 
 @pytest.mark.parametrize("who", ["finance", "platform"])
 def test_it_shows_the_report_page_to_finance_and_platform(people, who: str) -> None:
-    response = people[who].get(reverse("reports:page", args=[f.PERIOD]))
+    response = people[who].get(reverse("reports:page", args=[pools.PERIOD]))
     assert response.status_code == 200
     html = response.content.decode()
     for heading in ("Effective utilization", "Cost per team", "Pool reconciliation",
@@ -42,21 +45,21 @@ def test_it_answers_404_to_a_team_lead_and_to_people_without_a_role(people, run)
     focus = run.files.get(kind="focus_csv").name
     other_team = run.files.exclude(team__name="search").filter(kind="team_csv").first().name
     urls = [
-        reverse("reports:page", args=[f.PERIOD]),
+        reverse("reports:page", args=[pools.PERIOD]),
         file_url(run, focus),
         file_url(run, other_team),
     ]
     for who in ("lead", "nobody"):
         for url in urls:
             assert people[who].get(url).status_code == 404, (who, url)
-        response = people[who].post(reverse("reports:run_create", args=[f.PERIOD]))
+        response = people[who].post(reverse("reports:run_create", args=[pools.PERIOD]))
         assert response.status_code == 404
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("period", ["9999-12", "0000-01", "0001-01", "1969-12"])
 def test_it_answers_404_for_a_period_whose_year_is_out_of_range(client, period: str) -> None:
-    client.force_login(f.RoleFactory(user__username="fiona", name=Role.Name.FINANCE).user)
+    client.force_login(RoleFactory(user__username="fiona", name=Role.Name.FINANCE).user)
     assert client.get(reverse("reports:page", args=[period])).status_code == 404
     assert client.post(reverse("reports:run_create", args=[period])).status_code == 404
     assert not ReportRun.objects.exists()
@@ -82,7 +85,7 @@ def test_it_lets_a_team_lead_download_only_their_own_team_csv(people, run) -> No
 
 
 def test_it_sends_anonymous_visitors_to_log_in(people, run) -> None:
-    for url in (reverse("reports:page", args=[f.PERIOD]), file_url(run, "focus.csv")):
+    for url in (reverse("reports:page", args=[pools.PERIOD]), file_url(run, "focus.csv")):
         response = people["anonymous"].get(url)
         assert response.status_code == 302 and "/accounts/login/" in response["Location"]
 
@@ -109,7 +112,7 @@ def test_it_queues_an_on_demand_run_from_the_page(
     people, django_capture_on_commit_callbacks
 ) -> None:
     with django_capture_on_commit_callbacks() as callbacks:
-        response = people["finance"].post(reverse("reports:run_create", args=[f.PERIOD]))
+        response = people["finance"].post(reverse("reports:run_create", args=[pools.PERIOD]))
     assert response.status_code == 302
     run = ReportRun.objects.get()
     assert (run.kind, run.status, run.requested_by.username) == ("on_demand", "queued", "fiona")
@@ -117,5 +120,7 @@ def test_it_queues_an_on_demand_run_from_the_page(
 
 
 def test_it_refuses_a_get_on_the_run_button_and_a_missing_file(people, run) -> None:
-    assert people["finance"].get(reverse("reports:run_create", args=[f.PERIOD])).status_code == 405
+    assert (
+        people["finance"].get(reverse("reports:run_create", args=[pools.PERIOD])).status_code == 405
+    )
     assert people["finance"].get(file_url(run, "nope.csv")).status_code == 404

@@ -1,8 +1,8 @@
 """Fixtures for the security tests: the API tests' pool and callers, plus a platform admin.
 
-`pool` and `callers` come from tests/api/conftest.py (three teams, alpha led by `lead_a`, a
-closed month with statements, tokens of every scope); this file adds the people the admin and
-the pages need and a report run with files.
+`api_pool` (tests/pools) and `callers` (tests/api/conftest.py): three teams, alpha led by
+`lead_a`, a closed month with statements, tokens of every scope; this file adds the people the
+admin and the pages need and a report run with files.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from django.test import Client
 
 from access.models import Role
 from reports.models import ReportFile, ReportRun
-from tests.api import factories as f
-from tests.api.conftest import Caller, Pool, callers, pool  # noqa: F401  (fixtures)
+from tests import factories as f
+from tests.api.conftest import Caller, callers  # noqa: F401  (a fixture)
+from tests.pools.api import ApiPool
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +31,7 @@ def _fresh_cache():
 
 
 @pytest.fixture
-def platform_admin(pool: Pool):  # noqa: F811
+def platform_admin(api_pool: ApiPool):
     """Staff superuser with the platform role: the only one who may use the admin."""
     role = f.RoleFactory(user__username="root", name=Role.Name.PLATFORM)
     user = role.user
@@ -62,13 +63,13 @@ def page_callers(callers, platform_admin) -> dict[str, Caller]:  # noqa: F811
 
 @dataclass
 class Objects:
-    pool: Pool
+    pool: ApiPool
     run: ReportRun
     files: dict[str, ReportFile]
 
 
 @pytest.fixture
-def objects(pool, settings, tmp_path: Path) -> Objects:  # noqa: F811
+def objects(api_pool: ApiPool, settings, tmp_path: Path) -> Objects:
     settings.TANDEM_REPORTS_DIR = str(tmp_path / "reports")
     run = ReportRun.objects.create(
         period="2026-10", kind=ReportRun.Kind.ON_DEMAND, status=ReportRun.Status.DONE
@@ -76,8 +77,8 @@ def objects(pool, settings, tmp_path: Path) -> Objects:  # noqa: F811
     run.directory.mkdir(parents=True)
     files = {}
     for key, name, kind, team, content_type in [
-        ("alpha", "tandem-2026-10-alpha.csv", "team_csv", pool.teams["alpha"], "text/csv"),
-        ("bravo", "tandem-2026-10-bravo.csv", "team_csv", pool.teams["bravo"], "text/csv"),
+        ("alpha", "tandem-2026-10-alpha.csv", "team_csv", api_pool.teams["alpha"], "text/csv"),
+        ("bravo", "tandem-2026-10-bravo.csv", "team_csv", api_pool.teams["bravo"], "text/csv"),
         ("pdf", "tandem-2026-10.pdf", "pdf", None, "application/pdf"),
     ]:
         body = f"{key} file\n".encode()
@@ -91,4 +92,4 @@ def objects(pool, settings, tmp_path: Path) -> Objects:  # noqa: F811
             size_bytes=len(body),
             sha256=hashlib.sha256(body).hexdigest(),
         )
-    return Objects(pool=pool, run=run, files=files)
+    return Objects(pool=api_pool, run=run, files=files)

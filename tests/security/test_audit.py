@@ -27,9 +27,9 @@ from billing.services import (
 )
 from metering.models import Service, Source, Team
 from metering.services import source_default_ensure
-from tests.api import factories as f
-from tests.billing.factories import small_pool
+from tests import factories as f
 from tests.factories import windows_complete
+from tests.pools.boundary import build_boundary_pool
 
 
 @pytest.fixture
@@ -226,7 +226,7 @@ def test_it_records_a_period_close(settings, db):
     settings.TANDEM_TIMEZONE = "Asia/Shanghai"
     settings.TANDEM_STEP_SECONDS = 300
     price_book_ensure_default()
-    small_pool()
+    build_boundary_pool()
     windows_complete(periods=["2026-09"])
     close = period_close(period="2026-09").period_close
     (entry,) = entries("billing.periodclose", "close")

@@ -105,10 +105,10 @@ def everyone(status: int) -> dict[str, int | str]:
 
 
 def page_calls(name: str, obj: Objects) -> list[Call]:
-    pool = obj.pool
-    alpha, bravo = pool.teams["alpha"], pool.teams["bravo"]
-    own_line = pool.statements["alpha"].lines.first()
-    other_line = pool.statements["bravo"].lines.first()
+    api_pool = obj.pool
+    alpha, bravo = api_pool.teams["alpha"], api_pool.teams["bravo"]
+    own_line = api_pool.statements["alpha"].lines.first()
+    other_line = api_pool.statements["bravo"].lines.first()
 
     def both(view: str, own_args: tuple, other_args: tuple) -> list[Call]:
         return [
@@ -122,7 +122,7 @@ def page_calls(name: str, obj: Objects) -> list[Call]:
     rows = {
         "dashboards:team": lambda: both(name, (alpha.pk,), (bravo.pk,)),
         "dashboards:task": lambda: both(
-            name, (pool.tasks["alpha-search"].pk,), (pool.tasks["bravo-pretrain"].pk,)
+            name, (api_pool.tasks["alpha-search"].pk,), (api_pool.tasks["bravo-pretrain"].pk,)
         ),
         "dashboards:statement_period": lambda: [
             Call(reverse(name, args=["2026-10"]), page_expectation())

@@ -23,14 +23,14 @@ RAW = ["<script>alert(", "<img src=x onerror"]
 
 @pytest.fixture
 def hostile_names(objects: Objects) -> Objects:
-    pool = objects.pool
-    bravo = pool.teams["bravo"]
+    api_pool = objects.pool
+    bravo = api_pool.teams["bravo"]
     bravo.name = TEAM
     bravo.save()
-    task = pool.tasks["bravo-pretrain"]
+    task = api_pool.tasks["bravo-pretrain"]
     task.external_id = TASK
     task.save()
-    service = pool.services["bravo/embed"]
+    service = api_pool.services["bravo/embed"]
     service.external_id = SERVICE
     service.save()
     return objects

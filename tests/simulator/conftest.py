@@ -13,6 +13,7 @@ from simulator.pool import SimulationResult, simulate
 from simulator.prometheus import backfill, running_prometheus
 from simulator.truth import load_truth
 from tests.simulator.readback import Readback, read_back
+from tests.slow import starts
 
 # Seed 7 preempts two Jobs at the 9:00 surge and both resume later: the invariants need both.
 SMALL_POOL = PoolConfig(
@@ -44,6 +45,7 @@ def readback(small_pool: SimulatedPool) -> Readback:
 
 
 @pytest.fixture(scope="session")
+@starts("Prometheus")
 def small_pool_prometheus(small_pool: SimulatedPool, tmp_path_factory: pytest.TempPathFactory):
     tsdb = tmp_path_factory.mktemp("small-pool-tsdb")
     backfill(small_pool.result.metrics_path, tsdb)

@@ -7,6 +7,8 @@ import json
 import urllib.parse
 import urllib.request
 
+import pytest
+
 from simulator.truth import device_count
 
 
@@ -46,6 +48,7 @@ def test_it_writes_one_sample_per_series_per_tick_and_ends_with_eof(small_pool):
     assert samples == small_pool.truth["meta"]["samples_written"]
 
 
+@pytest.mark.slow
 def test_it_is_read_back_by_a_real_prometheus(small_pool, small_pool_prometheus):
     truth = small_pool.truth
     full = str(8 * 300) + ".000000"

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from simulator.pool import simulate
 from simulator.prometheus import backfill_parts, running_prometheus
 from simulator.truth import device_count
 from tests.simulator.conftest import SMALL_POOL
 from tests.simulator.test_openmetrics import epoch, query
+
+# Every test here starts Prometheus, a Celery worker or Chromium (tests/slow.py).
+pytestmark = pytest.mark.slow
 
 
 def samples_of(paths) -> list[bytes]:

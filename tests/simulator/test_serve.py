@@ -9,12 +9,15 @@ import time
 import urllib.parse
 import urllib.request
 
+import pytest
+
 from simulator.config import PoolConfig, previous_calendar_month
 from simulator.pool import Pool
 from simulator.prometheus import free_port, running_prometheus
 from simulator.serve import LivePool, make_server
 
 
+@pytest.mark.slow
 def test_it_serves_the_pool_to_a_scraping_prometheus(tmp_path):
     config = PoolConfig(
         gpus=6, days=1, start=dt.date(2026, 10, 1), seed=3, scrape_interval_seconds=15

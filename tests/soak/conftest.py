@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 
+from tests.slow import starts
 from tests.soak.harness import SoakPlan, SoakResult, run_soak
 
 # One fault cycle at a 10 s step: about two and a half minutes with the check.
@@ -14,6 +15,7 @@ TOOLS = ("prometheus", "redis-server")
 
 
 @pytest.fixture(scope="session")
+@starts("Prometheus and Celery workers (the soak)")
 def soak_result() -> SoakResult:
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     assert not missing, f"the soak needs {', '.join(missing)} (Debian packages)"

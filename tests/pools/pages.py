@@ -1,9 +1,10 @@
-"""A small, realistic pool written straight into the metering tables, for the page tests.
+"""The page pool of the dashboard, browser and rollup tests (fixture `closed_pool`).
 
-Two days of a month, 8 GPUs, five-minute intervals: inference peaks in the pool's daytime,
-training fills the nights, one batch job is preempted five times, one service breaches its SLO
-in a few peak intervals. Deterministic (seeded), a few thousand rows, built in well under a
-second, so every page has something real to draw.
+`build_page_pool()` writes two days of a month, 8 GPUs, five-minute intervals: inference peaks in
+the pool's daytime, training fills the nights, one batch job is preempted five times, one
+service breaches its SLO in a few peak intervals. Deterministic (seeded), a few thousand rows,
+built in well under a second, so every page has something real to draw. `build_closed_page_pool()`
+meters September and October that way and closes both.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from zoneinfo import ZoneInfo
 
 from django.conf import settings
 
+from billing import services as billing_services
 from metering.models import (
     CapacityInterval,
     IngestWindow,
@@ -29,6 +31,7 @@ from metering.models import (
     UsageInterval,
 )
 from metering.services import latency_p99
+from tests.factories import windows_complete
 
 GPUS = 8
 STEP = 300
@@ -36,7 +39,7 @@ BUCKET_BOUNDS = ["0.1", "0.25", "0.5", "1", "2.5", "5", "+Inf"]
 
 
 @dataclass
-class Pool:
+class PagePool:
     source: Source
     teams: dict[str, Team]
     tasks: dict[str, Task]
@@ -74,7 +77,7 @@ def _buckets(rng: random.Random, requests: int, slow: bool) -> list[list]:
     return [[bound, count] for bound, count in zip(BUCKET_BOUNDS, counts, strict=True)]
 
 
-def build_pool(*, first_day: dt.date, days: int = 2, seed: int = 1) -> Pool:
+def build_page_pool(*, first_day: dt.date, days: int = 2, seed: int = 1) -> PagePool:
     rng = random.Random(seed)
     zone = ZoneInfo(settings.TANDEM_TIMEZONE)
     start = dt.datetime.combine(first_day, dt.time(), zone).astimezone(dt.UTC)
@@ -159,7 +162,7 @@ def build_pool(*, first_day: dt.date, days: int = 2, seed: int = 1) -> Pool:
     LatencyInterval.objects.bulk_create(latency)
     _events(tasks, start, rng, label=f"{first_day:%m%d}")
     _windows(source, start, end)
-    return Pool(source, teams, tasks, services, start, end, f"{first_day:%Y-%m}")
+    return PagePool(source, teams, tasks, services, start, end, f"{first_day:%Y-%m}")
 
 
 def _events(tasks: dict[str, Task], start: dt.datetime, rng: random.Random, *, label: str) -> None:
@@ -205,3 +208,28 @@ def _windows(source: Source, start: dt.datetime, end: dt.datetime) -> None:
         )
         moment += dt.timedelta(hours=1)
     IngestWindow.objects.bulk_create(windows)
+
+
+MONTH = "2026-10"
+PREVIOUS_MONTH = "2026-09"
+# Closing a month needs it to be over; tests pass this instant instead of the clock.
+AFTER_BOTH_MONTHS = dt.datetime(2026, 11, 15, tzinfo=dt.UTC)
+
+
+def build_closed_page_pool() -> PagePool:
+    """September (3 days) and October (2 days) metered, both closed; a draft book for what-if.
+
+    A flush (transactional tests) removes the default book the migration wrote: make sure of it.
+    """
+    billing_services.price_book_ensure_default()
+    build_page_pool(first_day=dt.date(2026, 9, 1), days=3, seed=2)
+    pool = build_page_pool(first_day=dt.date(2026, 10, 1), days=2, seed=1)
+    windows_complete(periods=(PREVIOUS_MONTH, MONTH))
+    for period in (PREVIOUS_MONTH, MONTH):
+        billing_services.period_close(period=period, now=AFTER_BOTH_MONTHS)
+    billing_services.price_book_create_draft(
+        effective_from=dt.date(2027, 1, 1),
+        notes="cheaper hardware",
+        depreciation_per_gpu_hour=Decimal("9.50"),
+    )
+    return pool

@@ -1,6 +1,6 @@
-"""factory_boy factories for the report tests, and a small pool with a closed month.
+"""The report pool of the report tests (fixture `report_pool`), closed by billing.
 
-`build_pool()` writes twelve hours of a 4-GPU pool at a 300 s step in October 2026
+`build_report_pool()` writes twelve hours of a 4-GPU pool at a 300 s step in October 2026
 (03:00 to 15:00 in Asia/Shanghai, so it crosses into the 09:00 peak), and two hours in
 September for the month-on-month trend. One team carries a formula as its name, and its tasks
 too, so every CSV cell that reaches a spreadsheet can be checked for escaping. Latency
@@ -15,14 +15,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-import factory
-from django.contrib.auth import get_user_model
-from factory.django import DjangoModelFactory
-
-from access.models import Role
 from metering.models import (
     CapacityInterval,
-    IngestWindow,
     LatencyInterval,
     PodWait,
     Preemption,
@@ -33,6 +27,13 @@ from metering.models import (
     UsageInterval,
 )
 from metering.services import latency_p99
+from tests.factories import (
+    IngestWindowFactory,
+    ServiceFactory,
+    SourceFactory,
+    TaskFactory,
+    TeamFactory,
+)
 
 STEP = dt.timedelta(seconds=300)
 PERIOD = "2026-10"
@@ -53,103 +54,35 @@ FAST = [[le, c] for le, c in zip(BOUNDS, [150, 197, 199, 200, 200, 200, 200], st
 SLOW = [[le, c] for le, c in zip(BOUNDS, [20, 60, 120, 170, 185, 198, 200], strict=True)]
 
 
-class UserFactory(DjangoModelFactory):
-    class Meta:
-        model = get_user_model()
-        django_get_or_create = ("username",)
-
-    username = factory.Sequence(lambda n: f"user-{n}")
-
-
-class RoleFactory(DjangoModelFactory):
-    class Meta:
-        model = Role
-        skip_postgeneration_save = True
-
-    user = factory.SubFactory(UserFactory)
-    name = Role.Name.FINANCE
-
-    @factory.post_generation
-    def teams(self, create: bool, extracted, **kwargs) -> None:
-        if create and extracted:
-            self.teams.set(extracted)
+# The windows record the PromQL they ran, for the report's "how was this measured" page.
+QUERIES = [
+    {"meter": "devices", "promql": "sum by (namespace, pod) (recorded_allocation)"},
+    {"meter": "latency", "promql": "sum by (le) (recorded_latency)"},
+]
 
 
-class SourceFactory(DjangoModelFactory):
-    class Meta:
-        model = Source
-        django_get_or_create = ("name",)
-
-    name = "default"
-    url = "http://prometheus.invalid:9090"
-    scrape_interval_seconds = 60
-
-
-class TeamFactory(DjangoModelFactory):
-    class Meta:
-        model = Team
-        django_get_or_create = ("name",)
-
-    name = factory.Sequence(lambda n: f"team-{n}")
-
-
-class TaskFactory(DjangoModelFactory):
-    class Meta:
-        model = Task
-
-    source = factory.SubFactory(SourceFactory)
-    external_id = factory.Sequence(lambda n: f"task-{n}")
-    team = factory.SubFactory(TeamFactory)
-    kind = "training_batch"
-    first_seen = SEPTEMBER_START
-
-
-class ServiceFactory(DjangoModelFactory):
-    class Meta:
-        model = Service
-
-    source = factory.SubFactory(SourceFactory)
-    external_id = factory.Sequence(lambda n: f"service-{n}")
-    team = factory.SubFactory(TeamFactory)
-    slo_p99_ms = 300
-
-
-class IngestWindowFactory(DjangoModelFactory):
-    class Meta:
-        model = IngestWindow
-
-    source = factory.SubFactory(SourceFactory)
-    start = OCTOBER_START
-    end = factory.LazyAttribute(lambda window: window.start + dt.timedelta(hours=1))
-    status = IngestWindow.Status.DONE
-    completeness = Decimal(1)
-    first_written = factory.LazyAttribute(lambda window: window.end)
-    queries = factory.LazyFunction(
-        lambda: [
-            {"meter": "devices", "promql": "sum by (namespace, pod) (recorded_allocation)"},
-            {"meter": "latency", "promql": "sum by (le) (recorded_latency)"},
-        ]
-    )
+def _window(pool: ReportPool, start: dt.datetime) -> None:
+    IngestWindowFactory(source=pool.source, start=start, queries=QUERIES)
 
 
 @dataclass
-class Pool:
+class ReportPool:
     source: Source
     teams: dict[str, Team] = field(default_factory=dict)
     tasks: dict[str, Task] = field(default_factory=dict)
     services: dict[str, Service] = field(default_factory=dict)
 
 
-def _is_peak(interval: dt.datetime) -> bool:
+def is_peak(interval: dt.datetime) -> bool:
     local_hour = (interval + dt.timedelta(hours=8)).hour  # Asia/Shanghai has no DST
     return 9 <= local_hour < 22
 
 
-def _usage(pool: Pool, intervals: list[dt.datetime]) -> None:
+def _usage(pool: ReportPool, intervals: list[dt.datetime]) -> None:
     rows = []
     for n, interval in enumerate(intervals):
         held = {"search-api": Decimal(300), "vit-pretrain": Decimal(600)}
-        if not _is_peak(interval):
+        if not is_peak(interval):
             held[EVIL_TASK] = Decimal("150.5")
         if n % 3 == 0:
             held[DASH_TASK] = Decimal("75.25")
@@ -174,7 +107,7 @@ def _usage(pool: Pool, intervals: list[dt.datetime]) -> None:
     )
 
 
-def _latency(pool: Pool, intervals: list[dt.datetime], slow_every: int) -> None:
+def _latency(pool: ReportPool, intervals: list[dt.datetime], slow_every: int) -> None:
     LatencyInterval.objects.bulk_create(
         LatencyInterval(
             service=pool.services["search/api"],
@@ -184,11 +117,11 @@ def _latency(pool: Pool, intervals: list[dt.datetime], slow_every: int) -> None:
             p99_seconds=latency_p99(buckets),
         )
         for n, interval in enumerate(intervals)
-        for buckets in [SLOW if _is_peak(interval) and n % slow_every == 0 else FAST]
+        for buckets in [SLOW if is_peak(interval) and n % slow_every == 0 else FAST]
     )
 
 
-def _events(pool: Pool) -> None:
+def _events(pool: ReportPool) -> None:
     pretrain = pool.tasks["vit-pretrain"]
     Preemption.objects.bulk_create(
         Preemption(
@@ -221,18 +154,18 @@ def _events(pool: Pool) -> None:
     )
 
 
-def add_intervals(pool: Pool, intervals: list[dt.datetime]) -> None:
+def add_intervals(pool: ReportPool, intervals: list[dt.datetime]) -> None:
     """More metered intervals of the same pool (usage, capacity, latency, done windows)."""
     _usage(pool, intervals)
     _latency(pool, intervals, slow_every=6)
     hours = sorted({i.replace(minute=0) for i in intervals})
     for hour in hours:
-        IngestWindowFactory(source=pool.source, start=hour)
+        _window(pool, hour)
 
 
-def build_pool() -> Pool:
+def build_report_pool() -> ReportPool:
     """The metering rows of the pool (nothing closed yet)."""
-    pool = Pool(source=SourceFactory())
+    pool = ReportPool(source=SourceFactory(scrape_interval_seconds=60))
     for name in ("search", "vision", EVIL_TEAM):
         pool.teams[name] = TeamFactory(name=name)
     tasks = {
@@ -243,7 +176,11 @@ def build_pool() -> Pool:
     }
     for external_id, (team, kind) in tasks.items():
         pool.tasks[external_id] = TaskFactory(
-            source=pool.source, external_id=external_id, team=pool.teams[team], kind=kind
+            source=pool.source,
+            external_id=external_id,
+            team=pool.teams[team],
+            kind=kind,
+            first_seen=SEPTEMBER_START,
         )
     pool.services["search/api"] = ServiceFactory(
         source=pool.source, external_id="search/api", team=pool.teams["search"], slo_p99_ms=300
@@ -254,7 +191,7 @@ def build_pool() -> Pool:
     _latency(pool, SEPTEMBER_INTERVALS, slow_every=12)
     _events(pool)
     for hour in range(12):
-        IngestWindowFactory(source=pool.source, start=OCTOBER_START + dt.timedelta(hours=hour))
+        _window(pool, OCTOBER_START + dt.timedelta(hours=hour))
     for hour in range(2):
-        IngestWindowFactory(source=pool.source, start=SEPTEMBER_START + dt.timedelta(hours=hour))
+        _window(pool, SEPTEMBER_START + dt.timedelta(hours=hour))
     return pool

@@ -1,6 +1,6 @@
-"""factory_boy factories for billing tests, and a small deterministic pool built from them.
+"""The boundary pool of the billing tests (fixture `boundary_pool`).
 
-`small_pool()` writes a day and a half of a 8-GPU pool at a 300 s step, across the
+`build_boundary_pool()` writes a day and a half of a 8-GPU pool at a 300 s step, across the
 2026-09 / 2026-10 boundary in Asia/Shanghai: two inference services, three training tasks,
 latency histograms with some breaches, preemptions beyond the threshold, a GPU that drops out,
 and done ingest windows covering it all. A few thousand rows: quick to write and to price.
@@ -13,14 +13,8 @@ import random
 from dataclasses import dataclass
 from decimal import Decimal
 
-import factory
-from django.utils import timezone
-from factory.django import DjangoModelFactory
-
-from billing.models import Quota
 from metering.models import (
     CapacityInterval,
-    IngestWindow,
     LatencyInterval,
     Preemption,
     Service,
@@ -30,93 +24,20 @@ from metering.models import (
     UsageInterval,
 )
 from metering.services import latency_p99
+from tests.factories import (
+    IngestWindowFactory,
+    ServiceFactory,
+    SourceFactory,
+    TaskFactory,
+    TeamFactory,
+)
 
 STEP = 300
 BUCKET_BOUNDS = ["0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "+Inf"]
 
 
-class SourceFactory(DjangoModelFactory):
-    class Meta:
-        model = Source
-        django_get_or_create = ("name",)
-
-    name = factory.Sequence(lambda n: f"source-{n}")
-    url = "http://prometheus.invalid:9090"
-
-
-class TeamFactory(DjangoModelFactory):
-    class Meta:
-        model = Team
-        django_get_or_create = ("name",)
-
-    name = factory.Sequence(lambda n: f"team-{n}")
-
-
-class TaskFactory(DjangoModelFactory):
-    class Meta:
-        model = Task
-
-    source = factory.SubFactory(SourceFactory, name="default")
-    external_id = factory.Sequence(lambda n: f"task-{n}")
-    team = factory.SubFactory(TeamFactory)
-    kind = "training_batch"
-    first_seen = factory.LazyFunction(timezone.now)
-
-
-class ServiceFactory(DjangoModelFactory):
-    class Meta:
-        model = Service
-
-    source = factory.SubFactory(SourceFactory, name="default")
-    external_id = factory.Sequence(lambda n: f"service-{n}")
-    team = factory.SubFactory(TeamFactory)
-    slo_p99_ms = 300
-
-
-class UsageIntervalFactory(DjangoModelFactory):
-    class Meta:
-        model = UsageInterval
-
-    task = factory.SubFactory(TaskFactory)
-    interval_start = dt.datetime(2026, 9, 29, 16, tzinfo=dt.UTC)
-    alloc_gpu_seconds = Decimal("300")
-
-
-class CapacityIntervalFactory(DjangoModelFactory):
-    class Meta:
-        model = CapacityInterval
-
-    source = factory.SubFactory(SourceFactory, name="default")
-    interval_start = dt.datetime(2026, 9, 29, 16, tzinfo=dt.UTC)
-    gpus_present = Decimal("8")
-    capacity_gpu_seconds = factory.LazyAttribute(lambda row: row.gpus_present * STEP)
-
-
-class IngestWindowFactory(DjangoModelFactory):
-    class Meta:
-        model = IngestWindow
-
-    source = factory.SubFactory(SourceFactory, name="default")
-    start = dt.datetime(2026, 9, 29, 16, tzinfo=dt.UTC)
-    end = factory.LazyAttribute(lambda window: window.start + dt.timedelta(hours=1))
-    status = IngestWindow.Status.DONE
-    completeness = Decimal("1")
-    first_written = factory.LazyAttribute(lambda window: window.end)
-
-
-class QuotaFactory(DjangoModelFactory):
-    class Meta:
-        model = Quota
-
-    team = factory.SubFactory(TeamFactory)
-    allowance_gpu_hours = Decimal("100.00")
-    allowance_money = None
-    concurrent_gpu_cap = Decimal("4")
-    io_caps = factory.LazyFunction(lambda: {"training_batch": 2000})
-
-
 @dataclass
-class SmallPool:
+class BoundaryPool:
     source: Source
     teams: dict[str, Team]
     tasks: dict[str, Task]
@@ -125,12 +46,12 @@ class SmallPool:
     end: dt.datetime
 
 
-def small_pool(
+def build_boundary_pool(
     *,
     start: dt.datetime = dt.datetime(2026, 9, 29, 16, tzinfo=dt.UTC),  # 2026-09-30 00:00 local
     hours: int = 36,
     seed: int = 7,
-) -> SmallPool:
+) -> BoundaryPool:
     """A deterministic 8-GPU pool for `hours` from `start` (see the module docstring)."""
     rng = random.Random(seed)
     source = SourceFactory(name="default")
@@ -143,7 +64,9 @@ def small_pool(
         "nlp-notebook": ("nlp", "training_interactive"),
     }
     tasks = {
-        name: TaskFactory(source=source, external_id=name, team=teams[team], kind=kind)
+        name: TaskFactory(
+            source=source, external_id=name, team=teams[team], kind=kind, first_seen=start
+        )
         for name, (team, kind) in kinds.items()
     }
     services = {
@@ -191,7 +114,7 @@ def small_pool(
     for hour in range(hours):
         IngestWindowFactory(source=source, start=start + dt.timedelta(hours=hour))
     end = start + dt.timedelta(hours=hours)
-    return SmallPool(source, teams, tasks, services, start, end)
+    return BoundaryPool(source, teams, tasks, services, start, end)
 
 
 def _allocations(rng: random.Random, capacity: int) -> dict[str, Decimal]:
