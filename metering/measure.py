@@ -229,6 +229,7 @@ class _Runner:
                 "promql": promql,
                 "seconds": round(result.seconds, 6),
                 "evaluation_seconds": round(result.evaluation_seconds, 6),
+                "samples": result.samples,
             }
         )
 

@@ -313,6 +313,7 @@ def _run_ingest(run: list[IngestWindow], accept_loss: LossAcceptance | None) -> 
         "query_seconds": round(sum(q["seconds"] for q in measured.queries), 3),
         "prometheus_seconds": round(measured.evaluation_seconds, 3),
         "write_seconds": round(time.perf_counter() - began, 3),
+        "meters": _meter_costs(measured.queries),
     }
     logger.info(
         "ingested %s windows of %s from %s: %s",
@@ -322,6 +323,16 @@ def _run_ingest(run: list[IngestWindow], accept_loss: LossAcceptance | None) -> 
         timings,
         extra={"timings": timings},
     )
+
+
+def _meter_costs(queries: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per meter: [Prometheus evaluation seconds, samples scanned] summed over its queries."""
+    costs: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for query in queries:
+        cost = costs[query["meter"]]
+        cost[0] = round(cost[0] + query["evaluation_seconds"], 6)
+        cost[1] += query.get("samples", 0)
+    return dict(costs)
 
 
 def _windows_mark(ids: list[int], status: str, error: str) -> None:

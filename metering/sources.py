@@ -509,6 +509,7 @@ class QueryRun:
     seconds: float  # wall time, HTTP included
     evaluation_seconds: float  # Prometheus' own evalTotalTime
     series: list[Series]
+    samples: int = 0  # Prometheus' totalQueryableSamples: what the query cost in data read
 
 
 # The sockets each thread's request uses, for the deadline's watcher to cut.
@@ -736,15 +737,18 @@ class PrometheusClient:
         """Evaluate at start, start+step, …, end (all inclusive), chunked under the point limit."""
         series: dict[tuple[tuple[str, str], ...], Series] = {}
         seconds = evaluation = 0.0
+        samples = 0
         for chunk_start, chunk_end in _chunks(start, end, step_seconds):
             began = time.perf_counter()
             result = self._run(promql, chunk_start, chunk_end, step_seconds)
             seconds += time.perf_counter() - began
             payload = getattr(self._session.local, "payload", None) or {}
-            timings = payload.get("data", {}).get("stats", {}).get("timings", {})
-            reported = timings.get("evalTotalTime")
+            stats = _object(_object(_object(payload).get("data")).get("stats"))
+            reported = _object(stats.get("timings")).get("evalTotalTime")
             # A JSON number already; anything else (a hostile or broken server) counts 0.
             evaluation += reported if isinstance(reported, int | float) else 0.0
+            scanned = _object(stats.get("samples")).get("totalQueryableSamples")
+            samples += scanned if isinstance(scanned, int) else 0
             for item in result:
                 labels = item.get("metric", {})
                 key = tuple(sorted(labels.items()))
@@ -755,7 +759,9 @@ class PrometheusClient:
                     series[key].values.extend(values)
                 else:
                     series[key] = Series(labels=labels, values=values)
-        return QueryRun(name, promql, start, end, seconds, evaluation, list(series.values()))
+        return QueryRun(
+            name, promql, start, end, seconds, evaluation, list(series.values()), samples
+        )
 
     def _run(self, promql: str, start: datetime, end: datetime, step: int) -> list[dict]:
         try:
@@ -778,6 +784,11 @@ class PrometheusClient:
                 f"Prometheus answered a result that is not a list of series: {str(result)[:200]}"
             )
         return result
+
+
+def _object(value: Any) -> dict:
+    """A JSON object of the answer, or {} where a broken server wrote something else."""
+    return value if isinstance(value, dict) else {}
 
 
 def _chunks(start: datetime, end: datetime, step: int) -> Iterator[tuple[datetime, datetime]]:
