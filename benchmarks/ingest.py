@@ -55,6 +55,7 @@ django.setup()
 
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
+from django.db.models import Sum  # noqa: E402
 
 from benchmarks._table import Row, report, within  # noqa: E402
 from metering import services  # noqa: E402
@@ -241,8 +242,15 @@ def run_size(gpus: int, hours: int, scratch: Path, *, reuse: bool = False) -> di
         worker.wait(timeout=60)
         prometheus.stop()
     timings = [ast.literal_eval(m) for m in TIMINGS.findall(log.read_text(errors="replace"))]
+    logged_windows = sum(t["windows"] for t in timings)
+    if logged_windows != len(ids):
+        print(f"warning: the worker log names {logged_windows} of {len(ids)} windows", flush=True)
     usage_rows = sum(t["usage_rows"] for t in timings)
-    evaluation = sum(t["prometheus_seconds"] for t in timings)
+    # From the windows themselves (each holds its share of its batch's evaluation), so a
+    # log line lost cannot shrink it.
+    evaluation = float(
+        IngestWindow.objects.filter(pk__in=ids).aggregate(total=Sum("prometheus_seconds"))["total"]
+    )
     write_seconds = sum(t["write_seconds"] for t in timings)
     copy_seconds = sum(t["usage_copy_seconds"] for t in timings)
     copied_rows, copy_rate = copy_rows_per_second(source)
@@ -256,10 +264,11 @@ def run_size(gpus: int, hours: int, scratch: Path, *, reuse: bool = False) -> di
         "samples": samples,
         "prepare_seconds": prepared,
         "windows": len(ids),
-        "usage_rows": usage_rows,
+        "usage_rows": copied_rows,
         "copied_rows": copied_rows,
         "wall": wall,
         "evaluation": evaluation,
+        # Rates over the batches the log names (rows and seconds of the same batches).
         "write_rate": usage_rows / write_seconds if write_seconds else 0.0,
         "ingest_copy_rate": usage_rows / copy_seconds if copy_seconds else 0.0,
         "copy_rate": copy_rate,
