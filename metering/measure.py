@@ -15,6 +15,7 @@ exporter that failed scrapes, so a silent node lowers it by its share and is nam
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -147,6 +148,26 @@ class Measured:
     queries: list[dict[str, Any]]
     evaluation_seconds: float
     plan: sources.QueryPlan
+    _seen_at: dict[PodKey, list[int]] | None = field(default=None, repr=False)
+
+    def pod_identity(self, start: int, pod: PodKey) -> PodIdentity:
+        """The interval's kube-state-metrics view of the pod, else the nearest one in the
+        batch (the earlier of two as near), else an empty one."""
+        identity = self.intervals[start].identity.get(pod)
+        if identity is not None:
+            return identity
+        if self._seen_at is None:
+            self._seen_at = defaultdict(list)
+            for at in sorted(self.intervals):
+                for known in self.intervals[at].identity:
+                    self._seen_at[known].append(at)
+        starts = self._seen_at.get(pod)
+        if not starts:
+            return PodIdentity()
+        index = bisect_left(starts, start)
+        nearby = starts[max(0, index - 1) : index + 1]
+        nearest = min(nearby, key=lambda at: (abs(at - start), at))
+        return self.intervals[nearest].identity[pod]
 
 
 def measure(

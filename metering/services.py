@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -51,7 +51,6 @@ from metering.models import (
 
 logger = logging.getLogger(__name__)
 
-SIX_PLACES = Decimal("0.000001")
 MAX_WARNINGS_KEPT = 50
 DEFAULT_KIND = "training_batch"
 # First keys of PostgreSQL advisory locks: query slots per source, and one writer per window.
@@ -407,14 +406,7 @@ TaskRowKey = tuple[str, str, str]
 
 def _pod_identity(measured: Measured, start: int, pod: PodKey) -> PodIdentity:
     """This interval's kube-state-metrics view of the pod, else the nearest one in the run."""
-    identity = measured.intervals[start].identity.get(pod)
-    if identity is not None:
-        return identity
-    for other in sorted(measured.intervals, key=lambda t: abs(t - start)):
-        identity = measured.intervals[other].identity.get(pod)
-        if identity is not None:
-            return identity
-    return PodIdentity()
+    return measured.pod_identity(start, pod)
 
 
 def _task_identity(plan: sources.QueryPlan, pod: PodKey, identity: PodIdentity) -> TaskIdentity:
@@ -451,10 +443,24 @@ def _tasks_upsert(
     """
     step = plan.step_seconds
     seen: dict[tuple[int, PodKey], tuple[TaskIdentity, PodIdentity]] = {}
+    # A pod is the same task interval after interval: its identity is derived once per view.
+    derived: dict[tuple, TaskIdentity] = {}
     for start, facts in measured.intervals.items():
         for pod in _active_pods(facts):
-            identity = _pod_identity(measured, start, pod)
-            seen[(start, pod)] = (_task_identity(plan, pod, identity), identity)
+            identity = measured.pod_identity(start, pod)
+            view = (
+                pod,
+                identity.task_label,
+                identity.owner_name,
+                identity.team_label,
+                identity.priority_class,
+                identity.node,
+                identity.from_kube,
+            )
+            task = derived.get(view)
+            if task is None:
+                task = derived[view] = _task_identity(plan, pod, identity)
+            seen[(start, pod)] = (task, identity)
     if not seen:
         return {}
     teams = _teams_without_kube(source, seen)
@@ -614,12 +620,14 @@ def _task_rows_upsert(
             else ""
         )
         for chunk in _chunked(rows, size=5000):
-            placeholders = ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(chunk))
+            # One array per column: a statement of constant text, whatever the rows.
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(
                     "INSERT INTO metering_task AS t (source_id, namespace, external_id, team_id,"
                     " kind, fault_domain, first_seen, last_seen, created, first_started, ended)"
-                    f" VALUES {placeholders}"
+                    " SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::bigint[],"
+                    " %s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[],"
+                    " %s::timestamptz[], %s::timestamptz[], %s::timestamptz[])"
                     " ON CONFLICT (source_id, namespace, external_id, team_id) DO UPDATE SET"
                     f" {identity_update}"
                     " first_seen = LEAST(t.first_seen, EXCLUDED.first_seen),"
@@ -628,7 +636,7 @@ def _task_rows_upsert(
                     " first_started = LEAST(t.first_started, EXCLUDED.first_started),"
                     " ended = GREATEST(t.ended, EXCLUDED.ended)"
                     " RETURNING namespace, external_id, team_id, id, xmax = 0",
-                    [value for row in chunk for value in row],
+                    [list(column) for column in zip(*chunk, strict=True)],
                 )
                 for namespace, name, team_id, pk, is_new in cursor.fetchall():
                     pks[(namespace, name, names[team_id])] = pk
@@ -716,10 +724,20 @@ def _services_upsert(source: Source, measured: Measured) -> dict[tuple[str, str]
 # --- Writing a run of windows -------------------------------------------------------------
 
 
-def _quantize(value: Fraction) -> Decimal:
-    return (Decimal(value.numerator) / Decimal(value.denominator)).quantize(
-        SIX_PLACES, rounding=ROUND_HALF_UP
-    )
+def _quantize(value: Fraction | int) -> Decimal:
+    return Decimal(_six_places(value))
+
+
+def _six_places(value: Fraction | int) -> str:
+    """`value` rounded once to 6 places, half away from zero (ROUND_HALF_UP), as text: integer
+    arithmetic on the exact rational, what Decimal's quantize gives at a fraction of its cost."""
+    numerator, denominator = value.numerator, value.denominator
+    sign = "-" if numerator < 0 else ""
+    micros, rest = divmod(abs(numerator) * 1_000_000, denominator)
+    if 2 * rest >= denominator:
+        micros += 1
+    whole, fraction = divmod(micros, 1_000_000)
+    return f"{sign}{whole}.{fraction:06d}"
 
 
 @dataclass
@@ -746,43 +764,7 @@ def _window_rows(
     start = int(window.start.timestamp())
     facts = measured.intervals[start]
     rows = WindowRows(warnings=list(facts.warnings))
-    # One row per task and GPU model (a task holding GPUs of two models gets two).
-    models_of: dict[PodKey, list[str]] = defaultdict(list)
-    for namespace, pod, model in sorted(facts.alloc_by_model):
-        models_of[(namespace, pod)].append(model)
-    usage: dict[tuple[int, str], dict[str, Any]] = {}
-    for pod in _active_pods(facts):
-        task_id = task_ids[(start, pod)]
-        models = models_of.get(pod) or [""]
-        for model in models:
-            key = (*pod, model)
-            row = usage.setdefault(
-                (task_id, model), defaultdict(int, alloc=Fraction(0), busy=Fraction(0))
-            )
-            row["alloc"] += facts.alloc_by_model.get(key, 0)
-            row["busy"] += facts.busy_by_model.get(key, 0)
-            # Memory is per GPU (see sources.devices_query): the task's peak is its pods'
-            # highest, its average the mean over its pods; GPU-time and I/O of several pods
-            # add up.
-            if key in facts.memory_avg_by_model:
-                row["memory_avgs"] = [*row.get("memory_avgs", []), facts.memory_avg_by_model[key]]
-            row["memory_peak"] = max(row["memory_peak"], facts.memory_peak_by_model.get(key, 0))
-        # I/O is the pod's, not a GPU's: counted once, on the row of its first model.
-        row = usage[(task_id, models[0])]
-        for meter, value in facts.io.get(pod, {}).items():
-            row[meter] += value
-    moment = window.start.isoformat()
-    for (task_id, model), row in sorted(usage.items()):
-        if not any(row[key] for key in ("alloc", "busy", "memory_peak", *sources.IO_METRICS)):
-            continue
-        averages = row.get("memory_avgs") or [0]
-        # One line of COPY text per row (columns as USAGE_COLUMNS): written and hashed as is.
-        rows.usage.append(
-            f"{task_id}\t{moment}\t{_quantize(row['alloc'])}\t{_quantize(row['busy'])}\t"
-            f"{round(sum(averages) / len(averages))}\t{row['memory_peak']}\t"
-            f"{row['read_operations']}\t{row['write_operations']}\t"
-            f"{row['read_bytes']}\t{row['write_bytes']}\t{_copy_text(model)}\n"
-        )
+    rows.usage = _usage_lines(window, facts, task_ids)
     for (domain, model), gpu_seconds in sorted(facts.capacity_by_model.items()):
         rows.capacity.append(
             CapacityInterval(
@@ -813,6 +795,60 @@ def _window_rows(
             )
         )
     return rows
+
+
+def _usage_lines(
+    window: IngestWindow, facts: IntervalFacts, task_ids: dict[tuple[int, PodKey], int]
+) -> list[str]:
+    """One COPY line per task and GPU model (a task holding GPUs of two models gets two), in
+    (task, model) order; rows of nothing at all are left out.
+
+    Memory is per GPU (see sources.devices_parts): the task's peak is its pods' highest, its
+    average the mean over its pods; GPU-time and I/O of several pods add up, exactly (the
+    rationals of the pods, rounded once). I/O is the pod's, not a GPU's: counted once, on the
+    row of its first model."""
+    start = int(window.start.timestamp())
+    models_of: dict[PodKey, list[str]] = defaultdict(list)
+    for namespace, pod, model in sorted(facts.alloc_by_model):
+        models_of[(namespace, pod)].append(model)
+    alloc, busy = facts.alloc_by_model, facts.busy_by_model
+    peaks, averages = facts.memory_peak_by_model, facts.memory_avg_by_model
+    # (task, model) -> [alloc, busy, memory averages, memory peak, *I/O in IO_METRICS order]
+    usage: dict[tuple[int, str], list[Any]] = {}
+    io_meters = list(sources.IO_METRICS)
+    for pod in _active_pods(facts):
+        task_id = task_ids[(start, pod)]
+        models = models_of.get(pod) or [""]
+        for model in models:
+            key = (*pod, model)
+            row = usage.get((task_id, model))
+            if row is None:
+                row = usage[(task_id, model)] = [0, 0, [], 0, 0, 0, 0, 0]
+            if key in alloc:
+                row[0] = row[0] + alloc[key] if row[0] else alloc[key]
+            if key in busy:
+                row[1] = row[1] + busy[key] if row[1] else busy[key]
+            if key in averages:
+                row[2].append(averages[key])
+            row[3] = max(row[3], peaks.get(key, 0))
+        counters = facts.io.get(pod)
+        if counters:
+            row = usage[(task_id, models[0])]
+            for index, meter in enumerate(io_meters, start=4):
+                row[index] += counters.get(meter, 0)
+    moment = window.start.isoformat()
+    lines = []
+    for (task_id, model), row in sorted(usage.items()):
+        if not (row[0] or row[1] or row[3] or any(row[4:])):
+            continue
+        memory = row[2] or [0]
+        # One line of COPY text per row (columns as USAGE_COLUMNS): written and hashed as is.
+        lines.append(
+            f"{task_id}\t{moment}\t{_six_places(row[0])}\t{_six_places(row[1])}\t"
+            f"{round(sum(memory) / len(memory))}\t{row[3]}\t"
+            f"{row[4]}\t{row[5]}\t{row[6]}\t{row[7]}\t{_copy_text(model)}\n"
+        )
+    return lines
 
 
 def _preemption_rows(
@@ -1224,14 +1260,14 @@ def _waits_insert(waits: list[tuple]) -> None:
     """A wait belongs to the window in which its pod's scheduled time first shows; the row is
     keyed by (task, pod), so writing it again replaces it."""
     for chunk in _chunked(sorted(waits)):
-        placeholders = ",".join(["(%s,%s,%s,%s,%s)"] * len(chunk))
         with connection.cursor() as cursor:
             cursor.execute(
                 "INSERT INTO metering_podwait (task_id, pod, created, scheduled, seconds)"
-                f" VALUES {placeholders} ON CONFLICT (task_id, pod) DO UPDATE SET"
+                " SELECT * FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[],"
+                " %s::timestamptz[], %s::int[]) ON CONFLICT (task_id, pod) DO UPDATE SET"
                 " created = EXCLUDED.created, scheduled = EXCLUDED.scheduled,"
                 " seconds = EXCLUDED.seconds",
-                [value for row in chunk for value in row],
+                [list(column) for column in zip(*chunk, strict=True)],
             )
 
 
