@@ -284,25 +284,31 @@ def _grouped(result: sources.QueryRun, name: str, part: sources.Part) -> sources
 
     Max as Prometheus takes it (a NaN gives way to any number); sums exact in Decimal (of
     counters: integers, which float sums also hold exactly)."""
-    groups: dict[tuple[str, ...], dict[Any, list[str]]] = {}
+    groups: dict[tuple[str, ...], list[sources.Series]] = {}
     for series in result.series:
         labels = series.labels
         if part.pods_only and not pod_of(labels)[1]:
             continue
-        key = tuple(labels.get(label, "") for label in part.by) if part.by else None
-        if key is None:  # as answered: each series its own group
+        if part.by:
+            key = tuple(labels.get(label, "") for label in part.by)
+        else:  # as answered: each series its own group
             key = tuple(sorted(labels.items()))
-        points = groups.setdefault(key, {})
-        for evaluated_at, text in series.values:
-            points.setdefault(evaluated_at, []).append(text)
+        groups.setdefault(key, []).append(series)
+    reduce = _max_text if part.how == "max" else _sum_text
     grouped = []
-    for key, points in groups.items():
+    for key, members in groups.items():
         if part.by:
             labels = {label: value for label, value in zip(part.by, key, strict=True) if value}
         else:
             labels = {k: v for k, v in key if k != "__name__"}
         labels["meter"] = name
-        reduce = _max_text if part.how == "max" else _sum_text
+        if len(members) == 1:  # most groups: one series, its points as they are
+            grouped.append(sources.Series(labels=labels, values=members[0].values))
+            continue
+        points: dict[Any, list[str]] = {}
+        for series in members:
+            for evaluated_at, text in series.values:
+                points.setdefault(evaluated_at, []).append(text)
         values = [[at, reduce(texts)] for at, texts in points.items()]
         grouped.append(sources.Series(labels=labels, values=values))
     return replace(result, series=grouped)
