@@ -9,13 +9,18 @@ processes ingest it. Prints per size:
   same indexes (goal >= 0.5): both the DELETE + COPY inside the ingest transaction, and the
   whole write phase (tasks upserted, rows built in Python, every table written, committed);
 - the worker processes' peak RSS (goal <= 1 GB);
-- ingest seconds per GPU-day (it should stay flat as the pool grows: linear scaling).
+- ingest seconds per GPU-day (it should stay flat as the pool grows: linear scaling);
+- per meter, Prometheus' evaluation time and samples scanned (`stats=all`), against ONE
+  `sum by (namespace, pod) (sum_over_time({__name__=~"<every metric ingest reads>"}[span]))`
+  scan of the same raw series over the whole span (goal: ingest evaluation <= 3x that scan),
+  and the same ratio for one batch replayed under the same conditions (see `replay_batch`).
 
 Run with DATABASE_URL pointing at a scratch database (migrated here; its metering rows are
 TRUNCATEd) and CELERY_BROKER_URL at a Redis database of its own, e.g.
   DATABASE_URL=postgres://postgres@127.0.0.1:5432/metering_bench \\
   CELERY_BROKER_URL=redis://127.0.0.1:6379/2 .venv/bin/python benchmarks/ingest.py
-Options: --sizes 250,500,1000 --hours 6 --keep (leave the scratch TSDBs in var/bench).
+Options: --sizes 250,500,1000 --hours 6 --keep (leave the scratch TSDBs in var/bench)
+--reuse (back-fill only where var/bench has no TSDB of that size and span yet).
 
 `main()` returns the headline rows for `benchmarks/run.py`. The 10,000-GPU day is extrapolated
 from the largest size's seconds per GPU-day: the simulator stops at 4,096 GPUs, and simulating
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import ast
 import datetime as dt
+import json
 import os
 import re
 import shutil
@@ -35,7 +41,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
+
+import requests
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -47,9 +56,10 @@ django.setup()
 
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
+from django.db.models import Sum  # noqa: E402
 
 from benchmarks._table import Row, report, within  # noqa: E402
-from metering import services  # noqa: E402
+from metering import services, sources  # noqa: E402
 from metering.models import IngestWindow, Source  # noqa: E402
 from metering.tasks import ingest_windows  # noqa: E402
 from simulator.config import PoolConfig  # noqa: E402
@@ -59,6 +69,8 @@ from simulator.prometheus import backfill, lookback_for, start_prometheus  # noq
 SCRAPE = 15
 BATCH = 12
 TIMINGS = re.compile(r"ingested \d+ windows of .*?: (\{.*\})")
+TOKEN = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+STEP = 300
 
 
 def simulate_hours(gpus: int, hours: int, path: Path) -> tuple[int, int, int]:
@@ -143,15 +155,87 @@ def copy_rows_per_second(source: Source) -> tuple[int, float]:
     return rows, rows / seconds
 
 
-def run_size(gpus: int, hours: int, scratch: Path) -> dict:
+def metric_names(url: str, promql: list[str]) -> list[str]:
+    """The metrics these queries read: their words that the server knows as metric names (a
+    selector without matchers has no braces to tell it by)."""
+    known = requests.get(f"{url}/api/v1/label/__name__/values", timeout=60).json()["data"]
+    return sorted({word for text in promql for word in TOKEN.findall(text)} & set(known))
+
+
+def raw_scan(url: str, promql: list[str], *, at: int, seconds: int) -> dict:
+    """One `sum by (namespace, pod) (sum_over_time(<metric>[span]))` scan of every raw metric
+    the ingest queries name, over the whole span, evaluated once at its end: what reading the
+    data once costs. One query per metric (their results would share label sets), times summed;
+    the median of 3 runs."""
+    names = metric_names(url, promql)
+    runs = []
+    for _ in range(3):
+        evaluation = samples = 0
+        for name in names:
+            query = f"sum by (namespace, pod) (sum_over_time({name}[{seconds}s] offset 1ms))"
+            answer = requests.post(
+                f"{url}/api/v1/query",
+                data={"query": query, "time": at, "stats": "all"},
+                timeout=600,
+            ).json()
+            if answer.get("status") != "success":
+                raise SystemExit(f"the raw scan failed: {answer}")
+            stats = answer["data"]["stats"]
+            evaluation += stats["timings"]["evalTotalTime"]
+            samples += stats["samples"]["totalQueryableSamples"]
+        runs.append((evaluation, samples))
+    evaluation, samples = sorted(runs)[1]
+    return {"evaluation": evaluation, "samples": samples, "metrics": names}
+
+
+def replay_batch(url: str, promql: list[str], *, start: int, end: int) -> dict:
+    """One batch's per-batch meter queries (12 windows and the one before) and the raw scan
+    of the metrics they name over the same span, interleaved, each the fastest of 3 runs: the
+    same-conditions ratio, which the whole run's sum (queries evaluated while the workers'
+    Python competes for the same 2 cores, the scan alone afterwards) only approximates."""
+    names = metric_names(url, promql)
+    span = end - start + STEP
+    scans = [f"sum by (namespace, pod) (sum_over_time({n}[{span}s] offset 1ms))" for n in names]
+    best: dict[str, float] = {}
+    for _ in range(3):
+        for key, query, instant in [
+            *((f"q{i}", q, False) for i, q in enumerate(promql)),
+            *((f"s{i}", q, True) for i, q in enumerate(scans)),
+        ]:
+            data = {"query": query, "stats": "all"}
+            data.update({"time": end} if instant else {"start": start, "end": end, "step": STEP})
+            path = "query" if instant else "query_range"
+            answer = requests.post(f"{url}/api/v1/{path}", data=data, timeout=600).json()
+            if answer.get("status") != "success":
+                raise SystemExit(f"the replay failed: {answer}")
+            seconds = answer["data"]["stats"]["timings"]["evalTotalTime"]
+            best[key] = min(best.get(key, seconds), seconds)
+    meters = sum(v for k, v in best.items() if k.startswith("q"))
+    scan = sum(v for k, v in best.items() if k.startswith("s"))
+    return {"meters": meters, "scan": scan, "ratio": meters / scan}
+
+
+def prepare(gpus: int, hours: int, scratch: Path, *, reuse: bool) -> tuple[Path, dict]:
+    """The back-filled TSDB of the pool's first `hours` (kept in var/bench for --reuse)."""
     scratch.mkdir(parents=True, exist_ok=True)
-    metrics, tsdb = scratch / f"pool-{gpus}.om", scratch / f"tsdb-{gpus}"
+    metrics, tsdb = scratch / f"pool-{gpus}.om", scratch / f"tsdb-{gpus}-{hours}h"
+    marker = tsdb / "bench.json"
+    if reuse and marker.exists():
+        return tsdb, {**json.loads(marker.read_text()), "prepare_seconds": 0.0}
     shutil.rmtree(tsdb, ignore_errors=True)
     began = time.perf_counter()
     first, last, samples = simulate_hours(gpus, hours, metrics)
     backfill(metrics, tsdb)
     metrics.unlink()
-    prepared = time.perf_counter() - began
+    facts = {"first": first, "last": last, "samples": samples}
+    marker.write_text(json.dumps(facts))
+    return tsdb, {**facts, "prepare_seconds": time.perf_counter() - began}
+
+
+def run_size(gpus: int, hours: int, scratch: Path, *, reuse: bool = False) -> dict:
+    tsdb, facts = prepare(gpus, hours, scratch, reuse=reuse)
+    first, last, samples = facts["first"], facts["last"], facts["samples"]
+    prepared = facts["prepare_seconds"]
     prometheus = start_prometheus(
         tsdb, lookback_delta=lookback_for(SCRAPE), scrape_interval=f"{SCRAPE}s"
     )
@@ -176,30 +260,64 @@ def run_size(gpus: int, hours: int, scratch: Path) -> dict:
             time.sleep(0.1)
         wall = time.perf_counter() - began
         rss = peak_rss_bytes(worker.pid)
+        promql = [
+            query["promql"]
+            for queries in IngestWindow.objects.filter(pk__in=ids).values_list("queries", flat=True)
+            for query in queries
+        ]
+        span_end = int(windows[-1].end.timestamp())
+        scan = raw_scan(
+            prometheus.url,
+            promql,
+            at=span_end,
+            seconds=span_end - int(windows[0].start.timestamp()) + STEP,
+        )
+        plan = sources.QueryPlan(scrape_seconds=SCRAPE, step_seconds=STEP)
+        parts = [p.promql for build in sources.METER_PARTS.values() for p in build(plan).values()]
+        batch_end = int(windows[min(BATCH, len(windows)) - 1].end.timestamp())
+        replay = replay_batch(
+            prometheus.url, parts, start=int(windows[0].start.timestamp()), end=batch_end
+        )
     finally:
         os.killpg(worker.pid, signal.SIGTERM)
         worker.wait(timeout=60)
         prometheus.stop()
     timings = [ast.literal_eval(m) for m in TIMINGS.findall(log.read_text(errors="replace"))]
+    logged_windows = sum(t["windows"] for t in timings)
+    if logged_windows != len(ids):
+        print(f"warning: the worker log names {logged_windows} of {len(ids)} windows", flush=True)
     usage_rows = sum(t["usage_rows"] for t in timings)
-    evaluation = sum(t["prometheus_seconds"] for t in timings)
+    # From the windows themselves (each holds its share of its batch's evaluation), so a
+    # log line lost cannot shrink it.
+    evaluation = float(
+        IngestWindow.objects.filter(pk__in=ids).aggregate(total=Sum("prometheus_seconds"))["total"]
+    )
     write_seconds = sum(t["write_seconds"] for t in timings)
     copy_seconds = sum(t["usage_copy_seconds"] for t in timings)
     copied_rows, copy_rate = copy_rows_per_second(source)
+    meters: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for t in timings:
+        for meter, (seconds, scanned) in t.get("meters", {}).items():
+            meters[meter][0] += seconds
+            meters[meter][1] += scanned
     return {
         "gpus": gpus,
         "samples": samples,
         "prepare_seconds": prepared,
         "windows": len(ids),
-        "usage_rows": usage_rows,
+        "usage_rows": copied_rows,
         "copied_rows": copied_rows,
         "wall": wall,
         "evaluation": evaluation,
+        # Rates over the batches the log names (rows and seconds of the same batches).
         "write_rate": usage_rows / write_seconds if write_seconds else 0.0,
         "ingest_copy_rate": usage_rows / copy_seconds if copy_seconds else 0.0,
         "copy_rate": copy_rate,
         "rss": rss,
         "per_gpu_day": wall / (gpus * hours / 24),
+        "meters": dict(meters),
+        "scan": scan,
+        "replay": replay,
     }
 
 
@@ -208,6 +326,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--sizes", default="250,500,1000")
     parser.add_argument("--hours", type=int, default=6)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--reuse", action="store_true")
     options = parser.parse_args(argv)
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:
@@ -219,7 +338,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
     scratch = REPO / "var" / "bench"
     results = []
     for size in (int(s) for s in options.sizes.split(",")):
-        result = run_size(size, options.hours, scratch)
+        result = run_size(size, options.hours, scratch, reuse=options.reuse)
         results.append(result)
         print(
             f"{size:>5} GPUs x {options.hours} h: {result['samples']:,} samples"
@@ -241,14 +360,35 @@ def main(argv: list[str] | None = None) -> list[Row]:
             f" {r['write_rate']:,.0f} ({r['write_rate'] / r['copy_rate']:.2f}) |"
             f" {r['rss'] / 2**20:.0f} | {r['per_gpu_day']:.3f}"
         )
+    for r in results:
+        print_meters(r)
     biggest = results[-1]
     print(
         f"\n1,000-GPU day (extrapolated from {biggest['gpus']} GPUs): "
         f"{biggest['per_gpu_day'] * 1000:.0f} s of ingest (goal <= 15 s)"
     )
-    if not options.keep:
+    if not (options.keep or options.reuse):
         shutil.rmtree(scratch, ignore_errors=True)
     return rows_for(results, hours=options.hours)
+
+
+def print_meters(r: dict) -> None:
+    scan = r["scan"]
+    print(
+        f"\n{r['gpus']} GPUs: Prometheus cost per meter against one sum_over_time scan of the"
+        f" {len(scan['metrics'])} metrics ingest reads ({scan['evaluation']:.2f} s,"
+        f" {scan['samples']:,} samples)\nmeter | eval s | samples scanned | eval / scan"
+    )
+    for meter, (seconds, samples) in sorted(r["meters"].items(), key=lambda m: -m[1][0]):
+        print(f"{meter} | {seconds:.2f} | {samples:,} | {seconds / scan['evaluation']:.2f}")
+    replay = r["replay"]
+    print(
+        f"one batch replayed, fastest of 3, interleaved: meters {replay['meters']:.3f} s,"
+        f" scan {replay['scan']:.3f} s, ratio {replay['ratio']:.2f} (goal <= 3)"
+    )
+    total = sum(seconds for seconds, _ in r["meters"].values())
+    scanned = sum(samples for _, samples in r["meters"].values())
+    print(f"all | {total:.2f} | {scanned:,} | {total / scan['evaluation']:.2f} (goal <= 3)")
 
 
 def rows_for(results: list[dict], *, hours: int) -> list[Row]:
@@ -268,6 +408,29 @@ def rows_for(results: list[dict], *, hours: int) -> list[Row]:
                 ok=within(ratio, at_most=2),
             )
         )
+    scan_seconds = biggest["scan"]["evaluation"]
+    scan_ratio = biggest["evaluation"] / scan_seconds
+    rows.append(
+        Row(
+            figure=f"Prometheus evaluation of ingest, {size}",
+            value=f"{biggest['evaluation']:.1f} s",
+            reference=f"one sum_over_time scan of its raw series {scan_seconds:.2f} s",
+            ratio=scan_ratio,
+            goal="ratio <= 3",
+            ok=within(scan_ratio, at_most=3),
+        )
+    )
+    replay = biggest["replay"]
+    rows.append(
+        Row(
+            figure=f"Prometheus evaluation of one ingest batch, same conditions, {size}",
+            value=f"{replay['meters']:.3f} s",
+            reference=f"one sum_over_time scan of its raw series {replay['scan']:.3f} s",
+            ratio=replay["ratio"],
+            goal="ratio <= 3",
+            ok=within(replay["ratio"], at_most=3),
+        )
+    )
     for label, rate in (
         ("ingest rows/s, DELETE + COPY in the ingest transaction", biggest["ingest_copy_rate"]),
         ("ingest rows/s, whole write phase", biggest["write_rate"]),

@@ -15,6 +15,7 @@ exporter that failed scrapes, so a silent node lowers it by its share and is nam
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -148,6 +149,26 @@ class Measured:
     queries: list[dict[str, Any]]
     evaluation_seconds: float
     plan: sources.QueryPlan
+    _seen_at: dict[PodKey, list[int]] | None = field(default=None, repr=False)
+
+    def pod_identity(self, start: int, pod: PodKey) -> PodIdentity:
+        """The interval's kube-state-metrics view of the pod, else the nearest one in the
+        batch (the earlier of two as near), else an empty one."""
+        identity = self.intervals[start].identity.get(pod)
+        if identity is not None:
+            return identity
+        if self._seen_at is None:
+            self._seen_at = defaultdict(list)
+            for at in sorted(self.intervals):
+                for known in self.intervals[at].identity:
+                    self._seen_at[known].append(at)
+        starts = self._seen_at.get(pod)
+        if not starts:
+            return PodIdentity()
+        index = bisect_left(starts, start)
+        nearby = starts[max(0, index - 1) : index + 1]
+        nearest = min(nearby, key=lambda at: (abs(at - start), at))
+        return self.intervals[nearest].identity[pod]
 
 
 def measure(
@@ -166,13 +187,21 @@ def measure(
     step = plan.step_seconds
     observed = {start: Observed() for start in range(first - step, last + 1, step)}
     runner = _Runner(client, plan, first - step, last)
+    answers: dict[str, dict[str, sources.QueryRun]] = defaultdict(dict)
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        pending = {
-            pool.submit(runner.run, name, build(plan)): name
-            for name, build in sources.METERS.items()
-        }
+        pending = {}
+        for name, build in sources.METER_PARTS.items():
+            parts = build(plan)
+            for part_name, part in parts.items():
+                future = pool.submit(runner.run, name, part.promql, record=False)
+                pending[future] = (name, part_name, part, parts)
         for done in as_completed(pending):
-            PARSERS[pending[done]](done.result(), observed, plan)
+            name, part_name, part, parts = pending[done]
+            answers[name][part_name] = _grouped(done.result(), part_name, part)
+            if len(answers[name]) == len(parts):  # every part of the meter is in
+                joined = _joined(name, answers.pop(name))
+                runner.record(name, sources.tagged_parts(parts), joined)
+                PARSERS[name](joined, observed, plan)
     for pods in _batches(_without_identity(observed) | _disappeared(observed)):
         result = runner.run("pod_history", sources.pod_history_query(plan, pods))
         _parse_pod_history(result, observed, plan)
@@ -214,13 +243,19 @@ class _Runner:
         self.evaluation_seconds = 0.0
         self.lock = threading.Lock()
 
-    def run(self, name: str, promql: str) -> sources.QueryRun:
+    def run(self, name: str, promql: str, *, record: bool = True) -> sources.QueryRun:
         result = self.client.query_range(
             name, promql, start=self.start, end=self.end, step_seconds=self.plan.step_seconds
         )
+        if record:
+            self.record(name, promql, result)
+        return result
+
+    def record(self, name: str, promql: str, result: sources.QueryRun) -> None:
+        """One entry per meter: a meter's parts are recorded as one expression (the same
+        meaning), with their costs summed."""
         with self.lock:  # queries finish on several threads
             self._record(name, promql, result)
-        return result
 
     def _record(self, name: str, promql: str, result: sources.QueryRun) -> None:
         self.evaluation_seconds += result.evaluation_seconds
@@ -230,6 +265,7 @@ class _Runner:
                 "promql": promql,
                 "seconds": round(result.seconds, 6),
                 "evaluation_seconds": round(result.evaluation_seconds, 6),
+                "samples": result.samples,
             }
         )
 
@@ -241,6 +277,75 @@ def _batches(values: set[str]) -> Iterator[list[str]]:
 
 
 # --- Reading answers ---------------------------------------------------------------------
+
+
+def _grouped(result: sources.QueryRun, name: str, part: sources.Part) -> sources.QueryRun:
+    """The part's answer grouped as `max by (...)` / `sum by (...)` would have in PromQL (the
+    labels kept are the grouping's non-empty ones), each series tagged `meter="<name>"`.
+
+    Max as Prometheus takes it (a NaN gives way to any number); sums exact in Decimal (of
+    counters: integers, which float sums also hold exactly)."""
+    groups: dict[tuple[str, ...], list[sources.Series]] = {}
+    for series in result.series:
+        labels = series.labels
+        if part.pods_only and not pod_of(labels)[1]:
+            continue
+        if part.by:
+            key = tuple(labels.get(label, "") for label in part.by)
+        else:  # as answered: each series its own group
+            key = tuple(sorted(labels.items()))
+        groups.setdefault(key, []).append(series)
+    reduce = _max_text if part.how == "max" else _sum_text
+    grouped = []
+    for key, members in groups.items():
+        if part.by:
+            labels = {label: value for label, value in zip(part.by, key, strict=True) if value}
+        else:
+            labels = {k: v for k, v in key if k != "__name__"}
+        labels["meter"] = name
+        if len(members) == 1:  # most groups: one series, its points as they are
+            grouped.append(sources.Series(labels=labels, values=members[0].values))
+            continue
+        points: dict[Any, list[str]] = {}
+        for series in members:
+            for evaluated_at, text in series.values:
+                points.setdefault(evaluated_at, []).append(text)
+        values = [[at, reduce(texts)] for at, texts in points.items()]
+        grouped.append(sources.Series(labels=labels, values=values))
+    return replace(result, series=grouped)
+
+
+def _max_text(texts: list[str]) -> str:
+    if len(texts) == 1:
+        return texts[0]
+    best, best_value = texts[0], float(texts[0])
+    for text in texts[1:]:
+        value = float(text)
+        if value > best_value or best_value != best_value:  # NaN gives way
+            best, best_value = text, value
+    return best
+
+
+def _sum_text(texts: list[str]) -> str:
+    if len(texts) == 1:
+        return texts[0]
+    try:
+        return str(sum(Decimal(text) for text in texts))
+    except (ArithmeticError, ValueError):  # +Inf + -Inf: as Prometheus, NaN
+        return "NaN"
+
+
+def _joined(name: str, parts: dict[str, sources.QueryRun]) -> sources.QueryRun:
+    """A meter's parts as one answer (its parsers tell them apart by their `meter` label)."""
+    runs = list(parts.values())
+    return replace(
+        runs[0],
+        name=name,
+        series=[item for run in runs for item in run.series],
+        seconds=sum(run.seconds for run in runs),
+        evaluation_seconds=sum(run.evaluation_seconds for run in runs),
+        samples=sum(run.samples for run in runs),
+    )
 
 
 def exact(text: str) -> Fraction:
@@ -351,10 +456,30 @@ def _parse_devices(
 def _parse_busy(
     result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
 ) -> None:
+    """The engine-active sum of a series where it has one in the interval (even an unusable
+    one), else its GPU_UTIL sum / 100: what `active or utilization / 100` answered."""
+    active = {
+        (evaluated_at, _series_key(series.labels))
+        for series in result.series
+        if series.labels.get("meter") == "active"
+        for evaluated_at, _ in series.values
+    }
+    for series in result.series:
+        if series.labels.get("meter") == "utilization":
+            key = _series_key(series.labels)
+            series.values[:] = [
+                [at, _percent(text)] for at, text in series.values if (at, key) not in active
+            ]
     for interval, labels, _, text in _points(result, observed, plan, required=("UUID",)):
         # A sum of ratios Prometheus wrote as a float: its decimal text is what it measured
         # (sums of 2-decimal ratios cannot sit on a rounding boundary at 6 places).
         _series(interval, _series_key(labels)).busy = Decimal(text)
+
+
+def _percent(text: str) -> str:
+    """A sum of GPU_UTIL percentages as a ratio, exactly (NaN and infinities as they are)."""
+    value = Decimal(text)
+    return str(value / 100) if value.is_finite() else text
 
 
 def _parse_shared(
@@ -401,8 +526,27 @@ def _parse_silent(
 def _parse_io(
     result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
 ) -> None:
-    for interval, labels, value, _ in _points(result, observed, plan, required=("meter",)):
-        interval.io_last[pod_of(labels)][labels["meter"]] = value
+    """Per pod, counter and interval: the sum of its pod-level series (`container=""`) where
+    it has one, else of its containers' (the `POD` sandbox is not asked for)."""
+    by = sources.POD_LABELS.split(", ")
+    pod_level = sources.Part("", tuple(by), "sum")
+    for meter in sorted({series.labels["meter"] for series in result.series}):
+        mine = [series for series in result.series if series.labels["meter"] == meter]
+        levels = {}
+        for level in (True, False):
+            chosen = [s for s in mine if (not s.labels.get("container")) == level]
+            levels[level] = _grouped(replace(result, series=chosen), meter, pod_level)
+        have_pod_level = {
+            (at, tuple(sorted(series.labels.items())))
+            for series in levels[True].series
+            for at, _ in series.values
+        }
+        for series in levels[False].series:
+            key = tuple(sorted(series.labels.items()))
+            series.values[:] = [v for v in series.values if (v[0], key) not in have_pod_level]
+        joined = replace(result, series=levels[True].series + levels[False].series)
+        for interval, labels, value, _ in _points(joined, observed, plan, required=("meter",)):
+            interval.io_last[pod_of(labels)][labels["meter"]] = value
 
 
 def _parse_latency(

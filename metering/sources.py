@@ -243,12 +243,6 @@ def pod_series(plan: QueryPlan, metric: str, *matchers: str) -> tuple[str, str]:
     )
 
 
-def over_pod_series(plan: QueryPlan, function: str, metric: str) -> str:
-    """`function(series[window])` over both spellings of a metric's pod series."""
-    exported, plain = pod_series(plan, metric)
-    return f"({function}({exported}{plan.window}) or {function}({plain}{plan.window}))"
-
-
 def tagged(parts: Mapping[str, str]) -> str:
     """Fold several expressions into one query; each result carries `meter="<name>"`."""
     return " or ".join(
@@ -260,7 +254,32 @@ def tagged(parts: Mapping[str, str]) -> str:
 # --- One function per meter -------------------------------------------------------------
 
 
-def devices_query(plan: QueryPlan) -> str:
+@dataclass(frozen=True)
+class Part:
+    """One query of a meter: PromQL that applies a range function to the raw series and no
+    more, and how Python then groups its answer (what `max by (...)` / `sum by (...)` did).
+
+    Grouping in Prometheus costs a label set built per series and step, several times the
+    range function itself; so do `label_replace` tags joined with `or`. Python groups each
+    series once (see measure._grouped), so a part costs Prometheus about its samples.
+    """
+
+    promql: str
+    by: tuple[str, ...] = ()  # () : the answer as it is
+    how: str = "max"  # "max" or "sum" of the series sharing `by`
+    pods_only: bool = False  # only pod-attributed series (see `pod_series`)
+
+
+def _labels(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def device_series_labels(plan: QueryPlan) -> tuple[str, ...]:
+    domain = (plan.fault_domain_label,) if plan.fault_domain_label else ()
+    return (*_labels(DEVICE_SERIES_LABELS), *domain)
+
+
+def devices_parts(plan: QueryPlan) -> dict[str, Part]:
     """Per dcgm-exporter series: ticks present (allocation, capacity, completeness), and for
     pod series the peak and mean framebuffer MiB.
 
@@ -268,31 +287,30 @@ def devices_query(plan: QueryPlan) -> str:
     when free), so a pod's allocation is its series' ticks x share. A time-sliced GPU shows
     its bare series beside its pods' ones: see `shared_devices_query`.
     """
-    by = DEVICE_SERIES_LABELS + (f", {plan.fault_domain_label}" if plan.fault_domain_label else "")
-    frame_buffer = selector(plan, "DCGM_FI_DEV_FB_USED")
+    by = device_series_labels(plan)
+    frame_buffer = f"{selector(plan, 'DCGM_FI_DEV_FB_USED')}{plan.window}"
     # The GPU model (dcgm-exporter's `modelName`, the same on every series of a physical GPU
     # and its MIG instances) rides along with the ticks: it never splits a series.
-    by_target = f"{by}, {TARGET_LABELS}, {NODE_LABELS}, {MODEL_LABEL}"
-    return tagged(
-        {
-            "ticks": f"max by ({by_target}) (count_over_time({frame_buffer}{plan.window}))",
-            "memory_peak": f"max by ({by}) "
-            f"({over_pod_series(plan, 'max_over_time', 'DCGM_FI_DEV_FB_USED')})",
-            "memory_avg": f"max by ({by}) "
-            f"({over_pod_series(plan, 'avg_over_time', 'DCGM_FI_DEV_FB_USED')})",
-        }
-    )
+    by_target = (*by, *_labels(TARGET_LABELS), *_labels(NODE_LABELS), MODEL_LABEL)
+    return {
+        "ticks": Part(f"count_over_time({frame_buffer})", by_target),
+        "memory_peak": Part(f"max_over_time({frame_buffer})", by, pods_only=True),
+        "memory_avg": Part(f"avg_over_time({frame_buffer})", by, pods_only=True),
+    }
 
 
-def busy_query(plan: QueryPlan) -> str:
+def busy_parts(plan: QueryPlan) -> dict[str, Part]:
     """Per pod series: the sum of its engine-active ratio over the interval's ticks (x share
-    x scrape seconds in Python), else of GPU_UTIL / 100 where profiling metrics are absent."""
-    active = over_pod_series(plan, "sum_over_time", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
-    utilization = over_pod_series(plan, "sum_over_time", "DCGM_FI_DEV_GPU_UTIL")
-    return (
-        f"max by ({DEVICE_SERIES_LABELS}) ({active})"
-        f" or max by ({DEVICE_SERIES_LABELS}) ({utilization}) / 100"
-    )
+    x scrape seconds in Python), else of GPU_UTIL / 100 where profiling metrics are absent
+    (measure._parse_busy prefers the first, series by series and interval by interval)."""
+    by = _labels(DEVICE_SERIES_LABELS)
+    return {
+        meter: Part(f"sum_over_time({selector(plan, metric)}{plan.window})", by, pods_only=True)
+        for meter, metric in (
+            ("active", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
+            ("utilization", "DCGM_FI_DEV_GPU_UTIL"),
+        )
+    }
 
 
 def shared_devices_query(plan: QueryPlan, uuids: Iterable[str]) -> str:
@@ -326,17 +344,16 @@ def shared_devices_query(plan: QueryPlan, uuids: Iterable[str]) -> str:
     )
 
 
-def targets_query(plan: QueryPlan) -> str:
+def targets_parts(plan: QueryPlan) -> dict[str, Part]:
     """Per scrape target: the scrapes Prometheus attempted in the interval and those that
     answered (its own `up` series), so an exporter that stopped answering is told apart from
     GPUs that left (completeness, see measure._derive_completeness)."""
-    up = selector(plan, "up")
-    return tagged(
-        {
-            "attempted": f"sum by ({TARGET_LABELS}) (count_over_time({up}{plan.window}))",
-            "answered": f"sum by ({TARGET_LABELS}) (sum_over_time({up}{plan.window}))",
-        }
-    )
+    up = f"{selector(plan, 'up')}{plan.window}"
+    by = _labels(TARGET_LABELS)
+    return {
+        "attempted": Part(f"count_over_time({up})", by, "sum"),
+        "answered": Part(f"sum_over_time({up})", by, "sum"),
+    }
 
 
 def silent_devices_query(plan: QueryPlan, instances: Iterable[str]) -> str:
@@ -358,27 +375,23 @@ IO_METRICS = {
 }
 
 
-def io_query(plan: QueryPlan) -> str:
+def io_parts(plan: QueryPlan) -> dict[str, Part]:
     """cAdvisor counters: each pod's last value per interval, from ONE level per pod (pod
-    level, `container=""`, where it exists, else its containers summed)."""
+    level, `container=""`, where it exists, else its containers summed: measure._parse_io)."""
     parts = {}
     for meter, metric in IO_METRICS.items():
-        pod_level = selector(plan, metric, 'container=""')
-        containers = selector(plan, metric, 'container!=""', 'container!="POD"')
-        parts[meter] = (
-            f"sum by ({POD_LABELS}) (last_over_time({pod_level}{plan.window}))"
-            f" or sum by ({POD_LABELS}) (last_over_time({containers}{plan.window}))"
-        )
-    return tagged(parts)
+        series = selector(plan, metric, 'container!="POD"')
+        parts[meter] = Part(f"last_over_time({series}{plan.window})")
+    return parts
 
 
-def latency_query(plan: QueryPlan) -> str:
+def latency_parts(plan: QueryPlan) -> dict[str, Part]:
     """The latency histogram's cumulative bucket counters: each replica's last value per
     service, `le` and interval (increments in Python, per replica, so scaling in and out
     never double counts)."""
     buckets = selector(plan, f"{plan.latency_histogram}_bucket")
-    by = f"{POD_LABELS}, {plan.service_label}, le"
-    return f"sum by ({by}) (last_over_time({buckets}{plan.window}))"
+    by = (*_labels(POD_LABELS), plan.service_label, "le")
+    return {"buckets": Part(f"last_over_time({buckets}{plan.window})", by, "sum")}
 
 
 def _identity_parts(plan: QueryPlan, over_window: bool, *only: str) -> dict[str, str]:
@@ -396,7 +409,7 @@ def _identity_parts(plan: QueryPlan, over_window: bool, *only: str) -> dict[str,
     }
 
 
-def identity_query(plan: QueryPlan) -> str:
+def identity_parts(plan: QueryPlan) -> dict[str, Part]:
     """Who each pod alive at the interval's end is (labels, owner, priority class, when it was
     scheduled), and which pods were preempted during the interval.
 
@@ -405,16 +418,22 @@ def identity_query(plan: QueryPlan) -> str:
     GPU meters together. A pod that ran but was gone by the end gets its identity from
     `pod_history_query` (range vectors) instead.
     """
+    pod = _labels(POD_LABELS)
+    parts = {
+        meter: Part(selector(plan, metric), (*pod, *labels))
+        for meter, metric, labels in (
+            ("labels", "kube_pod_labels", (plan.task_label, plan.team_label)),
+            ("owner", "kube_pod_owner", ("owner_kind", "owner_name")),
+            ("info", "kube_pod_info", ("priority_class", "node")),
+            ("scheduled", "kube_pod_status_scheduled_time", ()),
+        )
+    }
     reason = selector(
         plan, "kube_pod_status_reason", label_matcher("reason", plan.preemption_reason)
     )
-    return tagged(
-        {
-            **_identity_parts(plan, False),
-            # The reason may be 1 for a single tick before the pod is gone: read every sample.
-            "preempted": f"max by ({POD_LABELS}) (max_over_time({reason}{plan.window}))",
-        }
-    )
+    # The reason may be 1 for a single tick before the pod is gone: read every sample.
+    parts["preempted"] = Part(f"max_over_time({reason}{plan.window})", pod)
+    return parts
 
 
 def pod_history_query(plan: QueryPlan, pods: Iterable[str]) -> str:
@@ -481,7 +500,46 @@ def pod_allocation_query(plan: QueryPlan, *, namespace: str, pod: str) -> str:
     return " or ".join(matchers)
 
 
-# Queries run for every batch; the narrowed ones follow from their answers.
+def tagged_parts(parts: Mapping[str, Part]) -> str:
+    """A meter's parts as one expression (what "explain a charge" shows; ingest runs the
+    parts one by one)."""
+    return tagged({name: part.promql for name, part in parts.items()})
+
+
+def devices_query(plan: QueryPlan) -> str:
+    return tagged_parts(devices_parts(plan))
+
+
+def busy_query(plan: QueryPlan) -> str:
+    return tagged_parts(busy_parts(plan))
+
+
+def io_query(plan: QueryPlan) -> str:
+    return tagged_parts(io_parts(plan))
+
+
+def latency_query(plan: QueryPlan) -> str:
+    return tagged_parts(latency_parts(plan))
+
+
+def identity_query(plan: QueryPlan) -> str:
+    return tagged_parts(identity_parts(plan))
+
+
+def targets_query(plan: QueryPlan) -> str:
+    return tagged_parts(targets_parts(plan))
+
+
+# Queries run for every batch, part by part; the narrowed ones follow from their answers.
+METER_PARTS = {
+    "devices": devices_parts,
+    "busy": busy_parts,
+    "io": io_parts,
+    "latency": latency_parts,
+    "identity": identity_parts,
+    "targets": targets_parts,
+}
+# Each meter as one expression, for display.
 METERS = {
     "devices": devices_query,
     "busy": busy_query,
@@ -510,6 +568,7 @@ class QueryRun:
     seconds: float  # wall time, HTTP included
     evaluation_seconds: float  # Prometheus' own evalTotalTime
     series: list[Series]
+    samples: int = 0  # Prometheus' totalQueryableSamples: what the query cost in data read
 
 
 # The sockets each thread's request uses, for the deadline's watcher to cut.
@@ -737,15 +796,18 @@ class PrometheusClient:
         """Evaluate at start, start+step, …, end (all inclusive), chunked under the point limit."""
         series: dict[tuple[tuple[str, str], ...], Series] = {}
         seconds = evaluation = 0.0
+        samples = 0
         for chunk_start, chunk_end in _chunks(start, end, step_seconds):
             began = time.perf_counter()
             result = self._run(promql, chunk_start, chunk_end, step_seconds)
             seconds += time.perf_counter() - began
             payload = getattr(self._session.local, "payload", None) or {}
-            timings = payload.get("data", {}).get("stats", {}).get("timings", {})
-            reported = timings.get("evalTotalTime")
+            stats = _object(_object(_object(payload).get("data")).get("stats"))
+            reported = _object(stats.get("timings")).get("evalTotalTime")
             # A JSON number already; anything else (a hostile or broken server) counts 0.
             evaluation += reported if isinstance(reported, int | float) else 0.0
+            scanned = _object(stats.get("samples")).get("totalQueryableSamples")
+            samples += scanned if isinstance(scanned, int) else 0
             for item in result:
                 labels = item.get("metric", {})
                 key = tuple(sorted(labels.items()))
@@ -756,7 +818,9 @@ class PrometheusClient:
                     series[key].values.extend(values)
                 else:
                     series[key] = Series(labels=labels, values=values)
-        return QueryRun(name, promql, start, end, seconds, evaluation, list(series.values()))
+        return QueryRun(
+            name, promql, start, end, seconds, evaluation, list(series.values()), samples
+        )
 
     def _run(self, promql: str, start: datetime, end: datetime, step: int) -> list[dict]:
         try:
@@ -779,6 +843,11 @@ class PrometheusClient:
                 f"Prometheus answered a result that is not a list of series: {str(result)[:200]}"
             )
         return result
+
+
+def _object(value: Any) -> dict:
+    """A JSON object of the answer, or {} where a broken server wrote something else."""
+    return value if isinstance(value, dict) else {}
 
 
 def _chunks(start: datetime, end: datetime, step: int) -> Iterator[tuple[datetime, datetime]]:

@@ -1,0 +1,370 @@
+"""Metering writes, who is who: pods -> tasks, teams and kinds, and services, upserted once
+per run of windows (kube-state-metrics' view of each pod, docs/telemetry.md "Who is who"),
+and the latency objectives operators set on services."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connection, transaction
+
+from audit.services import audit_record, object_snapshot
+from metering import sources
+from metering.measure import IntervalFacts, Measured, PodIdentity, PodKey
+from metering.models import (
+    Service,
+    Source,
+    Task,
+    Team,
+)
+from metering.windows import WindowError
+
+DEFAULT_KIND = "training_batch"
+
+
+@dataclass(frozen=True)
+class TaskIdentity:
+    namespace: str
+    external_id: str
+    team: str
+    kind: str
+    fault_domain: str
+    from_kube: bool
+
+
+# A task row: (namespace, name, team). A key moved to another team gets a row of that team.
+TaskRowKey = tuple[str, str, str]
+
+
+def _pod_identity(measured: Measured, start: int, pod: PodKey) -> PodIdentity:
+    """This interval's kube-state-metrics view of the pod, else the nearest one in the run."""
+    return measured.pod_identity(start, pod)
+
+
+def _task_identity(plan: sources.QueryPlan, pod: PodKey, identity: PodIdentity) -> TaskIdentity:
+    namespace, pod_name = pod
+    kind = plan.priority_class_kinds.get(identity.priority_class, DEFAULT_KIND)
+    return TaskIdentity(
+        namespace=namespace,
+        external_id=identity.task_label or identity.owner_name or pod_name,
+        team=identity.team_label or namespace,
+        kind=kind,
+        fault_domain=identity.node,
+        from_kube=identity.from_kube,
+    )
+
+
+def _active_pods(facts: IntervalFacts) -> set[PodKey]:
+    return (
+        set(facts.alloc)
+        | set(facts.busy)
+        | set(facts.memory_peak)
+        | set(facts.io)
+        | set(facts.waits)
+        | {pod for pod, event in facts.preemptions.items() if "at" in event}
+    )
+
+
+def _tasks_upsert(
+    source: Source, plan: sources.QueryPlan, measured: Measured
+) -> dict[tuple[int, PodKey], int]:
+    """Create or update every task active in the run; returns (interval, pod) -> task pk.
+
+    Each interval goes to the row of the team its pod had in that interval, so a relabel
+    moves only the intervals from the relabel on (see `Task`).
+    """
+    step = plan.step_seconds
+    seen: dict[tuple[int, PodKey], tuple[TaskIdentity, PodIdentity]] = {}
+    # A pod is the same task interval after interval: its identity is derived once per view.
+    derived: dict[tuple, TaskIdentity] = {}
+    for start, facts in measured.intervals.items():
+        for pod in _active_pods(facts):
+            identity = measured.pod_identity(start, pod)
+            view = (
+                pod,
+                identity.task_label,
+                identity.owner_name,
+                identity.team_label,
+                identity.priority_class,
+                identity.node,
+                identity.from_kube,
+            )
+            task = derived.get(view)
+            if task is None:
+                task = derived[view] = _task_identity(plan, pod, identity)
+            seen[(start, pod)] = (task, identity)
+    if not seen:
+        return {}
+    teams = _teams_without_kube(source, seen)
+    merged: dict[TaskRowKey, dict[str, Any]] = {}
+    pod_tasks: dict[tuple[int, PodKey], TaskRowKey] = {}
+    for (start, pod), (task, identity) in sorted(seen.items()):
+        key = (task.namespace, task.external_id, teams.get((start, pod), task.team))
+        pod_tasks[(start, pod)] = key
+        row = merged.get(key)
+        if row is None or (task.from_kube and not row["from_kube"]):
+            row = merged[key] = {
+                **task.__dict__,
+                "team": key[2],
+                "first_seen": start,
+                "last_seen": start,
+                "created": None,
+                "first_started": None,
+                "ended": None,
+            }
+        row["first_seen"] = min(row["first_seen"], start)
+        row["last_seen"] = max(row["last_seen"], start)
+        row["created"] = _least(row["created"], identity.created)
+        row["first_started"] = _least(row["first_started"], identity.scheduled)
+        if identity.ended:
+            row["ended"] = max(row["ended"] or 0, start + step)
+    team_ids = _teams_upsert({row["team"] for row in merged.values()}, source=source)
+    _legacy_tasks_adopt(source, merged, team_ids)
+    pks, inserted = _task_rows_upsert(source, merged, team_ids)
+    _relabels_audit(source, inserted)
+    return {key: pks[row_key] for key, row_key in pod_tasks.items()}
+
+
+def _teams_without_kube(
+    source: Source, seen: dict[tuple[int, PodKey], tuple[TaskIdentity, PodIdentity]]
+) -> dict[tuple[int, PodKey], str]:
+    """The team of pods that kube-state-metrics never described in the run (their team would
+    only be a guess from the namespace): the team the same task had in this run's nearest
+    interval, else its most recently metered row's, else none (the namespace applies)."""
+    guessed = [(start, pod, task) for (start, pod), (task, _) in seen.items() if not task.from_kube]
+    if not guessed:
+        return {}
+    known: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
+    for (start, _), (task, _) in seen.items():
+        if task.from_kube:
+            known[(task.namespace, task.external_id)].append((start, task.team))
+    stored: dict[tuple[str, str], str] = {}
+    names = {(task.namespace, task.external_id) for _, _, task in guessed} - set(known)
+    if names:
+        rows = (
+            Task.objects.filter(source=source, external_id__in={name for _, name in names})
+            .order_by("namespace", "external_id", "-last_seen", "-first_seen")
+            .values_list("namespace", "external_id", "team__name")
+        )
+        for namespace, name, team in rows:
+            stored.setdefault((namespace, name), team)
+    teams = {}
+    for start, pod, task in guessed:
+        name = (task.namespace, task.external_id)
+        if known.get(name):
+            teams[(start, pod)] = min(known[name], key=lambda seen: abs(seen[0] - start))[1]
+        elif name in stored:
+            teams[(start, pod)] = stored[name]
+    return teams
+
+
+def _least(current: int | None, new: int | None) -> int | None:
+    if current is None:
+        return new
+    if new is None:
+        return current
+    return min(current, new)
+
+
+def _teams_upsert(names: set[str], *, source: Source) -> dict[str, int]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO metering_team (name, created) SELECT unnest(%s::text[]), now()"
+            " ON CONFLICT (name) DO NOTHING RETURNING id",
+            [sorted(names)],
+        )
+        _audit_created(Team, [pk for (pk,) in cursor.fetchall()], source=source)
+    return dict(Team.objects.filter(name__in=names).values_list("name", "pk"))
+
+
+def _audit_created(model: type[Team | Service], pks: list[int], *, source: Source) -> None:
+    """One audit entry per team or service that ingestion created: a new team starts being
+    billed, a new service starts being judged against an SLO. `RETURNING` names only the rows
+    this worker inserted, so a team two workers meet at once is recorded once."""
+    for obj in model.objects.filter(pk__in=pks).order_by("pk"):
+        audit_record(
+            action="create",
+            obj=obj,
+            changes={**object_snapshot(obj), "created_by": f"ingest of source {source.name}"},
+        )
+
+
+def _moment(epoch: int | None) -> datetime | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, UTC)
+
+
+def _legacy_tasks_adopt(
+    source: Source, merged: dict[TaskRowKey, dict[str, Any]], team_ids: dict[str, int]
+) -> None:
+    """Rows metered before tasks were keyed by namespace (namespace empty) become the row of
+    the first namespace that runs the same name under the same team, so a running task keeps
+    its history on one row. A name under another team is another task and stays apart."""
+    keys = sorted((ns, name, team_ids[team]) for ns, name, team in merged if ns)
+    if not keys:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE metering_task t SET namespace = k.ns"
+            " FROM (SELECT DISTINCT ON (name, team) ns, name, team"
+            "       FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS u(ns, name, team)"
+            "       ORDER BY name, team, ns) AS k"
+            " WHERE t.source_id = %s AND t.namespace = '' AND t.external_id = k.name"
+            " AND t.team_id = k.team AND NOT EXISTS (SELECT 1 FROM metering_task o"
+            "   WHERE o.source_id = t.source_id AND o.namespace = k.ns"
+            "   AND o.external_id = k.name AND o.team_id = k.team)",
+            [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], source.pk],
+        )
+
+
+def _task_rows_upsert(
+    source: Source, merged: dict[TaskRowKey, dict[str, Any]], team_ids: dict[str, int]
+) -> tuple[dict[TaskRowKey, int], list[int]]:
+    """INSERT ... ON CONFLICT: times only widen; kind follows kube-state-metrics. Returns the
+    rows' pks by key, and the pks this statement inserted.
+
+    Rows go in sorted order so that concurrent workers cannot deadlock on them.
+    """
+    pks: dict[TaskRowKey, int] = {}
+    inserted: list[int] = []
+    names = {team_id: name for name, team_id in team_ids.items()}
+    for from_kube in (True, False):
+        rows = [
+            (
+                source.pk,
+                row["namespace"],
+                row["external_id"],
+                team_ids[row["team"]],
+                row["kind"],
+                row["fault_domain"],
+                _moment(row["first_seen"]),
+                _moment(row["last_seen"]),
+                _moment(row["created"]),
+                _moment(row["first_started"]),
+                _moment(row["ended"]),
+            )
+            for _, row in sorted(merged.items())
+            if row["from_kube"] == from_kube
+        ]
+        identity_update = (
+            "kind = EXCLUDED.kind,"
+            " fault_domain = COALESCE(NULLIF(EXCLUDED.fault_domain, ''), t.fault_domain),"
+            if from_kube
+            else ""
+        )
+        for chunk in _chunked(rows, size=5000):
+            # One array per column: a statement of constant text, whatever the rows.
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(
+                    "INSERT INTO metering_task AS t (source_id, namespace, external_id, team_id,"
+                    " kind, fault_domain, first_seen, last_seen, created, first_started, ended)"
+                    " SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::bigint[],"
+                    " %s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[],"
+                    " %s::timestamptz[], %s::timestamptz[], %s::timestamptz[])"
+                    " ON CONFLICT (source_id, namespace, external_id, team_id) DO UPDATE SET"
+                    f" {identity_update}"
+                    " first_seen = LEAST(t.first_seen, EXCLUDED.first_seen),"
+                    " last_seen = GREATEST(t.last_seen, EXCLUDED.last_seen),"
+                    " created = LEAST(t.created, EXCLUDED.created),"
+                    " first_started = LEAST(t.first_started, EXCLUDED.first_started),"
+                    " ended = GREATEST(t.ended, EXCLUDED.ended)"
+                    " RETURNING namespace, external_id, team_id, id, xmax = 0",
+                    [list(column) for column in zip(*chunk, strict=True)],
+                )
+                for namespace, name, team_id, pk, is_new in cursor.fetchall():
+                    pks[(namespace, name, names[team_id])] = pk
+                    if is_new:
+                        inserted.append(pk)
+    return pks, inserted
+
+
+def _relabels_audit(source: Source, inserted: list[int]) -> None:
+    """A new row for a key that has rows under another team is a relabel: record which team
+    the key leaves (its row metered last before this one), which it joins, and from which
+    interval on."""
+    if not inserted:
+        return
+    new = Task.objects.filter(pk__in=inserted).select_related("team").order_by("pk")
+    rows: dict[tuple[str, str], list[Task]] = defaultdict(list)
+    for task in (
+        Task.objects.filter(source=source, external_id__in={t.external_id for t in new})
+        .exclude(namespace="")
+        .select_related("team")
+        .order_by("first_seen", "pk")
+    ):
+        rows[(task.namespace, task.external_id)].append(task)
+    for task in new:
+        others = [t for t in rows[(task.namespace, task.external_id)] if t.pk != task.pk]
+        if not others:
+            continue
+        before = [t for t in others if t.first_seen < task.first_seen] or others
+        audit_record(
+            action="change",
+            obj=task,
+            changes={
+                "team": [before[-1].team.name, task.team.name],
+                "namespace": task.namespace,
+                "task": task.external_id,
+                "from_interval": task.first_seen,
+                "other_task_rows": [t.pk for t in others],
+                "changed_by": f"ingest of source {source.name} (a relabel in kube-state-metrics)",
+            },
+        )
+
+
+def _chunked(rows: list[tuple], size: int = 5000) -> Iterator[list[tuple]]:
+    """Slices small enough for PostgreSQL's 65,535 bind parameters per statement."""
+    for index in range(0, len(rows), size):
+        yield rows[index : index + size]
+
+
+def _services_upsert(source: Source, measured: Measured) -> dict[tuple[str, str], int]:
+    """Services seen in the run: `namespace/model`, owned by the team of its namespace."""
+    keys = {key for facts in measured.intervals.values() for key in facts.latency}
+    if not keys:
+        return {}
+    namespace_teams: dict[str, Counter] = defaultdict(Counter)
+    for facts in measured.intervals.values():
+        for (namespace, _), identity in facts.identity.items():
+            if identity.team_label:
+                namespace_teams[namespace][identity.team_label] += 1
+    teams = {key: (namespace_teams[key[0]].most_common(1) or [(key[0], 0)])[0][0] for key in keys}
+    team_ids = _teams_upsert(set(teams.values()), source=source)
+    external = {key: f"{key[0]}/{key[1]}" for key in keys}
+    ordered = sorted(keys)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO metering_service (source_id, external_id, team_id, slo_p99_ms, is_key)"
+            " SELECT %s, e, t, %s, %s FROM unnest(%s::text[], %s::bigint[]) AS n(e, t)"
+            " ON CONFLICT (source_id, external_id) DO NOTHING RETURNING id",
+            [
+                source.pk,
+                Service._meta.get_field("slo_p99_ms").default,
+                Service._meta.get_field("is_key").default,
+                [external[key] for key in ordered],
+                [team_ids[teams[key]] for key in ordered],
+            ],
+        )
+        _audit_created(Service, [pk for (pk,) in cursor.fetchall()], source=source)
+    pks = dict(
+        Service.objects.filter(source=source, external_id__in=external.values()).values_list(
+            "external_id", "pk"
+        )
+    )
+    return {key: pks[external[key]] for key in keys}
+
+
+def service_slo_set(*, external_id: str, slo_p99_ms: int) -> int:
+    """Set the latency objective of every service named `external_id` (one per source).
+
+    SLOs are not in the telemetry: an operator states them (here, or in the admin). Returns how
+    many services changed; an unknown name is an error, not a silent no-op."""
+    if slo_p99_ms <= 0:
+        raise WindowError(f"slo_p99_ms must be a positive number of milliseconds, got {slo_p99_ms}")
+    services = Service.objects.filter(external_id=external_id)
+    if not services.exists():
+        raise WindowError(f"no service named {external_id!r}")
+    return services.update(slo_p99_ms=slo_p99_ms)

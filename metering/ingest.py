@@ -1,0 +1,207 @@
+"""Metering writes, ingestion: a run of consecutive windows of one source measured from
+Prometheus (metering.measure) and written (metering.writer).
+
+A window is one metering step of one source. Ingesting it is safe to repeat: its rows are
+deleted and written again in ONE transaction, so a redelivered or repeated task never double
+counts, and a worker killed half-way leaves the previous content (or nothing) in place. It
+never replaces a window's rows with fewer samples than they came from (a Prometheus that lost
+the data) unless an operator accepts the loss, which the audit log records.
+
+Back-fill batches consecutive windows of a source into one range query per meter part (step =
+the metering step) and writes all of them in one transaction. The batch is all or nothing,
+like a single window."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import F
+from django.utils import timezone
+
+from metering import measure, sources
+from metering.identity import _services_upsert, _tasks_upsert
+from metering.models import (
+    IngestWindow,
+    Source,
+)
+from metering.writer import LossAcceptance, _run_write
+
+logger = logging.getLogger(__name__)
+
+
+# First keys of PostgreSQL advisory locks: query slots per source, and one writer per window.
+QUERY_SLOT_LOCK_CLASS = 0x7A6E
+
+
+# A batch runs this many queries at once when the source's slots allow: Prometheus evaluates
+# them on two cores while Python reads answers; two workers then fill four slots.
+QUERIES_IN_FLIGHT_PER_BATCH = 2
+
+
+def window_ingest(*, window_id: int) -> IngestWindow:
+    """Ingest one window (see windows_ingest)."""
+    windows = windows_ingest(window_ids=[window_id])
+    if not windows:
+        raise IngestWindow.DoesNotExist(f"ingest window {window_id} does not exist")
+    return windows[0]
+
+
+def windows_ingest(
+    *, window_ids: Sequence[int], accept_loss: LossAcceptance | None = None
+) -> list[IngestWindow]:
+    """Query Prometheus for these windows and replace their rows.
+
+    A window whose stored rows came from more samples than Prometheus now returns keeps them,
+    with a warning, unless `accept_loss` (an operator's audited decision) says to replace them.
+    Consecutive windows of a source share one range query per meter. Raises
+    `sources.PrometheusUnavailable` (windows stay pending, with the error) so that the caller
+    retries; a refused query or an unusable source marks the windows failed instead.
+    """
+    windows = list(
+        IngestWindow.objects.select_related("source")
+        .filter(pk__in=window_ids)
+        .order_by("source_id", "start")
+    )
+    unavailable: sources.PrometheusUnavailable | None = None
+    for run in _consecutive_runs(windows):
+        try:
+            _run_ingest(run, accept_loss)
+        except sources.PrometheusUnavailable as error:
+            unavailable = error
+    if unavailable is not None:
+        raise unavailable
+    return list(
+        IngestWindow.objects.select_related("source")
+        .filter(pk__in=window_ids)
+        .order_by("source_id", "start")
+    )
+
+
+def _consecutive_runs(windows: list[IngestWindow]) -> Iterator[list[IngestWindow]]:
+    step = timedelta(seconds=settings.TANDEM_STEP_SECONDS)
+    run: list[IngestWindow] = []
+    for window in windows:
+        if run and (window.source_id != run[-1].source_id or window.start != run[-1].start + step):
+            yield run
+            run = []
+        run.append(window)
+    if run:
+        yield run
+
+
+def _run_ingest(run: list[IngestWindow], accept_loss: LossAcceptance | None) -> None:
+    source = run[0].source
+    step = settings.TANDEM_STEP_SECONDS
+    ids = [w.pk for w in run]
+    for window in run:
+        if (window.end - window.start).total_seconds() != step or window.start.timestamp() % step:
+            _windows_mark(ids, IngestWindow.Status.FAILED, f"window {window} is not one step")
+            return
+    IngestWindow.objects.filter(pk__in=ids).update(
+        status=IngestWindow.Status.RUNNING, attempts=F("attempts") + 1, updated=timezone.now()
+    )
+    try:
+        plan = sources.query_plan_for(source, step_seconds=step)
+        measured = _measure(source, plan, run[0].start, run[-1].start)
+    except sources.SourceConfigurationError as error:
+        _windows_mark(ids, IngestWindow.Status.FAILED, f"source {source.name}: {error}")
+        return
+    except sources.PrometheusUnavailable as error:
+        _windows_mark(ids, IngestWindow.Status.PENDING, str(error))
+        raise
+    except sources.PrometheusQueryError as error:
+        _windows_mark(ids, IngestWindow.Status.FAILED, str(error))
+        return
+    began = time.perf_counter()
+    task_ids = _tasks_upsert(source, plan, measured)
+    service_ids = _services_upsert(source, measured)
+    usage_rows, usage_seconds = _run_write(run, measured, task_ids, service_ids, accept_loss)
+    timings = {
+        "windows": len(run),
+        "usage_rows": usage_rows,
+        "usage_copy_seconds": round(usage_seconds, 3),
+        "query_seconds": round(sum(q["seconds"] for q in measured.queries), 3),
+        "prometheus_seconds": round(measured.evaluation_seconds, 3),
+        "write_seconds": round(time.perf_counter() - began, 3),
+        "meters": _meter_costs(measured.queries),
+    }
+    logger.info(
+        "ingested %s windows of %s from %s: %s",
+        len(run),
+        source,
+        run[0].start,
+        timings,
+        extra={"timings": timings},
+    )
+
+
+def _meter_costs(queries: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per meter: [Prometheus evaluation seconds, samples scanned] summed over its queries."""
+    costs: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for query in queries:
+        cost = costs[query["meter"]]
+        cost[0] = round(cost[0] + query["evaluation_seconds"], 6)
+        cost[1] += query.get("samples", 0)
+    return dict(costs)
+
+
+def _windows_mark(ids: list[int], status: str, error: str) -> None:
+    # `updated` by hand (update() skips auto_now): windows_due tells a live retry from a lost one
+    IngestWindow.objects.filter(pk__in=ids).update(
+        status=status, error=error[:2000], updated=timezone.now()
+    )
+
+
+# --- Measuring ---------------------------------------------------------------------------
+
+
+def _measure(
+    source: Source, plan: sources.QueryPlan, first: datetime, last: datetime
+) -> measure.Measured:
+    client = sources.PrometheusClient.for_source(source)
+    try:
+        # Where the server's ranges start decides the range that holds [start, end).
+        plan = dataclasses.replace(plan, closed_ranges=client.ranges_closed())
+        with _query_slots(source, wanted=QUERIES_IN_FLIGHT_PER_BATCH) as slots:
+            return measure.measure(
+                client, plan, int(first.timestamp()), int(last.timestamp()), parallel=slots
+            )
+    finally:
+        client.close()
+
+
+@contextmanager
+def _query_slots(source: Source, *, wanted: int) -> Iterator[int]:
+    """Hold 1..wanted of the source's `max_concurrent_queries` slots, waiting for at least
+    one: the cap on queries in flight against a source, across all workers.
+
+    PostgreSQL session advisory locks, so a worker that dies releases its slots with its
+    connection.
+    """
+    keys = [source.pk * 1000 + slot for slot in range(max(1, source.max_concurrent_queries))]
+    held: list[int] = []
+    with connection.cursor() as cursor:
+        while not held:
+            for key in keys:
+                cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [QUERY_SLOT_LOCK_CLASS, key])
+                if cursor.fetchone()[0]:
+                    held.append(key)
+                    if len(held) == wanted:
+                        break
+            if not held:
+                time.sleep(0.2)
+    try:
+        yield len(held)
+    finally:
+        with connection.cursor() as cursor:
+            for key in held:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [QUERY_SLOT_LOCK_CLASS, key])

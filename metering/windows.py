@@ -1,0 +1,180 @@
+"""Metering writes, sources and windows: the `default` source for PROMETHEUS_URL, the
+windows covering a span, and which windows beat queues (the newest closed one and a bounded
+backlog of missing or lost ones)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.db.models import F
+from django.utils import timezone
+
+from audit.services import audit_record
+from metering import selectors
+from metering.models import (
+    DEFAULT_LABEL_MAPPING,
+    DEFAULT_PRIORITY_CLASS_KINDS,
+    IngestWindow,
+    Source,
+)
+
+
+class WindowError(ValueError):
+    """A window that cannot be ingested as asked (not aligned, wrong length); names the window."""
+
+
+def source_default_ensure() -> Source | None:
+    """The `default` source for PROMETHEUS_URL, created with the default mapping if missing.
+
+    PROMETHEUS_URL defines it: when the variable names another address (Prometheus moved, or
+    the demo started its Prometheus on another free port), the source follows, and the audit
+    log records the change. Its other settings (auth, mapping) stay as the admin left them."""
+    url = settings.PROMETHEUS_URL
+    if not url:
+        return Source.objects.filter(name="default").first()
+    source, created = Source.objects.get_or_create(
+        name="default",
+        defaults={
+            "url": url,
+            "scrape_interval_seconds": settings.TANDEM_SCRAPE_INTERVAL_SECONDS,
+            "label_mapping": dict(DEFAULT_LABEL_MAPPING),
+            "priority_class_kinds": dict(DEFAULT_PRIORITY_CLASS_KINDS),
+        },
+    )
+    if created:
+        audit_record(action="create", obj=source)
+    elif source.url != url:
+        changes = {"url": [source.url, url]}
+        Source.objects.filter(pk=source.pk).update(url=url)
+        source.url = url
+        audit_record(action="change", obj=source, changes=changes)
+    return source
+
+
+def windows_create(*, source: Source, start: datetime, end: datetime) -> list[IngestWindow]:
+    """The source's windows covering [start, end), one per step, created where missing.
+
+    `start` is rounded down and `end` up to the step grid (UTC, aligned to the epoch).
+    """
+    step = settings.TANDEM_STEP_SECONDS
+    if start.tzinfo is None or end.tzinfo is None:
+        raise WindowError("start and end must carry a time zone (ISO 8601 with Z or an offset)")
+    first = int(start.timestamp()) // step * step
+    last = -(-int(end.timestamp()) // step) * step
+    if last <= first:
+        raise WindowError(f"end {end.isoformat()} must be after start {start.isoformat()}")
+    starts = [datetime.fromtimestamp(t, UTC) for t in range(first, last, step)]
+    IngestWindow.objects.bulk_create(
+        [IngestWindow(source=source, start=s, end=s + timedelta(seconds=step)) for s in starts],
+        ignore_conflicts=True,
+        batch_size=2000,
+    )
+    return list(
+        IngestWindow.objects.filter(source=source, start__gte=starts[0], start__lte=starts[-1])
+        .filter(end=F("start") + timedelta(seconds=step))
+        .order_by("start")
+    )
+
+
+def window_newest_closed_create(*, source: Source, now: datetime | None = None) -> IngestWindow:
+    """The newest window whose end is older than the ingest lag (created if missing)."""
+    step = settings.TANDEM_STEP_SECONDS
+    now = now or timezone.now()
+    lag = settings.TANDEM_INGEST_LAG_SECONDS
+    end = (int(now.timestamp()) - lag) // step * step
+    start = datetime.fromtimestamp(end - step, UTC)
+    window, _ = IngestWindow.objects.get_or_create(
+        source=source, start=start, end=start + timedelta(seconds=step)
+    )
+    return window
+
+
+def windows_due_create(*, source: Source, now: datetime | None = None) -> list[list[IngestWindow]]:
+    """The windows beat should queue now, one list per task: the newest closed window alone,
+    then a bounded batch of the source's backlog, in time order (lost windows first, they are
+    few, then the oldest missing ones).
+
+    The backlog is every window since the source's `ingest_from` (else its first window)
+    that is missing (an outage of beat, the broker or the database, however long) or lost
+    (pending or running, untouched for longer than a retry waits: a worker killed with its
+    message unacknowledged, a broker restarted without persistence). Ingesting is idempotent,
+    so queueing a window that was merely slow costs a query, never a double count.
+
+    Bounded so that an outage of weeks never becomes thousands of tasks in one tick: at most
+    TANDEM_INGEST_CATCHUP_WINDOWS backlog windows are in flight per source (those queued by
+    earlier ticks and not done yet count), split into at most `max_concurrent_queries` tasks,
+    the source's cap on queries in flight. Repeated ticks converge: each one tops the backlog
+    in flight up again as the workers finish.
+    """
+    now = now or timezone.now()
+    newest = window_newest_closed_create(source=source, now=now)
+    budget = _backlog_budget(source, newest, now)
+    if not budget:
+        return [[newest]]
+    lost = list(
+        IngestWindow.objects.filter(
+            source=source, status__in=_IN_FLIGHT, updated__lt=_stale_before(now)
+        )
+        .exclude(pk=newest.pk)
+        .order_by("start")[:budget]
+    )
+    # Only windows queued now are created: one left pending unqueued would count as in flight.
+    missing = _missing_starts(source, before=newest.start, limit=budget - len(lost))
+    backlog = sorted([*lost, *_windows_add(source, missing)], key=lambda w: w.start)
+    # Touched now: until the retry horizon passes they count as in flight, not lost again.
+    IngestWindow.objects.filter(pk__in=[w.pk for w in backlog]).update(updated=now)
+    tasks = max(1, source.max_concurrent_queries)
+    per_task = max(1, -(-settings.TANDEM_INGEST_CATCHUP_WINDOWS // tasks))
+    return [[newest]] + [backlog[i : i + per_task] for i in range(0, len(backlog), per_task)]
+
+
+_IN_FLIGHT = (IngestWindow.Status.PENDING, IngestWindow.Status.RUNNING)
+
+
+def _stale_before(now: datetime) -> datetime:
+    """A pending or running window untouched since then was lost: a live one is retried (and
+    touched) at least every TANDEM_INGEST_RETRY_BACKOFF_MAX_SECONDS."""
+    step = timedelta(seconds=settings.TANDEM_STEP_SECONDS)
+    backoff = timedelta(seconds=settings.TANDEM_INGEST_RETRY_BACKOFF_MAX_SECONDS)
+    return now - backoff - 2 * step
+
+
+def _backlog_budget(source: Source, newest: IngestWindow, now: datetime) -> int:
+    in_flight = (
+        IngestWindow.objects.filter(
+            source=source, status__in=_IN_FLIGHT, updated__gte=_stale_before(now)
+        )
+        .exclude(pk=newest.pk)
+        .count()
+    )
+    return max(0, settings.TANDEM_INGEST_CATCHUP_WINDOWS - in_flight)
+
+
+def _missing_starts(source: Source, *, before: datetime, limit: int) -> list[datetime]:
+    """The first `limit` step starts, oldest first, that no window of the source covers
+    between its `ingest_from` (else its first window) and `before`; the gaps come from one
+    query (see selectors.windows_missing), only the steps handed out are enumerated."""
+    step = settings.TANDEM_STEP_SECONDS
+    starts: list[datetime] = []
+    start = source.ingest_from if source.ingest_from and source.ingest_from < before else None
+    if limit <= 0:
+        return starts
+    for gap in selectors.windows_missing(source_ids=[source.pk], start=start, end=before):
+        first = int(gap.start.timestamp()) // step * step
+        for moment in range(first, int(gap.end.timestamp()), step):
+            if len(starts) == limit:
+                return starts
+            starts.append(datetime.fromtimestamp(moment, UTC))
+    return starts
+
+
+def _windows_add(source: Source, starts: list[datetime]) -> list[IngestWindow]:
+    if not starts:  # only the gaps: ON CONFLICT DO NOTHING would still burn an id per row
+        return []
+    step = timedelta(seconds=settings.TANDEM_STEP_SECONDS)
+    IngestWindow.objects.bulk_create(
+        [IngestWindow(source=source, start=start, end=start + step) for start in starts],
+        ignore_conflicts=True,
+    )
+    return list(IngestWindow.objects.filter(source=source, start__in=starts, end=F("start") + step))

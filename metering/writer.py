@@ -1,0 +1,584 @@
+"""Metering writes, the rows of a run of windows: built in bulk from the run's facts (one
+COPY line per usage row, exact rationals rounded once to six places) and written in ONE
+transaction, one DELETE per table and stretch of consecutive windows, usage by COPY.
+
+A window that holds rows is never replaced by fewer samples unless an operator accepts the
+loss (audited). Per-statement and per-commit costs, not rows, dominate a back-fill."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from audit.services import audit_record
+from kernel.histogram import stored_p99
+from kernel.money import half_up_rational_text
+from metering import sources
+from metering.identity import _active_pods, _chunked, _moment, _pod_identity
+from metering.measure import IntervalFacts, Measured, PodKey
+from metering.models import (
+    CapacityInterval,
+    IngestWindow,
+    LatencyInterval,
+    Preemption,
+)
+from metering.windows import WindowError
+
+MAX_WARNINGS_KEPT = 50
+
+
+WINDOW_LOCK_CLASS = 0x7A6F
+
+
+def _quantize(value: Fraction | int) -> Decimal:
+    return Decimal(_six_places(value))
+
+
+def _six_places(value: Fraction | int) -> str:
+    """`value` rounded once to 6 places as text (`kernel.money`), for COPY lines."""
+    return half_up_rational_text(value, 6)
+
+
+@dataclass
+class WindowRows:
+    usage: list[str] = field(default_factory=list)  # COPY lines
+    capacity: list[CapacityInterval] = field(default_factory=list)
+    latency: list[LatencyInterval] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    waits: list[tuple] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def count(self) -> int:
+        return sum(
+            map(len, (self.usage, self.capacity, self.latency, self.preemptions, self.waits))
+        )
+
+
+def _window_rows(
+    window: IngestWindow,
+    measured: Measured,
+    task_ids: dict[tuple[int, PodKey], int],
+    service_ids: dict[tuple[str, str], int],
+) -> WindowRows:
+    start = int(window.start.timestamp())
+    facts = measured.intervals[start]
+    rows = WindowRows(warnings=list(facts.warnings))
+    rows.usage = _usage_lines(window, facts, task_ids)
+    for (domain, model), gpu_seconds in sorted(facts.capacity_by_model.items()):
+        rows.capacity.append(
+            CapacityInterval(
+                source_id=window.source_id,
+                fault_domain=domain,
+                gpu_model=model,
+                interval_start=window.start,
+                gpus_present=_quantize(gpu_seconds / measured.plan.step_seconds),
+                capacity_gpu_seconds=_quantize(gpu_seconds),
+            )
+        )
+    rows.latency = _latency_rows(window, facts, service_ids)
+    rows.preemptions = _preemption_rows(facts, start, task_ids, rows.warnings)
+    for pod, scheduled in sorted(facts.waits.items()):
+        created = _pod_identity(measured, start, pod).created
+        if created is None or scheduled < created:
+            rows.warnings.append(
+                f"waits: pod {pod[0]}/{pod[1]} has no creation time before its scheduling"
+            )
+            continue
+        rows.waits.append(
+            (
+                task_ids[(start, pod)],
+                pod[1],
+                _moment(created),
+                _moment(scheduled),
+                scheduled - created,
+            )
+        )
+    return rows
+
+
+def _usage_lines(
+    window: IngestWindow, facts: IntervalFacts, task_ids: dict[tuple[int, PodKey], int]
+) -> list[str]:
+    """One COPY line per task and GPU model (a task holding GPUs of two models gets two), in
+    (task, model) order; rows of nothing at all are left out.
+
+    Memory is per GPU (see sources.devices_parts): the task's peak is its pods' highest, its
+    average the mean over its pods; GPU-time and I/O of several pods add up, exactly (the
+    rationals of the pods, rounded once). I/O is the pod's, not a GPU's: counted once, on the
+    row of its first model."""
+    start = int(window.start.timestamp())
+    models_of: dict[PodKey, list[str]] = defaultdict(list)
+    for namespace, pod, model in sorted(facts.alloc_by_model):
+        models_of[(namespace, pod)].append(model)
+    alloc, busy = facts.alloc_by_model, facts.busy_by_model
+    peaks, averages = facts.memory_peak_by_model, facts.memory_avg_by_model
+    # (task, model) -> [alloc, busy, memory averages, memory peak, *I/O in IO_METRICS order]
+    usage: dict[tuple[int, str], list[Any]] = {}
+    io_meters = list(sources.IO_METRICS)
+    for pod in _active_pods(facts):
+        task_id = task_ids[(start, pod)]
+        models = models_of.get(pod) or [""]
+        for model in models:
+            key = (*pod, model)
+            row = usage.get((task_id, model))
+            if row is None:
+                row = usage[(task_id, model)] = [0, 0, [], 0, 0, 0, 0, 0]
+            if key in alloc:
+                row[0] = row[0] + alloc[key] if row[0] else alloc[key]
+            if key in busy:
+                row[1] = row[1] + busy[key] if row[1] else busy[key]
+            if key in averages:
+                row[2].append(averages[key])
+            row[3] = max(row[3], peaks.get(key, 0))
+        counters = facts.io.get(pod)
+        if counters:
+            row = usage[(task_id, models[0])]
+            for index, meter in enumerate(io_meters, start=4):
+                row[index] += counters.get(meter, 0)
+    moment = window.start.isoformat()
+    lines = []
+    for (task_id, model), row in sorted(usage.items()):
+        if not (row[0] or row[1] or row[3] or any(row[4:])):
+            continue
+        memory = row[2] or [0]
+        # One line of COPY text per row (columns as USAGE_COLUMNS): written and hashed as is.
+        lines.append(
+            f"{task_id}\t{moment}\t{_six_places(row[0])}\t{_six_places(row[1])}\t"
+            f"{round(sum(memory) / len(memory))}\t{row[3]}\t"
+            f"{row[4]}\t{row[5]}\t{row[6]}\t{row[7]}\t{_copy_text(model)}\n"
+        )
+    return lines
+
+
+def _preemption_rows(
+    facts: IntervalFacts,
+    start: int,
+    task_ids: dict[tuple[int, PodKey], int],
+    warnings: list[str],
+) -> list[Preemption]:
+    """One preemption per task in the interval (docs/pricing.md "Preemptions across periods"):
+    a gang's pods evicted together are one eviction of the task, so the engine counts it
+    once. Its GPUs (and lost work, when reported) add up the pods', it ran as long as the
+    longest-running pod, happened at the first pod's tick and is named by the first pod. Its
+    GPU model is the one that held most of its pods' GPUs (ties: the first name), which
+    prices its compensation (docs/pricing.md "GPU classes", rule 5)."""
+    events: dict[int, Preemption] = {}
+    models: dict[int, dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
+    for pod, event in sorted(facts.preemptions.items()):
+        if "at" not in event:
+            continue
+        scheduled = event.get("scheduled")
+        since_start = event["at"] - scheduled if scheduled is not None else 0
+        if since_start < 0:
+            warnings.append(f"preemptions: pod {pod[0]}/{pod[1]} preempted before scheduled")
+            since_start = 0
+        at = datetime.fromtimestamp(event["at"], UTC)
+        gpus = Fraction(event.get("gpus", 0))
+        task_id = task_ids[(start, pod)]
+        models[task_id][event.get("model", "")] += gpus
+        found = events.get(task_id)
+        if found is None:
+            events[task_id] = Preemption(
+                task_id=task_id,
+                pod=pod[1],
+                pods=1,
+                at=at,
+                gpus=gpus,
+                seconds_since_start=since_start,
+                lost_gpu_seconds=None,  # exporters do not report lost work
+            )
+            continue
+        if (at, pod[1]) < (found.at, found.pod):
+            found.at, found.pod = at, pod[1]
+        found.pods += 1
+        found.gpus += gpus
+        found.seconds_since_start = max(found.seconds_since_start, since_start)
+    for task_id, event in events.items():
+        event.gpus = _quantize(event.gpus)  # the pods' sum, rounded once
+        held = models[task_id]
+        event.gpu_model = min(held, key=lambda name: (-held[name], name))
+    return [events[task_id] for task_id in sorted(events)]
+
+
+def _latency_rows(
+    window: IngestWindow, facts: IntervalFacts, service_ids: dict[tuple[str, str], int]
+) -> list[LatencyInterval]:
+    return [
+        LatencyInterval(
+            service_id=service_ids[service],
+            interval_start=window.start,
+            buckets=[[bound, count] for bound, count in buckets],
+            request_count=buckets[-1][1],
+            p99_seconds=latency_p99(buckets),
+        )
+        for service, buckets in sorted(facts.latency.items())
+    ]
+
+
+def latency_p99(buckets: Sequence[Sequence[object]]) -> Decimal | None:
+    """P99 in seconds of one histogram as stored (`[[le, cumulative_count], ...]`, le as text
+    or number, "+Inf" last), by `kernel.histogram` as the pricing engine computes it: the one
+    quantile implementation, so stored P99s, health numbers and SLA credits agree. None where
+    Prometheus gives NaN (no requests, no +Inf bucket, no finite bucket).
+
+    Every writer of LatencyInterval rows sets `p99_seconds` with this; readers fall back to it
+    for rows written without (raw SQL loads).
+    """
+    return stored_p99(buckets)
+
+
+def latency_p99_fill(*, batch: int = 5000) -> int:
+    """Store the P99 of latency rows written without one (raw SQL loads, restored dumps), as
+    ingest would have; returns how many rows got one. Quiet intervals repeat the same
+    histogram, so each distinct one is computed once."""
+    known: dict[str, Decimal | None] = {}
+    filled = 0
+    with transaction.atomic(), connection.cursor() as read:
+        read.execute(
+            "SELECT id, buckets::text FROM metering_latencyinterval"
+            " WHERE p99_seconds IS NULL AND request_count > 0"
+        )
+        while rows := read.fetchmany(batch):
+            values = []
+            for pk, text in rows:
+                if text not in known:
+                    known[text] = latency_p99(json.loads(text))
+                if known[text] is not None:
+                    values.append((pk, known[text]))
+            with connection.cursor() as write:
+                write.execute(
+                    "UPDATE metering_latencyinterval l SET p99_seconds = v.p99"
+                    " FROM unnest(%s::bigint[], %s::numeric[]) AS v(id, p99) WHERE l.id = v.id",
+                    [[pk for pk, _ in values], [p99 for _, p99 in values]],
+                )
+            filled += len(values)
+    return filled
+
+
+def _content_hash(rows: WindowRows) -> str:
+    digest = hashlib.sha256()
+    payload = {
+        "usage": rows.usage,
+        # The model only where there is one, so rows without it hash as they did before.
+        "capacity": [
+            [r.fault_domain, str(r.capacity_gpu_seconds), *([r.gpu_model] if r.gpu_model else [])]
+            for r in rows.capacity
+        ],
+        "latency": [[r.service_id, r.buckets] for r in rows.latency],
+        # The model only where there is one, as for capacity.
+        "preemptions": [
+            [
+                r.task_id,
+                r.pod,
+                r.at.isoformat(),
+                str(r.gpus),
+                r.seconds_since_start,
+                *([r.gpu_model] if r.gpu_model else []),
+            ]
+            for r in rows.preemptions
+        ],
+        "waits": [[str(v) for v in row] for row in rows.waits],
+    }
+    digest.update(json.dumps(payload, sort_keys=True, default=str).encode())
+    return digest.hexdigest()
+
+
+USAGE_COLUMNS = (
+    "task_id",
+    "interval_start",
+    "alloc_gpu_seconds",
+    "busy_gpu_seconds",
+    "memory_avg_bytes",
+    "memory_peak_bytes",
+    "read_operations",
+    "write_operations",
+    "read_bytes",
+    "write_bytes",
+    "gpu_model",
+)
+
+
+def _copy_text(value: str) -> str:
+    """A text value as COPY's text format reads it (an exporter's label may hold anything)."""
+    return (
+        value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    )
+
+
+def _run_write(
+    run: list[IngestWindow],
+    measured: Measured,
+    task_ids: dict[tuple[int, PodKey], int],
+    service_ids: dict[tuple[str, str], int],
+    accept_loss: LossAcceptance | None = None,
+) -> tuple[int, float]:
+    """Replace the rows of every window of the run, all in ONE transaction; returns the
+    number of usage rows written and the seconds their DELETE + COPY took.
+
+    A window that holds rows and would be replaced by fewer samples keeps its rows (see
+    `_loses_samples`) unless `accept_loss`, which the audit log then records.
+
+    Set-based (one DELETE per table for each stretch of consecutive windows replaced, one
+    COPY for usage) because the per-statement and per-commit costs, not the rows, dominate a
+    back-fill.
+    """
+    built = [(window, _window_rows(window, measured, task_ids, service_ids)) for window in run]
+    prometheus_seconds = Decimal(str(round(measured.evaluation_seconds / len(run), 6)))
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            # One writer per window at a time (in id order, so two runs cannot deadlock); a
+            # second writer waits and then rewrites the same rows.
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s, (id %% 2147483647)::int)"
+                " FROM unnest(%s::bigint[]) AS id ORDER BY id",
+                [WINDOW_LOCK_CLASS, sorted(window.pk for window in run)],
+            )
+        previous = {
+            row["pk"]: row
+            for row in IngestWindow.objects.filter(pk__in=[w.pk for w in run]).values(
+                "pk",
+                "content_hash",
+                "first_written",
+                "changed_after_first_write",
+                "completeness",
+                "samples_seen",
+                "samples_expected",
+                "rows_written",
+                "warnings",
+            )
+        }
+        now = timezone.now()
+        results, replaced, losses = [], [], []
+        for window, rows in built:
+            before = previous[window.pk]
+            content_hash = _content_hash(rows)
+            facts = measured.intervals[int(window.start.timestamp())]
+            seen, expected = facts.samples_seen, facts.samples_expected
+            completeness = _quantize(facts.completeness)
+            if _loses_samples(before, completeness, content_hash):
+                if accept_loss is None:
+                    results.append(_kept_result(before, completeness, now))
+                    continue
+                losses.append((window, before, completeness, rows.count()))
+            replaced.append((window, rows))
+            if not seen:
+                rows.warnings.append("no GPU exporter samples in this window")
+            changed = bool(before["first_written"]) and before["content_hash"] != content_hash
+            results.append(
+                (
+                    window.pk,
+                    rows.count(),
+                    seen,
+                    expected,
+                    completeness,
+                    json.dumps(_capped(rows.warnings)),
+                    content_hash,
+                    before["first_written"] or now,
+                    now if changed else before["changed_after_first_write"],
+                )
+            )
+        usage_seconds = _rows_replace(replaced)
+        _windows_result_update(results, measured.queries, prometheus_seconds, now)
+        if losses:
+            _losses_audit(losses, accept_loss)
+    return sum(len(rows.usage) for _, rows in replaced), usage_seconds
+
+
+@dataclass(frozen=True)
+class LossAcceptance:
+    """An operator's explicit consent to replace windows' rows with fewer samples (the
+    Prometheus lost them for good), and who gave it and why, for the audit log."""
+
+    operator: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        if not self.reason.strip():
+            raise WindowError("accepting a loss of metered samples needs a reason")
+        if not self.operator.strip():
+            raise WindowError("accepting a loss of metered samples needs the operator's name")
+
+
+LOSS_REFUSED = "kept the stored rows"
+
+
+def _loses_samples(before: dict[str, Any], completeness: Decimal, content_hash: str) -> bool:
+    """Writing would replace the window's stored rows with fewer samples than they came from:
+    a Prometheus that lost the data (retention, a new empty TSDB, another URL) answers
+    with less or nothing. That covers a window falling below TANDEM_MIN_COMPLETENESS from
+    above it. Rows identical to the stored ones are never a loss."""
+    return (
+        before["first_written"] is not None
+        and completeness < before["completeness"]
+        and content_hash != before["content_hash"]
+    )
+
+
+def _kept_result(before: dict[str, Any], completeness: Decimal, now: datetime) -> tuple:
+    """The window as it was, done, with a warning saying what was refused and how to force it."""
+    minimum = settings.TANDEM_MIN_COMPLETENESS
+    warning = (
+        f"{LOSS_REFUSED}: re-ingested at {now:%Y-%m-%dT%H:%M:%SZ}, Prometheus gave completeness"
+        f" {completeness} (stored {before['completeness']}, minimum {minimum}); replace them"
+        " only with `manage.py ingest --accept-loss --reason ...` or the admin action"
+        " 'Replace with less data'"
+    )
+    warnings = [w for w in before["warnings"] if not str(w).startswith(LOSS_REFUSED)]
+    return (
+        before["pk"],
+        before["rows_written"],
+        before["samples_seen"],
+        before["samples_expected"],
+        before["completeness"],
+        json.dumps(_capped([warning, *warnings])),
+        before["content_hash"],
+        before["first_written"],
+        before["changed_after_first_write"],
+    )
+
+
+def _rows_replace(replaced: list[tuple[IngestWindow, WindowRows]]) -> float:
+    """Delete and write again the rows of these windows, table by table, one DELETE per
+    stretch of consecutive windows; returns the seconds the usage DELETE + COPY took."""
+    step = timedelta(seconds=settings.TANDEM_STEP_SECONDS)
+    stretches: list[list[IngestWindow]] = []
+    for window, _ in replaced:
+        if stretches and window.start == stretches[-1][-1].start + step:
+            stretches[-1].append(window)
+        else:
+            stretches.append([window])
+    with connection.cursor() as cursor:
+        began = time.perf_counter()
+        for stretch in stretches:
+            _run_rows_delete(cursor, stretch, "usage")
+        _usage_copy(cursor, [row for _, rows in replaced for row in rows.usage])
+        usage_seconds = time.perf_counter() - began
+        for table, model, attribute in (
+            ("capacity", CapacityInterval, "capacity"),
+            ("latency", LatencyInterval, "latency"),
+            ("preemptions", Preemption, "preemptions"),
+        ):
+            for stretch in stretches:
+                _run_rows_delete(cursor, stretch, table)
+            model.objects.bulk_create([r for _, rows in replaced for r in getattr(rows, attribute)])
+    _waits_insert([row for _, rows in replaced for row in rows.waits])
+    return usage_seconds
+
+
+def _losses_audit(losses: list[tuple], accept_loss: LossAcceptance) -> None:
+    """One entry per run whose stored rows an operator let fewer samples replace."""
+    first = losses[0][0]
+    audit_record(
+        action="change",
+        obj=first,
+        changes={
+            "accepted_loss": True,
+            "accepted_by": accept_loss.operator,
+            "reason": accept_loss.reason,
+            "windows": [
+                {
+                    "start": window.start,
+                    "completeness": [before["completeness"], completeness],
+                    "rows_written": [before["rows_written"], rows],
+                }
+                for window, before, completeness, rows in losses
+            ],
+        },
+    )
+
+
+def _windows_result_update(
+    results: list[tuple], queries: list[dict], prometheus_seconds: Decimal, now: datetime
+) -> None:
+    """One UPDATE for all windows of a run (the ORM's bulk_update builds a CASE per field)."""
+    row = "(%s::bigint, %s::int, %s::bigint, %s::bigint, %s::numeric, %s::jsonb, %s::text,"
+    row += " %s::timestamptz, %s::timestamptz)"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE metering_ingestwindow w SET status = %s, rows_written = v.rows,"
+            " queries = %s::jsonb, prometheus_seconds = %s, samples_seen = v.seen,"
+            " samples_expected = v.expected, completeness = v.completeness,"
+            " warnings = v.warnings, error = '', content_hash = v.hash,"
+            " first_written = v.first_written, changed_after_first_write = v.changed,"
+            " updated = %s"
+            f" FROM (VALUES {', '.join([row] * len(results))})"
+            " AS v(id, rows, seen, expected, completeness, warnings, hash, first_written, changed)"
+            " WHERE w.id = v.id",
+            [
+                IngestWindow.Status.DONE,
+                json.dumps(queries),
+                prometheus_seconds,
+                now,
+                *(value for result in results for value in result),
+            ],
+        )
+
+
+def _capped(warnings: list[str]) -> list[str]:
+    if len(warnings) <= MAX_WARNINGS_KEPT:
+        return warnings
+    return [*warnings[:MAX_WARNINGS_KEPT], f"... and {len(warnings) - MAX_WARNINGS_KEPT} more"]
+
+
+RUN_DELETES = {
+    "usage": "DELETE FROM metering_usageinterval u USING metering_task t WHERE u.task_id = t.id"
+    " AND t.source_id = %(source)s AND u.interval_start >= %(first)s"
+    " AND u.interval_start <= %(last)s",
+    "capacity": "DELETE FROM metering_capacityinterval WHERE source_id = %(source)s"
+    " AND interval_start >= %(first)s AND interval_start <= %(last)s",
+    "latency": "DELETE FROM metering_latencyinterval l USING metering_service s"
+    " WHERE l.service_id = s.id AND s.source_id = %(source)s"
+    " AND l.interval_start >= %(first)s AND l.interval_start <= %(last)s",
+    # A preemption's `at` is a scrape tick, so it belongs to the interval [start, end).
+    "preemptions": "DELETE FROM metering_preemption p USING metering_task t"
+    " WHERE p.task_id = t.id AND t.source_id = %(source)s AND p.at >= %(first)s"
+    " AND p.at < %(end)s",
+}
+
+
+def _run_rows_delete(cursor: Any, run: list[IngestWindow], table: str) -> None:
+    cursor.execute(
+        RUN_DELETES[table],
+        {
+            "source": run[0].source_id,
+            "first": run[0].start,
+            "last": run[-1].start,
+            "end": run[-1].end,
+        },
+    )
+
+
+def _usage_copy(cursor: Any, usage: list[str]) -> None:
+    if not usage:
+        return
+    with cursor.cursor.copy(
+        f"COPY metering_usageinterval ({', '.join(USAGE_COLUMNS)}) FROM STDIN"
+    ) as copy:
+        copy.write("".join(usage))
+
+
+def _waits_insert(waits: list[tuple]) -> None:
+    """A wait belongs to the window in which its pod's scheduled time first shows; the row is
+    keyed by (task, pod), so writing it again replaces it."""
+    for chunk in _chunked(sorted(waits)):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO metering_podwait (task_id, pod, created, scheduled, seconds)"
+                " SELECT * FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[],"
+                " %s::timestamptz[], %s::int[]) ON CONFLICT (task_id, pod) DO UPDATE SET"
+                " created = EXCLUDED.created, scheduled = EXCLUDED.scheduled,"
+                " seconds = EXCLUDED.seconds",
+                [list(column) for column in zip(*chunk, strict=True)],
+            )
