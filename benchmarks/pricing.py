@@ -37,6 +37,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from benchmarks._table import Row, report, within  # noqa: E402
+from kernel.price_book_fields import GPU_CLASS_FIELDS  # noqa: E402
 
 GPUS = 1000
 TASKS = 500
@@ -51,14 +52,9 @@ MODELS = (
     ("A100", "NVIDIA A100-SXM4-80GB", 400, 10, "16.50", "2.90", "0.40"),
     ("L40S", "NVIDIA L40S", 280, 7, "7.20", "1.80", "0.35"),
 )
+# A class's fields in the kernel's order (kernel/price_book_fields.py): name, models, D, F, W.
 GPU_CLASSES = [
-    {
-        "name": name,
-        "models": [model],
-        "depreciation_per_gpu_hour": depreciation,
-        "facility_per_gpu_hour": facility,
-        "gpu_average_power_kw": power,
-    }
+    dict(zip(GPU_CLASS_FIELDS, (name, [model], depreciation, facility, power), strict=False))
     for name, model, _, _, depreciation, facility, power in MODELS
 ]
 

@@ -90,6 +90,13 @@ def previous_period(period: str) -> str:
     return f"{year:04d}-{month:02d}"
 
 
+def next_period(period: str) -> str:
+    """The month after `period` ("2026-12" -> "2027-01"); PeriodError if no period."""
+    year, month = parse_period(period)
+    year, month = (year + 1, 1) if month == 12 else (year, month + 1)
+    return f"{year:04d}-{month:02d}"
+
+
 def first_day(period: str) -> dt.date:
     """The period's first local day; PeriodError if no period."""
     return dt.date(*parse_period(period), 1)

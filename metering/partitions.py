@@ -27,17 +27,17 @@ import datetime as dt
 import hashlib
 import json
 import os
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
+
+from kernel.period import next_period, period_of, period_utc_range
 
 # Partitioned table -> its partition key.
 PARTITIONED: dict[str, str] = {
@@ -57,7 +57,6 @@ INTERVAL_TABLES = (
 )
 MANIFEST = "manifest.json"
 ARCHIVE_FORMAT = 1
-MONTH_PATTERN = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 COPY_BLOCK = 1 << 20
 
 
@@ -75,24 +74,18 @@ class Month:
 
 
 def month_of(name: str) -> Month:
-    """The month `name` ("YYYY-MM"); ValueError naming the value when it is not one."""
-    match = MONTH_PATTERN.match(name or "")
-    if match is None or not 1 <= int(match[1]) <= 9998:
-        raise ValueError(f"month must be YYYY-MM (e.g. 2026-10), got {name!r}")
-    year, number = int(match[1]), int(match[2])
-    zone = ZoneInfo(settings.TANDEM_TIMEZONE)
-    first = dt.datetime(year, number, 1, tzinfo=zone)
-    following = dt.datetime(year + number // 12, number % 12 + 1, 1, tzinfo=zone)
-    return Month(name=name, start=first.astimezone(dt.UTC), end=following.astimezone(dt.UTC))
+    """The month `name` ("YYYY-MM") of the pool's zone (`kernel.period`); ValueError
+    (PeriodError) naming the value when it is not one."""
+    start, end = period_utc_range(name, settings.TANDEM_TIMEZONE)
+    return Month(name=name, start=start, end=end)
 
 
 def month_containing(at: dt.datetime) -> Month:
-    return month_of(f"{at.astimezone(ZoneInfo(settings.TANDEM_TIMEZONE)):%Y-%m}")
+    return month_of(period_of(at, settings.TANDEM_TIMEZONE))
 
 
 def month_after(month: Month) -> Month:
-    year, number = int(month.name[:4]), int(month.name[5:])
-    return month_of(f"{year + number // 12:04d}-{number % 12 + 1:02d}")
+    return month_of(next_period(month.name))
 
 
 def partition_name(table: str, month: Month) -> str:

@@ -16,17 +16,13 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from kernel.money import ROUNDING
+from kernel.tasks import TASK_KIND_LABELS
 
 DASH = "\u2013"  # an en dash: "no value"
 CENT = Decimal("0.01")
 SECONDS_PER_HOUR = Decimal(3600)
 GPU_HOURS_PLACES = Decimal("0.000001")
-KIND_LABELS = {
-    "inference": "Inference",
-    "training_interactive": "Training (interactive)",
-    "training_batch": "Training (batch)",
-    "preprocessing": "Preprocessing",
-}
+KIND_LABELS = TASK_KIND_LABELS
 
 
 def as_decimal(value: object) -> Decimal | None:

@@ -19,7 +19,7 @@ from tests.conftest import REPO
 
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 LAYERS = "Apps are layered: config > dashboards > reports > billing > access > metering"
-DJANGO_FREE = "The pricing engine and the simulator import no Django"
+DJANGO_FREE = "The pricing engine, the kernel and the simulator import no Django"
 WITHIN_APPS = "Within each app: urls > admin | apis | views > tasks > services > selectors"
 
 

@@ -153,7 +153,7 @@ def test_it_verifies_a_month_closed_before_preemptions_carried_a_class(
     mixed_pool, monkeypatch
 ) -> None:
     # Builder 2 wrote every preemption in `default`: the month is re-built as it was.
-    monkeypatch.setattr(services, "SCENARIO_BUILDER_VERSION", 2)
+    monkeypatch.setattr(services.close, "SCENARIO_BUILDER_VERSION", 2)
     close = period_close(period=OCTOBER, now=AFTER).period_close
     monkeypatch.undo()
 
@@ -223,7 +223,7 @@ def test_it_writes_a_focus_row_per_line_task_and_class_naming_the_task(mixed_poo
 def test_it_stores_the_platform_lines_parts_per_class_and_shows_them(mixed_pool, client):
     outcome = period_close(period=OCTOBER, now=AFTER)
     close = outcome.period_close
-    result = services._price_metering(
+    result = services.close._price_metering(
         services.period_bounds(OCTOBER), close.price_book
     ).result  # the same metering, priced again: the engine's own parts
 
