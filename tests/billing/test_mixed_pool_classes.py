@@ -33,7 +33,7 @@ from billing.models import (
 from billing.pricing import canonical_json
 from billing.pricing.money import round_money
 from billing.scenarios import scenario_build
-from billing.selectors import period_scenario_text, period_verification
+from billing.selectors import period_bounds, period_scenario_text, period_verification
 from billing.services import period_close
 from metering.models import CapacityInterval, Preemption, Task, UsageInterval
 from reports.render_focus import focus_csv
@@ -224,7 +224,7 @@ def test_it_stores_the_platform_lines_parts_per_class_and_shows_them(mixed_pool,
     outcome = period_close(period=OCTOBER, now=AFTER)
     close = outcome.period_close
     result = services.close._price_metering(
-        services.period_bounds(OCTOBER), close.price_book
+        period_bounds(OCTOBER), close.price_book
     ).result  # the same metering, priced again: the engine's own parts
 
     expected = {

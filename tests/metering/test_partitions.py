@@ -56,7 +56,7 @@ def test_it_names_months_of_the_pools_zone() -> None:
     assert month.start == dt.datetime(2031, 4, 30, 16, tzinfo=dt.UTC)  # midnight in Shanghai
     assert month.end == dt.datetime(2031, 5, 31, 16, tzinfo=dt.UTC)
     assert partitions.month_after(partitions.month_of("2031-12")).name == "2032-01"
-    with pytest.raises(ValueError, match=r"month must be YYYY-MM .* got '2031-13'"):
+    with pytest.raises(ValueError, match=r"must be YYYY-MM .* got '2031-13'"):
         partitions.month_of("2031-13")
 
 
@@ -103,7 +103,7 @@ def test_it_creates_partitions_from_the_command() -> None:
 
     assert "created metering_usageinterval_p2032_02" in out.getvalue()
     assert out.getvalue().strip().endswith(f"{len(partitions.PARTITIONED)} partition(s) created")
-    with pytest.raises(CommandError, match="--month: month must be YYYY-MM"):
+    with pytest.raises(CommandError, match="--month: period must be YYYY-MM"):
         call_command("partitions_create", "--month", "2032-2", stdout=io.StringIO())
     with pytest.raises(CommandError, match="--months-ahead: give a number of months"):
         call_command("partitions_create", "--months-ahead", "-1", stdout=io.StringIO())
