@@ -32,6 +32,7 @@ from billing.models import (
     StatementLine,
     StatementLineClass,
     StatementLineTask,
+    StatementLineTaskClass,
 )
 from billing.selectors import rates_per_gpu_class
 from kernel.money import ROUNDING, round_places
@@ -318,42 +319,55 @@ def _class_charges(
     catalog: _ClassCatalog,
 ) -> list[FocusCharge] | None:
     """One charge per GPU class and contributing task of a line priced in several classes
-    (or one besides `default`), by class then task: the line's rounded amount shared among
-    them to the cent (apportion), so they sum to the line exactly. Closes made before
-    contributions were stored per class (billing migration 0008) have one charge per class
-    naming no task. None when the shares cannot be apportioned (mixed signs, all zero)."""
-    by_class = {part.gpu_class: part for part in parts}
-    shares = [
-        (by_class[item.gpu_class], contribution, item.gpu_seconds, item.amount_unrounded)
-        for contribution in line.tasks.all()
-        for item in contribution.classes.all()
-        if item.gpu_class in by_class
-    ]
-    shares.sort(key=lambda share: share[0].gpu_class)  # stable: tasks keep their order
-    if not shares:
-        shares = [(part, None, part.quantity_gpu_seconds, part.amount_unrounded) for part in parts]
-    weights = [amount for *_, amount in shares]
+    (or one besides `default`), by class then task. The line's rounded amount is shared among
+    its classes to the cent (apportion), then each class's share among that class's tasks, so
+    the rows of a class sum to what the class alone was always billed and all rows to the
+    line, exactly. A class whose tasks cannot be apportioned (mixed signs, all zero), and
+    every class of a close made before contributions were stored per class (billing
+    migration 0008), has one charge naming no task. None when the classes themselves cannot
+    be apportioned."""
+    weights = [part.amount_unrounded for part in parts]
     if line.amount == 0 or not any(weights) or not _single_sign(weights, line.amount_unrounded):
         return None
+    tasks_by_class: dict[str, list[tuple[StatementLineTask, StatementLineTaskClass]]] = {}
+    for contribution in line.tasks.all():
+        for item in contribution.classes.all():
+            tasks_by_class.setdefault(item.gpu_class, []).append((contribution, item))
     charges = []
-    for (part, contribution, gpu_seconds, _), billed in zip(
-        shares, apportion(line.amount, weights), strict=True
-    ):
+    for part, class_billed in zip(parts, apportion(line.amount, weights), strict=True):
         standard = catalog.standard_rates.get(part.gpu_class)
-        task = kind = service = None
-        if contribution is not None:
+        shares = tasks_by_class.get(part.gpu_class, [])
+        task_weights = [item.amount_unrounded for _, item in shares]
+        if not (
+            shares
+            and class_billed != 0
+            and any(task_weights)
+            and _single_sign(task_weights, part.amount_unrounded)
+        ):
+            charges.append(
+                FocusCharge(
+                    close=close, statement=statement, line=line, billed_cost=class_billed,
+                    list_cost=_list_cost(
+                        line, part.quantity_gpu_seconds, class_billed, close, standard
+                    ),
+                    gpu_seconds=part.quantity_gpu_seconds, resource_id=None,
+                    resource_type=None, task_kind=None, sku=catalog.sku(part),
+                )
+            )  # fmt: skip
+            continue
+        for (contribution, item), billed in zip(
+            shares, apportion(class_billed, task_weights), strict=True
+        ):
             task, kind, service = _contributor(contribution)
-        resource_type = None
-        if contribution is not None:
-            resource_type = KIND_LABELS.get(kind, kind) if task else "Inference service"
-        charges.append(
-            FocusCharge(
-                close=close, statement=statement, line=line, billed_cost=billed,
-                list_cost=_list_cost(line, gpu_seconds, billed, close, standard),
-                gpu_seconds=gpu_seconds, resource_id=task or service,
-                resource_type=resource_type, task_kind=kind, sku=catalog.sku(part),
-            )
-        )  # fmt: skip
+            charges.append(
+                FocusCharge(
+                    close=close, statement=statement, line=line, billed_cost=billed,
+                    list_cost=_list_cost(line, item.gpu_seconds, billed, close, standard),
+                    gpu_seconds=item.gpu_seconds, resource_id=task or service,
+                    resource_type=KIND_LABELS.get(kind, kind) if task else "Inference service",
+                    task_kind=kind, sku=catalog.sku(part),
+                )
+            )  # fmt: skip
     return charges
 
 

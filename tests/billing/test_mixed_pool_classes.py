@@ -37,6 +37,7 @@ from billing.selectors import period_bounds, period_scenario_text, period_verifi
 from billing.services import period_close
 from metering.models import CapacityInterval, Preemption, Task, UsageInterval
 from reports.render_focus import focus_csv
+from reports.rows import apportion
 from tests.dashboards.conftest import make_user
 from tests.factories import SourceFactory, TaskFactory, TeamFactory, windows_complete
 from tests.helpers import run_sql
@@ -218,6 +219,31 @@ def test_it_writes_a_focus_row_per_line_task_and_class_naming_the_task(mixed_poo
         assert sum(Decimal(row["BilledCost"]) for row in charged) == line.amount, line
     totals = Statement.objects.filter(period_close=close).values_list("total", flat=True)
     assert sum(Decimal(row["BilledCost"]) for row in rows) == sum(totals)
+
+
+def test_it_bills_each_class_in_focus_what_the_class_alone_was_billed(mixed_pool):
+    """The task rows of a class share that class's cents, not the whole line's: a reader who
+    sums BilledCost by SkuId gets each class's share of the line, however many tasks."""
+    close = period_close(period=OCTOBER, now=AFTER).period_close
+    rows = read_csv(focus_csv(close))
+    for line in StatementLine.objects.filter(statement__period_close=close, amount__gt=0):
+        parts = list(line.classes.all())
+        if len(parts) < 2:
+            continue
+        expected = dict(
+            zip(
+                (part.gpu_class for part in parts),
+                apportion(line.amount, [part.amount_unrounded for part in parts]),
+                strict=True,
+            )
+        )
+        billed: dict[str, Decimal] = {}
+        for row in rows:
+            if row["x_StatementLineId"] == str(line.pk):
+                billed[row["SkuId"]] = billed.get(row["SkuId"], Decimal(0)) + Decimal(
+                    row["BilledCost"]
+                )
+        assert billed == expected, line
 
 
 def test_it_stores_the_platform_lines_parts_per_class_and_shows_them(mixed_pool, client):
