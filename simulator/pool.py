@@ -34,7 +34,7 @@ from simulator.layout import (
     build_layout,
     fake_uuid,
 )
-from simulator.truth import build_truth, iso, write_truth
+from simulator.truth import TaskSpool, iso, write_streamed_truth
 from simulator.workload import (
     LATENCY_BOUNDS,
     LATENCY_LE,
@@ -169,6 +169,8 @@ class Pool:
         self._free_nodes: dict[int, set[Node]] = {}
         self._dirty: set[Node] = set()
         self.tasks: dict[str, Task] = {}
+        # With a spool (simulate() sets one), finished tasks leave `tasks` for it each tick.
+        self.spool: TaskSpool | None = None
         self.services: list[Service] = []
         self.capacity_gpu_seconds: dict[int, int] = {}
         # GPU model -> interval -> GPU-seconds present (truth.json's `capacity_by_model`).
@@ -210,13 +212,27 @@ class Pool:
         self._schedule(t)
         lines = self._emit(t)
         self._finish()
+        if self.spool is not None:
+            self._retire_finished()
         return lines
+
+    def _live_tasks(self) -> set[Task]:
+        """Tasks something can still happen to: a pod pending, running or lingering one more
+        tick, a Job about to re-create its pod, an inference service."""
+        live = {p.task for group in (self.pending, self.running, self.lingering) for p in group}
+        return live | set(self.recreate) | {service.task for service in self.services}
+
+    def _retire_finished(self) -> None:
+        live = self._live_tasks()
+        done = [task for task in self.tasks.values() if task not in live]
+        for task in done:
+            self.spool.retire(task)
+            del self.tasks[task.id]
 
     def forget_history(self) -> None:
         """Drop the bookkeeping kept for truth.json (live mode runs for days, memory stays flat):
         per-interval amounts, and tasks that have no pod left."""
-        live = {p.task for group in (self.pending, self.running, self.lingering) for p in group}
-        live |= set(self.recreate) | {service.task for service in self.services}
+        live = self._live_tasks()
         self.tasks = {task_id: task for task_id, task in self.tasks.items() if task in live}
         self.capacity_gpu_seconds.clear()
         self.capacity_by_model.clear()
@@ -419,6 +435,8 @@ class Pool:
 
     def _add_task(self, task: Task) -> Task:
         self.tasks[task.id] = task
+        if self.spool is not None:
+            self.spool.created(task.id)
         return task
 
     def _new_batch_job(self, t: int, *, hours: float) -> Task:
@@ -1038,7 +1056,16 @@ def simulate(config: PoolConfig, out_dir: Path | str, *, part_days: int = 0) -> 
     out.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()  # only to report speed; the simulation never reads the clock
     pool = Pool(config)
+    # Tasks created while the pool was built (the inference services) come first in truth.json.
+    pool.spool = spool = TaskSpool()
+    for task_id in pool.tasks:
+        spool.created(task_id)
     truth_path = out / "truth.json"
-    metrics_paths, samples = write_openmetrics_parts(pool, out, part_seconds=part_days * 86400)
-    write_truth(build_truth(pool, samples_written=samples), truth_path)
+    try:
+        metrics_paths, samples = write_openmetrics_parts(
+            pool, out, part_seconds=part_days * 86400
+        )
+        write_streamed_truth(pool, spool, truth_path, samples_written=samples)
+    finally:
+        spool.close()
     return SimulationResult(metrics_paths, truth_path, samples, time.perf_counter() - began)
