@@ -1,26 +1,36 @@
-"""Benchmark: ingest 6 hours of a simulated 250-, 500- and 1,000-GPU pool at a 15 s scrape.
+"""Benchmark: ingest simulated pools end to end, up to a 10,000-GPU day, measured, not extrapolated.
 
-For each size: simulate the pool (simulator.pool), back-fill a real Prometheus with promtool,
-queue the back-fill as Celery tasks (12 windows each) and let ONE `celery worker` with two
-processes ingest it. Prints per size:
-- ingest wall time, and that time / the summed Prometheus evaluation time of its queries
-  (goal <= 2: batching makes Prometheus, not per-window overhead, the cost);
+For each size: simulate the pool (simulator.pool.simulate in a child process: OpenMetrics in
+two-hour parts, one TSDB block each, plus truth.json, all streamed), back-fill a real Prometheus
+ONCE with promtool (the parts side by side, one promtool per core), queue the ingest as Celery
+tasks (12 windows each) and let ONE `celery worker` with two processes ingest it. Prints per size:
+- simulate time and the simulator's peak RSS, back-fill time, samples written;
+- ingest wall time, and that time / the summed Prometheus evaluation time of its queries;
+- Prometheus evaluation time of the ingest / ONE `sum by (namespace, pod) (sum_over_time(
+  {__name__=~"<every metric ingest reads>"}[<the period>]))` scan of the same raw series, timed
+  by Prometheus itself (`stats=all`: evalTotalTime and totalQueryableSamples), goal <= 3;
 - usage rows written per second, against a raw COPY of the same rows into a table with the
   same indexes (goal >= 0.5): both the DELETE + COPY inside the ingest transaction, and the
-  whole write phase (tasks upserted, rows built in Python, every table written, committed);
+  whole write phase (tasks upserted, rows built, every table written, committed);
 - the worker processes' peak RSS (goal <= 1 GB);
-- ingest seconds per GPU-day (it should stay flat as the pool grows: linear scaling).
+- ingest seconds per GPU-day (it should stay flat as the pool grows: linear scaling), and for
+  a size of 10,000 GPUs x 24 h the day's ingest wall time against its goal (<= 150 s).
+
+The scrape interval is an option (`--scrape`, default 15 s). `make bench` runs the 1,000- and
+10,000-GPU days at 150 s, as the demo scrapes: at dcgm-exporter's default 30 s a 10,000-GPU day
+is about 400 M samples (about 50 GB of OpenMetrics and over an hour of simulation on 2 cores);
+at 150 s it is about 80 M samples (about 10 GB, deleted as soon as it is back-filled).
 
 Run with DATABASE_URL pointing at a scratch database (migrated here; its metering rows are
-TRUNCATEd) and CELERY_BROKER_URL at a Redis database of its own, e.g.
+TRUNCATEd before and after) and CELERY_BROKER_URL at a Redis database of its own, e.g.
   DATABASE_URL=postgres://postgres@127.0.0.1:5432/metering_bench \\
-  CELERY_BROKER_URL=redis://127.0.0.1:6379/2 .venv/bin/python benchmarks/ingest.py
-Options: --sizes 250,500,1000 --hours 6 --keep (leave the scratch TSDBs in var/bench).
+  CELERY_BROKER_URL=redis://127.0.0.1:6379/2 .venv/bin/python benchmarks/ingest.py \\
+  --gpus 1000,10000 --hours 24 --scrape 150
+Options: --gpus (alias --sizes) 250,500,1000 --hours 6 --scrape 15 --keep (leave the scratch
+OpenMetrics and TSDBs in var/bench). Prometheus, the worker and the scratch files are removed
+whatever happens (Ctrl-C included), unless --keep.
 
-`main()` returns the headline rows for `benchmarks/run.py`. The 10,000-GPU day is extrapolated
-from the largest size's seconds per GPU-day: the simulator stops at 4,096 GPUs, and simulating
-plus back-filling 10,000 GPUs for 24 hours would alone take over an hour on 2 cores. The per-size
-seconds per GPU-day (and their largest/smallest ratio) are what make that extrapolation fair.
+`main()` returns the headline rows for `benchmarks/run.py`.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from __future__ import annotations
 import argparse
 import ast
 import datetime as dt
+import json
 import os
 import re
 import shutil
@@ -35,6 +46,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,32 +65,95 @@ from benchmarks._table import Row, report, within  # noqa: E402
 from metering import services  # noqa: E402
 from metering.models import IngestWindow, Source  # noqa: E402
 from metering.tasks import ingest_windows  # noqa: E402
-from simulator.config import PoolConfig  # noqa: E402
-from simulator.pool import Pool, run_ticks  # noqa: E402
-from simulator.prometheus import backfill, lookback_for, start_prometheus  # noqa: E402
+from simulator.prometheus import backfill_parts, lookback_for, start_prometheus  # noqa: E402
 
-SCRAPE = 15
 BATCH = 12
 TIMINGS = re.compile(r"ingested \d+ windows of .*?: (\{.*\})")
+START = dt.date(2026, 10, 12)
+SEED = 5
+# Every raw metric Tandem's ingest queries read (metering/sources.py): the reference scan reads
+# exactly these series.
+INGEST_METRICS = (
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_DEV_FB_USED",
+    "container_fs_reads_total",
+    "container_fs_writes_total",
+    "container_fs_reads_bytes_total",
+    "container_fs_writes_bytes_total",
+    "kube_pod_container_resource_requests",
+    "kube_pod_created",
+    "kube_pod_info",
+    "kube_pod_labels",
+    "kube_pod_owner",
+    "kube_pod_status_phase",
+    "kube_pod_status_reason",
+    "kube_pod_status_scheduled_time",
+    "up",
+    "vllm:e2e_request_latency_seconds_bucket",
+)
+# The child that simulates: the library call the demo and the tests make, in a process of its
+# own so that its peak RSS is the simulator's alone. Prints the JSON of what it wrote.
+# Whole days also write truth.json; a few hours (the quick mode) only the OpenMetrics.
+SIMULATE = """
+import datetime as dt, json, resource, sys
+from pathlib import Path
+from simulator.config import PoolConfig
+from simulator.pool import Pool, simulate, write_openmetrics_parts
+gpus, hours, scrape, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
+config = PoolConfig(gpus=gpus, days=-(-hours // 24), start=dt.date.fromisoformat(sys.argv[5]),
+                    seed=int(sys.argv[6]), scrape_interval_seconds=scrape)
+if hours % 24 == 0:
+    result = simulate(config, out, part_seconds=7200)
+    paths, samples = result.metrics_paths, result.samples_written
+else:
+    out.mkdir(parents=True, exist_ok=True)
+    ticks = config.ticks()[: hours * 3600 // scrape]
+    paths, samples = write_openmetrics_parts(Pool(config), out, part_seconds=7200, ticks=ticks)
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"paths": [str(p) for p in paths], "samples": samples,
+                  "first": config.ticks()[0], "rss": rss}))
+"""
 
 
-def simulate_hours(gpus: int, hours: int, path: Path) -> tuple[int, int, int]:
-    """OpenMetrics for the first `hours` of a day of the pool; (first tick, last tick, samples)."""
-    config = PoolConfig(
-        gpus=gpus, days=1, start=dt.date(2026, 10, 12), seed=5, scrape_interval_seconds=SCRAPE
-    )
-    pool = Pool(config)
-    ticks = config.ticks()[: hours * 3600 // SCRAPE]
-    samples = 0
-    with open(path, "w", encoding="utf-8", buffering=1 << 20) as out:
-        for tick, lines in run_ticks(pool, ticks):
-            if lines:
-                separator = f" {tick}\n"
-                out.write(separator.join(lines))
-                out.write(separator)
-                samples += len(lines)
-        out.write("# EOF\n")
-    return ticks[0], ticks[-1], samples
+def simulate_hours(gpus: int, hours: int, scrape: int, out: Path) -> dict:
+    """The first `hours` of the pool (OpenMetrics in two-hour parts and truth.json) into `out`."""
+    command = [sys.executable, "-c", SIMULATE, str(gpus), str(hours), str(scrape), str(out)]
+    command += [START.isoformat(), str(SEED)]
+    finished = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
+    if finished.returncode:
+        raise SystemExit(f"simulating {gpus} GPUs failed:\n{finished.stderr[-3000:]}")
+    result = json.loads(finished.stdout.strip().splitlines()[-1])
+    result["rss"] *= 1024  # ru_maxrss is in KiB on Linux
+    return result
+
+
+def prometheus_stats(url: str, promql: str, at: int) -> tuple[float, int]:
+    """(evalTotalTime seconds, totalQueryableSamples) of one instant query, as Prometheus
+    reports them with `stats=all`."""
+    query = urllib.parse.urlencode({"query": promql, "time": str(at), "stats": "all"})
+    with urllib.request.urlopen(f"{url}/api/v1/query?{query}", timeout=3600) as answer:
+        body = json.load(answer)
+    if body.get("status") != "success":
+        raise SystemExit(f"reference scan failed: {body}")
+    stats = body["data"]["stats"]
+    return stats["timings"]["evalTotalTime"], stats["samples"]["totalQueryableSamples"]
+
+
+def reference_scan(url: str, first: int, end: int) -> tuple[float, int]:
+    """ONE sum_over_time scan of every raw series the ingest reads over the whole period:
+    `sum by (namespace, pod) (sum_over_time(<metric>[period]))` per metric (one query for all
+    would fail: sum_over_time drops the names, so series of two metrics would collide), their
+    evaluation times and samples summed."""
+    seconds, samples = 0.0, 0
+    for name in INGEST_METRICS:
+        promql = (
+            f'sum by (namespace, pod) (sum_over_time({{__name__="{name}"}}[{end - first + 1}s]))'
+        )
+        took, scanned = prometheus_stats(url, promql, end)
+        seconds += took
+        samples += scanned
+    return seconds, samples
 
 
 def start_worker(log: Path) -> subprocess.Popen:
@@ -143,25 +219,36 @@ def copy_rows_per_second(source: Source) -> tuple[int, float]:
     return rows, rows / seconds
 
 
-def run_size(gpus: int, hours: int, scratch: Path) -> dict:
+def run_size(gpus: int, hours: int, scrape: int, scratch: Path, *, keep: bool) -> dict:
     scratch.mkdir(parents=True, exist_ok=True)
-    metrics, tsdb = scratch / f"pool-{gpus}.om", scratch / f"tsdb-{gpus}"
+    simulated, tsdb = scratch / f"pool-{gpus}", scratch / f"tsdb-{gpus}"
+    shutil.rmtree(simulated, ignore_errors=True)
     shutil.rmtree(tsdb, ignore_errors=True)
-    began = time.perf_counter()
-    first, last, samples = simulate_hours(gpus, hours, metrics)
-    backfill(metrics, tsdb)
-    metrics.unlink()
-    prepared = time.perf_counter() - began
-    prometheus = start_prometheus(
-        tsdb, lookback_delta=lookback_for(SCRAPE), scrape_interval=f"{SCRAPE}s"
-    )
-    log = scratch / f"worker-{gpus}.log"
-    worker = start_worker(log)
+    prometheus = worker = None
     try:
-        source = Source.objects.create(
-            name=f"bench-{gpus}", url=prometheus.url, scrape_interval_seconds=SCRAPE
+        began = time.perf_counter()
+        sim = simulate_hours(gpus, hours, scrape, simulated)
+        simulate_seconds = time.perf_counter() - began
+        size = sum(Path(path).stat().st_size for path in sim["paths"])
+        began = time.perf_counter()
+        # Once, every two-hour part side by side: promtool is single-threaded.
+        backfill_parts(sim["paths"], tsdb, workers=os.cpu_count() or 2)
+        backfill_seconds = time.perf_counter() - began
+        if not keep:
+            for path in sim["paths"]:
+                Path(path).unlink()
+        first = sim["first"]
+        last = first + (hours * 3600 // scrape - 1) * scrape
+        prometheus = start_prometheus(
+            tsdb, lookback_delta=lookback_for(scrape), scrape_interval=f"{scrape}s"
         )
-        start = dt.datetime.fromtimestamp(first - SCRAPE, dt.UTC)
+        log = scratch / f"worker-{gpus}.log"
+        log.unlink(missing_ok=True)
+        worker = start_worker(log)
+        source = Source.objects.create(
+            name=f"bench-{gpus}", url=prometheus.url, scrape_interval_seconds=scrape
+        )
+        start = dt.datetime.fromtimestamp(first - scrape, dt.UTC)
         windows = services.windows_create(
             source=source, start=start, end=dt.datetime.fromtimestamp(last, dt.UTC)
         )
@@ -176,10 +263,16 @@ def run_size(gpus: int, hours: int, scratch: Path) -> dict:
             time.sleep(0.1)
         wall = time.perf_counter() - began
         rss = peak_rss_bytes(worker.pid)
+        scan_seconds, scan_samples = reference_scan(prometheus.url, first, last)
     finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        worker.wait(timeout=60)
-        prometheus.stop()
+        if worker is not None:
+            os.killpg(worker.pid, signal.SIGTERM)
+            worker.wait(timeout=60)
+        if prometheus is not None:
+            prometheus.stop()
+        if not keep:
+            shutil.rmtree(simulated, ignore_errors=True)
+            shutil.rmtree(tsdb, ignore_errors=True)
     timings = [ast.literal_eval(m) for m in TIMINGS.findall(log.read_text(errors="replace"))]
     usage_rows = sum(t["usage_rows"] for t in timings)
     evaluation = sum(t["prometheus_seconds"] for t in timings)
@@ -188,13 +281,20 @@ def run_size(gpus: int, hours: int, scratch: Path) -> dict:
     copied_rows, copy_rate = copy_rows_per_second(source)
     return {
         "gpus": gpus,
-        "samples": samples,
-        "prepare_seconds": prepared,
+        "hours": hours,
+        "scrape": scrape,
+        "samples": sim["samples"],
+        "openmetrics_bytes": size,
+        "simulate_seconds": simulate_seconds,
+        "simulate_rss": sim["rss"],
+        "backfill_seconds": backfill_seconds,
         "windows": len(ids),
         "usage_rows": usage_rows,
         "copied_rows": copied_rows,
         "wall": wall,
         "evaluation": evaluation,
+        "scan_seconds": scan_seconds,
+        "scan_samples": scan_samples,
         "write_rate": usage_rows / write_seconds if write_seconds else 0.0,
         "ingest_copy_rate": usage_rows / copy_seconds if copy_seconds else 0.0,
         "copy_rate": copy_rate,
@@ -203,69 +303,111 @@ def run_size(gpus: int, hours: int, scratch: Path) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> list[Row]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="250,500,1000")
-    parser.add_argument("--hours", type=int, default=6)
-    parser.add_argument("--keep", action="store_true")
-    options = parser.parse_args(argv)
-    call_command("migrate", verbosity=0)
+def truncate_metering() -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             "TRUNCATE metering_usageinterval, metering_capacityinterval, metering_latencyinterval,"
             " metering_preemption, metering_podwait, metering_ingestwindow, metering_task,"
             " metering_service, metering_team, metering_source CASCADE"
         )
+
+
+def main(argv: list[str] | None = None) -> list[Row]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", "--sizes", dest="sizes", default="250,500,1000")
+    parser.add_argument("--hours", type=int, default=6)
+    parser.add_argument("--scrape", type=int, default=15, help="scrape interval, seconds")
+    parser.add_argument("--keep", action="store_true")
+    options = parser.parse_args(argv)
+    call_command("migrate", verbosity=0)
+    truncate_metering()
     scratch = REPO / "var" / "bench"
     results = []
-    for size in (int(s) for s in options.sizes.split(",")):
-        result = run_size(size, options.hours, scratch)
-        results.append(result)
-        print(
-            f"{size:>5} GPUs x {options.hours} h: {result['samples']:,} samples"
-            f" (simulated and back-filled in {result['prepare_seconds']:.0f} s),"
-            f" {result['windows']} windows, {result['usage_rows']:,} usage rows",
-            flush=True,
-        )
+    try:
+        for size in (int(s) for s in options.sizes.split(",")):
+            result = run_size(size, options.hours, options.scrape, scratch, keep=options.keep)
+            results.append(result)
+            print(
+                f"{size:>6,} GPUs x {options.hours} h at {options.scrape} s:"
+                f" {result['samples']:,} samples ({result['openmetrics_bytes'] / 2**30:.1f} GiB"
+                f" of OpenMetrics) simulated in {result['simulate_seconds']:.0f} s"
+                f" (simulator peak RSS {result['simulate_rss'] / 2**20:,.0f} MB),"
+                f" back-filled in {result['backfill_seconds']:.0f} s; {result['windows']} windows,"
+                f" {result['usage_rows']:,} usage rows, ingest {result['wall']:.1f} s",
+                flush=True,
+            )
+    finally:
+        truncate_metering()
+        if not options.keep:
+            shutil.rmtree(scratch, ignore_errors=True)
     print()
     print(
-        "GPUs | ingest wall s | Prometheus eval s | wall/eval (goal <= 2) | raw COPY rows/s |"
+        "GPUs | simulate s | back-fill s | ingest wall s | Prometheus eval s | wall/eval |"
+        " scan eval s (samples) | eval/scan (goal <= 3) | raw COPY rows/s |"
         " ingest DELETE+COPY rows/s (ratio, goal >= 0.5) | whole write phase rows/s (ratio) |"
         " worker peak RSS MB (goal <= 1024) | s per GPU-day"
     )
     for r in results:
         print(
-            f"{r['gpus']} | {r['wall']:.1f} | {r['evaluation']:.1f} |"
-            f" {r['wall'] / r['evaluation']:.2f} | {r['copy_rate']:,.0f} |"
+            f"{r['gpus']} | {r['simulate_seconds']:.0f} | {r['backfill_seconds']:.0f} |"
+            f" {r['wall']:.1f} | {r['evaluation']:.1f} | {r['wall'] / r['evaluation']:.2f} |"
+            f" {r['scan_seconds']:.2f} ({r['scan_samples']:,}) |"
+            f" {r['evaluation'] / r['scan_seconds']:.1f} | {r['copy_rate']:,.0f} |"
             f" {r['ingest_copy_rate']:,.0f} ({r['ingest_copy_rate'] / r['copy_rate']:.2f}) |"
             f" {r['write_rate']:,.0f} ({r['write_rate'] / r['copy_rate']:.2f}) |"
-            f" {r['rss'] / 2**20:.0f} | {r['per_gpu_day']:.3f}"
+            f" {r['rss'] / 2**20:.0f} | {r['per_gpu_day']:.4f}"
         )
-    biggest = results[-1]
-    print(
-        f"\n1,000-GPU day (extrapolated from {biggest['gpus']} GPUs): "
-        f"{biggest['per_gpu_day'] * 1000:.0f} s of ingest (goal <= 15 s)"
-    )
-    if not options.keep:
-        shutil.rmtree(scratch, ignore_errors=True)
     return rows_for(results, hours=options.hours)
 
 
 def rows_for(results: list[dict], *, hours: int) -> list[Row]:
-    """The headline rows: the largest size for rates, every size for wall/eval and scaling."""
+    """The headline rows: every size for the day's costs, the largest for rates and scaling."""
     biggest, smallest = results[-1], results[0]
-    size = f"{biggest['gpus']:,} GPUs x {hours} h"
+    size = f"{biggest['gpus']:,} GPUs x {hours} h at {biggest['scrape']} s"
     rows = []
     for r in results:
-        ratio = r["wall"] / r["evaluation"]
+        pool = f"{r['gpus']:,} GPUs x {hours} h at {r['scrape']} s"
         rows.append(
             Row(
-                figure=f"ingest wall time, {r['gpus']:,} GPUs x {hours} h",
+                figure=f"simulate, {pool} (simulator peak RSS {r['simulate_rss'] / 2**20:,.0f} MB)",
+                value=f"{r['simulate_seconds']:,.0f} s",
+                reference=f"{r['samples']:,} samples, {r['openmetrics_bytes'] / 2**30:.1f} GiB",
+                ratio=None,
+                goal="reported",
+            )
+        )
+        rows.append(
+            Row(
+                figure=f"back-fill once with promtool, {pool}",
+                value=f"{r['backfill_seconds']:,.0f} s",
+                reference="",
+                ratio=None,
+                goal="reported",
+            )
+        )
+        goal = 150 * r["gpus"] * hours / (10_000 * 24)
+        rows.append(
+            Row(
+                figure=f"ingest wall time, {pool}",
                 value=f"{r['wall']:.1f} s",
                 reference=f"Prometheus evaluation {r['evaluation']:.1f} s",
+                ratio=r["wall"] / r["evaluation"],
+                goal=f"<= {goal:,.1f} s (150 s per 10,000 GPU-days)",
+                ok=within(r["wall"], at_most=goal),
+            )
+        )
+        ratio = r["evaluation"] / r["scan_seconds"]
+        rows.append(
+            Row(
+                figure=f"Prometheus evaluation of the ingest, {pool}",
+                value=f"{r['evaluation']:.1f} s",
+                reference=(
+                    f"one sum_over_time scan of the same series {r['scan_seconds']:.2f} s"
+                    f" ({r['scan_samples']:,} samples)"
+                ),
                 ratio=ratio,
-                goal="ratio <= 2",
-                ok=within(ratio, at_most=2),
+                goal="ratio <= 3",
+                ok=within(ratio, at_most=3),
             )
         )
     for label, rate in (
@@ -302,21 +444,8 @@ def rows_for(results: list[dict], *, hours: int) -> list[Row]:
                 value=f"{biggest['per_gpu_day']:.4f} s",
                 reference=f"{smallest['gpus']:,} GPUs {smallest['per_gpu_day']:.4f} s",
                 ratio=scaling,
-                goal="ratio <= 1.25 (linear)",
+                goal="ratio <= 1.25 (flat)",
                 ok=within(scaling, at_most=1.25),
-            )
-        )
-    for gpus, goal in ((1_000, 15.0), (10_000, 150.0)):
-        seconds = biggest["per_gpu_day"] * gpus
-        rows.append(
-            Row(
-                figure=f"{gpus:,}-GPU day ingest time",
-                value=f"{seconds:,.0f} s",
-                reference="",
-                ratio=None,
-                goal=f"<= {goal:.0f} s",
-                ok=within(seconds, at_most=goal),
-                note=f"EXTRAPOLATED from {size}",
             )
         )
     return rows

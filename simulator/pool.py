@@ -1014,17 +1014,23 @@ def write_openmetrics(pool: Pool, path: Path) -> int:
 
 
 def write_openmetrics_parts(
-    pool: Pool, out: Path, *, part_seconds: int, name: str = "metrics.om"
+    pool: Pool,
+    out: Path,
+    *,
+    part_seconds: int,
+    name: str = "metrics.om",
+    ticks: range | None = None,
 ) -> tuple[tuple[Path, ...], int]:
     """Like `write_openmetrics`, cut into files of `part_seconds` of simulated time each
     (`metrics-01.om`, ...; 0 means one file named `name`), so that several `promtool`
-    processes can back-fill them side by side. Returns the files and the samples written."""
+    processes can back-fill them side by side. `ticks`: the first ones only (a benchmark's
+    few hours). Returns the files and the samples written."""
     paths: list[Path] = []
     samples = 0
     out_file = None
     part_end = None
     try:
-        for t, lines in run_ticks(pool, pool.config.ticks()):
+        for t, lines in run_ticks(pool, pool.config.ticks() if ticks is None else ticks):
             if out_file is None or (part_seconds and t >= part_end):
                 if out_file is not None:
                     out_file.write("# EOF\n")
@@ -1048,10 +1054,13 @@ def write_openmetrics_parts(
     return tuple(paths), samples
 
 
-def simulate(config: PoolConfig, out_dir: Path | str, *, part_days: int = 0) -> SimulationResult:
+def simulate(
+    config: PoolConfig, out_dir: Path | str, *, part_days: int = 0, part_seconds: int = 0
+) -> SimulationResult:
     """Simulate `config` and write `metrics.om` (or, with `part_days`, `metrics-NN.om` parts of
-    that many days each) and `truth.json` into `out_dir` (created if missing). Pure Python, no
-    Django: tests and the demo call it directly."""
+    that many days each; `part_seconds` cuts finer, e.g. a 10,000-GPU day into hours) and
+    `truth.json` into `out_dir` (created if missing). Pure Python, no Django: tests and the demo
+    call it directly. Memory holds one tick's samples and the live tasks, whatever the size."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()  # only to report speed; the simulation never reads the clock
@@ -1063,7 +1072,7 @@ def simulate(config: PoolConfig, out_dir: Path | str, *, part_days: int = 0) -> 
     truth_path = out / "truth.json"
     try:
         metrics_paths, samples = write_openmetrics_parts(
-            pool, out, part_seconds=part_days * 86400
+            pool, out, part_seconds=part_seconds or part_days * 86400
         )
         write_streamed_truth(pool, spool, truth_path, samples_written=samples)
     finally:
