@@ -230,10 +230,16 @@ def run_size(gpus: int, hours: int, scrape: int, scratch: Path, *, keep: bool) -
         sim = simulate_hours(gpus, hours, scrape, simulated)
         simulate_seconds = time.perf_counter() - began
         size = sum(Path(path).stat().st_size for path in sim["paths"])
+        print(
+            f"{gpus:,} GPUs: simulated {sim['samples']:,} samples ({size / 2**30:.1f} GiB) in"
+            f" {simulate_seconds:.0f} s, simulator peak RSS {sim['rss'] / 2**20:,.0f} MB",
+            flush=True,
+        )
         began = time.perf_counter()
         # Once, every two-hour part side by side: promtool is single-threaded.
         backfill_parts(sim["paths"], tsdb, workers=os.cpu_count() or 2)
         backfill_seconds = time.perf_counter() - began
+        print(f"{gpus:,} GPUs: back-filled in {backfill_seconds:.0f} s", flush=True)
         if not keep:
             for path in sim["paths"]:
                 Path(path).unlink()
@@ -263,6 +269,7 @@ def run_size(gpus: int, hours: int, scrape: int, scratch: Path, *, keep: bool) -
             time.sleep(0.1)
         wall = time.perf_counter() - began
         rss = peak_rss_bytes(worker.pid)
+        print(f"{gpus:,} GPUs: ingested in {wall:.1f} s", flush=True)
         scan_seconds, scan_samples = reference_scan(prometheus.url, first, last)
     finally:
         if worker is not None:

@@ -661,21 +661,28 @@ class Pool:
         self._dirty.clear()
 
     def _fit_whole(self, pod: Pod, gpus: int, avoid: Node | None) -> list[Device] | None:
+        if pod.reserved:
+            return self._fit_whole_scan(pod, gpus, avoid)
+        return self._fit_whole_free(pod, gpus, avoid)
+
+    def _fit_whole_free(self, pod: Pod, gpus: int, avoid: Node | None) -> list[Device] | None:
+        """_fit_whole_scan's choice for a pod no device is reserved for (the usual case), from
+        the free slots per node: the fullest node that fits, the first in node order on a tie."""
         pool = "inference" if pod.task.service is not None else "training"
-        if not pod.reserved:
-            # No device is reserved for this pod (the usual case): the fullest node that fits,
-            # the first in node order on a tie, exactly as the scan below would choose.
-            self._refresh_free()
-            for count in range(gpus, self.max_exclusive_per_node + 1):
-                fits = [
-                    node
-                    for node in self._free_nodes.get(count, ())
-                    if node is not avoid and node.serves in ("", pool)
-                ]
-                if fits:
-                    node = min(fits, key=lambda n: n.index)
-                    return [d for d in self.exclusive_by_node[node] if _free(d)][:gpus]
-            return None
+        self._refresh_free()
+        for count in range(gpus, self.max_exclusive_per_node + 1):
+            fits = [
+                node
+                for node in self._free_nodes.get(count, ())
+                if node is not avoid and node.serves in ("", pool)
+            ]
+            if fits:
+                node = min(fits, key=lambda n: n.index)
+                return [d for d in self.exclusive_by_node[node] if _free(d)][:gpus]
+        return None
+
+    def _fit_whole_scan(self, pod: Pod, gpus: int, avoid: Node | None) -> list[Device] | None:
+        pool = "inference" if pod.task.service is not None else "training"
         best = None
         for node, devices in self.exclusive_by_node.items():
             if not node.present or node is avoid or node.serves not in ("", pool):
