@@ -27,8 +27,8 @@ TRUNCATEd before and after) and CELERY_BROKER_URL at a Redis database of its own
   CELERY_BROKER_URL=redis://127.0.0.1:6379/2 .venv/bin/python benchmarks/ingest.py \\
   --gpus 1000,10000 --hours 24 --scrape 150
 Options: --gpus (alias --sizes) 250,500,1000 --hours 6 --scrape 15 --keep (leave the scratch
-OpenMetrics and TSDBs in var/bench). Prometheus, the worker and the scratch files are removed
-whatever happens (Ctrl-C included), unless --keep.
+OpenMetrics and TSDBs in var/bench/ingest-<pid>). Prometheus, the worker and the scratch files
+are removed whatever happens (Ctrl-C included), unless --keep.
 
 `main()` returns the headline rows for `benchmarks/run.py`.
 """
@@ -328,7 +328,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
     options = parser.parse_args(argv)
     call_command("migrate", verbosity=0)
     truncate_metering()
-    scratch = REPO / "var" / "bench"
+    # A folder of this run's own: two runs side by side never delete each other's files.
+    scratch = REPO / "var" / "bench" / f"ingest-{os.getpid()}"
     results = []
     try:
         for size in (int(s) for s in options.sizes.split(",")):
