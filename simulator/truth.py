@@ -1,7 +1,9 @@
 """truth.json: what the simulated pool really did, from the simulator's own bookkeeping.
 
 The metering code reads the pool only through Prometheus; tests compare what it stored with
-this file. The file is built from the simulator's state, never by parsing metrics.om.
+this file. The file is built from the simulator's state, never by parsing metrics.om: per
+interval as the ticks go, each task's entry set aside (`TaskSpool`) once the task is over, so
+memory holds the live tasks only, whatever the pool's size or period.
 
 CONTRACT (metering codes against exactly this)
 ==============================================
