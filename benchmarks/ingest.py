@@ -18,8 +18,8 @@ tasks (12 windows each) and let ONE `celery worker` with two processes ingest it
 
 The scrape interval is an option (`--scrape`, default 15 s). `make bench` runs the 1,000- and
 10,000-GPU days at 150 s, as the demo scrapes: at dcgm-exporter's default 30 s a 10,000-GPU day
-is about 400 M samples (about 50 GB of OpenMetrics and over an hour of simulation on 2 cores);
-at 150 s it is about 80 M samples (about 10 GB, deleted as soon as it is back-filled).
+is about 400 M samples (about 100 GB of OpenMetrics and over an hour of simulation on 2 cores);
+at 150 s it is about 80 M samples (about 20 GB, deleted as soon as it is back-filled).
 
 Run with DATABASE_URL pointing at a scratch database (migrated here; its metering rows are
 TRUNCATEd before and after) and CELERY_BROKER_URL at a Redis database of its own, e.g.
