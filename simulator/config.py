@@ -11,7 +11,7 @@ import datetime as dt
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-MAX_GPUS = 4096
+MAX_GPUS = 10_000
 MAX_DAYS = 400
 # shared: training and inference on one pool; separate: the same workloads, with inference on
 # GPUs of its own sized for its peak and training alone on the pool's GPUs (the "before").

@@ -161,7 +161,9 @@ def build_layout(
         node = Node(
             index=index,
             name=f"gpu-node-{index + 1:02d}",
-            ip=f"10.42.0.{11 + index}",
+            # 10.42.0.11 on: past .255 the address carries into the third octet (a pool of
+            # more than 244 nodes), so every node's dcgm-exporter has an address of its own.
+            ip=f"10.42.{(11 + index) // 256}.{(11 + index) % 256}",
             hostname_label=hostname_label,
             pod_label_style=pod_style,
             cadvisor_container_level=container_level,

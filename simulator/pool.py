@@ -34,7 +34,7 @@ from simulator.layout import (
     build_layout,
     fake_uuid,
 )
-from simulator.truth import build_truth, iso, write_truth
+from simulator.truth import TaskSpool, iso, write_streamed_truth
 from simulator.workload import (
     LATENCY_BOUNDS,
     LATENCY_LE,
@@ -161,7 +161,16 @@ class Pool:
                 )
         self.whole_count = sum(len(v) for v in self.whole_by_node.values())
         self.max_whole_per_node = max(len(v) for v in self.whole_by_node.values())
+        # Free whole-GPU slots per present node, kept up to date lazily so that placing a pod
+        # costs a few set lookups, not a scan of every device (10,000 GPUs: see _fit_whole).
+        # Every change of a device's holders or reservation, or of a GPU's or node's presence,
+        # marks its node dirty; _refresh_free recounts only those nodes.
+        self._free_of: dict[Node, int] = {}
+        self._free_nodes: dict[int, set[Node]] = {}
+        self._dirty: set[Node] = set()
         self.tasks: dict[str, Task] = {}
+        # With a spool (simulate() sets one), finished tasks leave `tasks` for it each tick.
+        self.spool: TaskSpool | None = None
         self.services: list[Service] = []
         self.capacity_gpu_seconds: dict[int, int] = {}
         # GPU model -> interval -> GPU-seconds present (truth.json's `capacity_by_model`).
@@ -176,6 +185,8 @@ class Pool:
         self._create_services()
         if self.separate:
             self._add_inference_pool()
+        self._dirty.update(self.exclusive_by_node)
+        self.max_exclusive_per_node = max(len(v) for v in self.exclusive_by_node.values())
 
     # -- names -------------------------------------------------------------------------------
 
@@ -201,13 +212,27 @@ class Pool:
         self._schedule(t)
         lines = self._emit(t)
         self._finish()
+        if self.spool is not None:
+            self._retire_finished()
         return lines
+
+    def _live_tasks(self) -> set[Task]:
+        """Tasks something can still happen to: a pod pending, running or lingering one more
+        tick, a Job about to re-create its pod, an inference service."""
+        live = {p.task for group in (self.pending, self.running, self.lingering) for p in group}
+        return live | set(self.recreate) | {service.task for service in self.services}
+
+    def _retire_finished(self) -> None:
+        live = self._live_tasks()
+        done = [task for task in self.tasks.values() if task not in live]
+        for task in done:
+            self.spool.retire(task)
+            del self.tasks[task.id]
 
     def forget_history(self) -> None:
         """Drop the bookkeeping kept for truth.json (live mode runs for days, memory stays flat):
         per-interval amounts, and tasks that have no pod left."""
-        live = {p.task for group in (self.pending, self.running, self.lingering) for p in group}
-        live |= set(self.recreate) | {service.task for service in self.services}
+        live = self._live_tasks()
         self.tasks = {task_id: task for task_id, task in self.tasks.items() if task in live}
         self.capacity_gpu_seconds.clear()
         self.capacity_by_model.clear()
@@ -228,9 +253,11 @@ class Pool:
         for node in self.nodes:
             if not node.present and t >= node.down_until:
                 node.present = True
+                self._dirty.add(node)
         for gpu in self.gpus:
             if not gpu.present and t >= gpu.down_until:
                 gpu.present = True
+                self._dirty.add(gpu.node)
         # Each GPU fails about once in 20 days, each node about once in 30 (if the pool has >1).
         if rng.random() < len(self.gpus) * s / (20 * 86400):
             free = [
@@ -245,6 +272,7 @@ class Pool:
             if free:
                 gpu = rng.choice(free)
                 gpu.present = False
+                self._dirty.add(gpu.node)
                 gpu.down_until = t + rng.randrange(3600, 4 * 3600)
         if len(self.nodes) > 1 and rng.random() < len(self.nodes) * s / (30 * 86400):
             up = [n for n in self.nodes if n.present]
@@ -254,10 +282,12 @@ class Pool:
     def _lose_node(self, node: Node, t: int, until: int) -> None:
         node.present = False
         node.down_until = until
+        self._dirty.add(node)
         for device in (d for gpu in node.gpus for d in gpu.devices):
             if device.reserved_for is not None:
                 device.reserved_for.reserved.remove(device)
                 device.reserved_for = None
+                self._dirty.add(node)
         for pod in self.running:
             if pod.node is node and not pod.ended:
                 # The kubelet is gone: no telemetry at t; the controllers re-create the work.
@@ -405,6 +435,8 @@ class Pool:
 
     def _add_task(self, task: Task) -> Task:
         self.tasks[task.id] = task
+        if self.spool is not None:
+            self.spool.created(task.id)
         return task
 
     def _new_batch_job(self, t: int, *, hours: float) -> Task:
@@ -536,6 +568,7 @@ class Pool:
         pod.ended = True
         for device in pod.reserved:
             device.reserved_for = None
+            self._dirty.add(device.node)
         pod.reserved = []
         self.pending.remove(pod)
         service = pod.task.service
@@ -545,6 +578,7 @@ class Pool:
     def _release(self, pod: Pod) -> None:
         for device in pod.devices:
             device.holders.remove(pod)
+            self._dirty.add(device.node)
         pod.devices = []
 
     def _after_interruption(self, pod: Pod, ran: int) -> int:
@@ -615,9 +649,41 @@ class Pool:
             return None
         return [min(open_slices, key=lambda d: len(d.holders))]
 
+    def _refresh_free(self) -> None:
+        for node in self._dirty:
+            old = self._free_of.pop(node, None)
+            if old is not None:
+                self._free_nodes[old].discard(node)
+            if node.present:
+                count = sum(1 for d in self.exclusive_by_node[node] if _free(d))
+                self._free_of[node] = count
+                self._free_nodes.setdefault(count, set()).add(node)
+        self._dirty.clear()
+
     def _fit_whole(self, pod: Pod, gpus: int, avoid: Node | None) -> list[Device] | None:
-        best = None
+        if pod.reserved:
+            return self._fit_whole_scan(pod, gpus, avoid)
+        return self._fit_whole_free(pod, gpus, avoid)
+
+    def _fit_whole_free(self, pod: Pod, gpus: int, avoid: Node | None) -> list[Device] | None:
+        """_fit_whole_scan's choice for a pod no device is reserved for (the usual case), from
+        the free slots per node: the fullest node that fits, the first in node order on a tie."""
         pool = "inference" if pod.task.service is not None else "training"
+        self._refresh_free()
+        for count in range(gpus, self.max_exclusive_per_node + 1):
+            fits = [
+                node
+                for node in self._free_nodes.get(count, ())
+                if node is not avoid and node.serves in ("", pool)
+            ]
+            if fits:
+                node = min(fits, key=lambda n: n.index)
+                return [d for d in self.exclusive_by_node[node] if _free(d)][:gpus]
+        return None
+
+    def _fit_whole_scan(self, pod: Pod, gpus: int, avoid: Node | None) -> list[Device] | None:
+        pool = "inference" if pod.task.service is not None else "training"
+        best = None
         for node, devices in self.exclusive_by_node.items():
             if not node.present or node is avoid or node.serves not in ("", pool):
                 continue
@@ -640,11 +706,13 @@ class Pool:
         rng, task = self.rng, pod.task
         for device in pod.reserved:
             device.reserved_for = None
+            self._dirty.add(device.node)
         pod.reserved = []
         pod.devices = devices
         pod.node = devices[0].node
         for device in devices:
             device.holders.append(pod)
+            self._dirty.add(device.node)
         pod.scheduled = t - self.s + (rng.randrange(1, self.s) if self.s > 1 else 0)
         pod.phase = "Running"
         pod.run_seconds = task.remaining_seconds
@@ -686,6 +754,7 @@ class Pool:
         device = freeing[0]
         device.reserved_for = pod
         pod.reserved.append(device)
+        self._dirty.add(device.node)
 
     def _preempt(self, victim: Pod, t: int) -> None:
         task = victim.task
@@ -918,6 +987,11 @@ class Pool:
         lines += map(add, pod.vllm_prefixes, values)
 
 
+def _free(device: Device) -> bool:
+    """A device a pod without a reservation may take whole (its node's presence aside)."""
+    return device.gpu.present and not device.holders and device.reserved_for is None
+
+
 def _pod_labels(node: Node, pod: Pod, container: str) -> str:
     container_key, namespace_key, pod_key = node.pod_label_keys
     return (
@@ -947,17 +1021,23 @@ def write_openmetrics(pool: Pool, path: Path) -> int:
 
 
 def write_openmetrics_parts(
-    pool: Pool, out: Path, *, part_seconds: int, name: str = "metrics.om"
+    pool: Pool,
+    out: Path,
+    *,
+    part_seconds: int,
+    name: str = "metrics.om",
+    ticks: range | None = None,
 ) -> tuple[tuple[Path, ...], int]:
     """Like `write_openmetrics`, cut into files of `part_seconds` of simulated time each
     (`metrics-01.om`, ...; 0 means one file named `name`), so that several `promtool`
-    processes can back-fill them side by side. Returns the files and the samples written."""
+    processes can back-fill them side by side. `ticks`: the first ones only (a benchmark's
+    few hours). Returns the files and the samples written."""
     paths: list[Path] = []
     samples = 0
     out_file = None
     part_end = None
     try:
-        for t, lines in run_ticks(pool, pool.config.ticks()):
+        for t, lines in run_ticks(pool, pool.config.ticks() if ticks is None else ticks):
             if out_file is None or (part_seconds and t >= part_end):
                 if out_file is not None:
                     out_file.write("# EOF\n")
@@ -981,15 +1061,27 @@ def write_openmetrics_parts(
     return tuple(paths), samples
 
 
-def simulate(config: PoolConfig, out_dir: Path | str, *, part_days: int = 0) -> SimulationResult:
+def simulate(
+    config: PoolConfig, out_dir: Path | str, *, part_days: int = 0, part_seconds: int = 0
+) -> SimulationResult:
     """Simulate `config` and write `metrics.om` (or, with `part_days`, `metrics-NN.om` parts of
-    that many days each) and `truth.json` into `out_dir` (created if missing). Pure Python, no
-    Django: tests and the demo call it directly."""
+    that many days each; `part_seconds` cuts finer, e.g. a 10,000-GPU day into hours) and
+    `truth.json` into `out_dir` (created if missing). Pure Python, no Django: tests and the demo
+    call it directly. Memory holds one tick's samples and the live tasks, whatever the size."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()  # only to report speed; the simulation never reads the clock
     pool = Pool(config)
+    # Tasks created while the pool was built (the inference services) come first in truth.json.
+    pool.spool = spool = TaskSpool()
+    for task_id in pool.tasks:
+        spool.created(task_id)
     truth_path = out / "truth.json"
-    metrics_paths, samples = write_openmetrics_parts(pool, out, part_seconds=part_days * 86400)
-    write_truth(build_truth(pool, samples_written=samples), truth_path)
+    try:
+        metrics_paths, samples = write_openmetrics_parts(
+            pool, out, part_seconds=part_seconds or part_days * 86400
+        )
+        write_streamed_truth(pool, spool, truth_path, samples_written=samples)
+    finally:
+        spool.close()
     return SimulationResult(metrics_paths, truth_path, samples, time.perf_counter() - began)

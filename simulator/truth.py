@@ -1,7 +1,9 @@
 """truth.json: what the simulated pool really did, from the simulator's own bookkeeping.
 
 The metering code reads the pool only through Prometheus; tests compare what it stored with
-this file. The file is built from the simulator's state, never by parsing metrics.om.
+this file. The file is built from the simulator's state, never by parsing metrics.om: per
+interval as the ticks go, each task's entry set aside (`TaskSpool`) once the task is over, so
+memory holds the live tasks only, whatever the pool's size or period.
 
 CONTRACT (metering codes against exactly this)
 ==============================================
@@ -94,15 +96,17 @@ labels) that waits in Pending and resumes from the last checkpoint. Pending pods
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from simulator.layout import SHARE_UNITS, describe_nodes
 from simulator.workload import LATENCY_LE
 
 if TYPE_CHECKING:
     from simulator.pool import Pool
+    from simulator.workload import Task
 
 MICRO = 10**6
 
@@ -190,6 +194,69 @@ def _service_truth(service) -> dict:
 def write_truth(truth: dict, path: Path) -> None:
     # One write: json.dump would issue a write per token.
     path.write_text(json.dumps(truth, indent=1) + "\n", encoding="utf-8")
+
+
+class TaskSpool:
+    """Finished tasks' truth.json entries, written to a scratch file as the tasks finish, so
+    a long or large simulation holds only its live tasks (a 10,000-GPU day starts thousands of
+    Jobs). `write_streamed_truth` then writes truth.json in the order the tasks were created,
+    byte for byte what `write_truth(build_truth(pool))` writes for a pool that kept them all."""
+
+    def __init__(self) -> None:
+        self._file: IO[bytes] = tempfile.TemporaryFile()
+        self._end = 0
+        self.order: list[str] = []  # every task id, in creation order
+        self._known: set[str] = set()
+        self._where: dict[str, tuple[int, int]] = {}  # id -> (offset, length) in the file
+
+    def created(self, task_id: str) -> None:
+        if task_id not in self._known:
+            self._known.add(task_id)
+            self.order.append(task_id)
+
+    def retire(self, task: Task) -> None:
+        data = _nested(_task_truth(task), 2).encode()
+        self._file.seek(self._end)
+        self._file.write(data)
+        self._where[task.id] = (self._end, len(data))
+        self._end += len(data)
+
+    def entry(self, task_id: str) -> str | None:
+        where = self._where.get(task_id)
+        if where is None:
+            return None
+        self._file.seek(where[0])
+        return self._file.read(where[1]).decode()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _nested(value: object, level: int) -> str:
+    """`value` as json.dumps(indent=1) writes it `level` dicts deep in a document."""
+    return json.dumps(value, indent=1).replace("\n", "\n" + " " * level)
+
+
+def write_streamed_truth(pool: Pool, spool: TaskSpool, path: Path, *, samples_written: int):
+    """truth.json from the live pool and the spooled tasks, written piece by piece: the same
+    bytes as `write_truth(build_truth(...))`, without the whole document in memory."""
+    head = build_truth(pool, samples_written=samples_written)  # tasks: the live ones only
+    live = head.pop("tasks")
+    services = head.pop("services")
+    with open(path, "w", encoding="utf-8", buffering=1 << 20) as out:
+        out.write("{")
+        for key, value in head.items():
+            out.write(f"\n {json.dumps(key)}: {_nested(value, 1)},")
+        out.write('\n "tasks": ')
+        first = True
+        for task_id in spool.order:
+            entry = _nested(live[task_id], 2) if task_id in live else spool.entry(task_id)
+            if entry is None:
+                continue
+            out.write(f"{'{' if first else ','}\n  {json.dumps(task_id)}: {entry}")
+            first = False
+        out.write("{}" if first else "\n }")
+        out.write(f',\n "services": {_nested(services, 1)}\n}}\n')
 
 
 def load_truth(path: Path | str) -> dict:
