@@ -23,6 +23,7 @@ from metering.models import DEFAULT_LABEL_MAPPING, DEFAULT_PRIORITY_CLASS_KINDS,
 from simulator.prometheus import PrometheusProcess, backfill, lookback_for, start_prometheus
 from tests.helpers import command_output
 from tests.metering import exposition
+from tests.slow import starts
 
 SCRAPE = 60
 STEP = timedelta(seconds=300)
@@ -114,6 +115,7 @@ def jobs_tsdb(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+@starts("Prometheus")
 def jobs_prometheus(jobs_tsdb: Path) -> Iterator[PrometheusProcess]:
     running = start_prometheus(
         jobs_tsdb, lookback_delta=lookback_for(SCRAPE), scrape_interval=f"{SCRAPE}s"
@@ -123,6 +125,7 @@ def jobs_prometheus(jobs_tsdb: Path) -> Iterator[PrometheusProcess]:
 
 
 @pytest.fixture(scope="session")
+@starts("Prometheus")
 def empty_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProcess]:
     """A Prometheus that lost everything: retention expired, or a new empty TSDB."""
     running = start_prometheus(

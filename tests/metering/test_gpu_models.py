@@ -34,6 +34,7 @@ from simulator.pool import simulate
 from simulator.prometheus import PrometheusProcess, backfill
 from tests.factories import windows_complete
 from tests.metering.conftest import ingest_span, pool_span, prometheus_over
+from tests.slow import starts
 
 ISO = "%Y-%m-%dT%H:%M:%SZ"
 H100, A100, L40S = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA L40S"
@@ -77,6 +78,7 @@ def mixed_truth(mixed_dir: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
+@starts("Prometheus")
 def mixed_prometheus(mixed_dir: Path) -> Iterator[PrometheusProcess]:
     running = prometheus_over(mixed_dir / "tsdb", MIXED.scrape_interval_seconds)
     yield running
@@ -227,6 +229,7 @@ def test_it_closes_a_mixed_month_with_each_class_priced_from_its_own_figures(
     assert any(set(v) == {"H100", "A100", "default"} for v in expected.values())
 
 
+@pytest.mark.slow
 def test_it_writes_default_rows_without_a_class_in_the_scenario(mixed_source) -> None:
     """A book without classes: every model is `default`, written without `gpu_class`, and
     capacity is one record per interval, as version 1 wrote it."""

@@ -22,6 +22,7 @@ from metering.models import Preemption
 from simulator.prometheus import PrometheusProcess, backfill, lookback_for, start_prometheus
 from tests.metering import exposition
 from tests.metering.jobs import DCGM, KSM, SCRAPE, ingest_command, jobs_source
+from tests.slow import starts
 
 START = datetime(2026, 10, 10, 10, tzinfo=UTC)
 STEP = timedelta(seconds=300)
@@ -87,6 +88,7 @@ def series_at() -> dict[int, list[str]]:
 
 
 @pytest.fixture(scope="module")
+@starts("Prometheus")
 def evictions_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProcess]:
     out: Path = tmp_path_factory.mktemp("evictions")
     lines = series_at()
@@ -119,6 +121,7 @@ def test_it_records_a_gang_evicted_at_once_as_one_preemption(evictions) -> None:
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_it_counts_the_metered_slice_of_a_mig_task_not_its_request(evictions) -> None:
     tune = evictions["tune"]
     assert (tune.pod, tune.pods, tune.at) == ("tune-0", 1, EVICTED)
@@ -127,6 +130,7 @@ def test_it_counts_the_metered_slice_of_a_mig_task_not_its_request(evictions) ->
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_it_records_the_gpu_model_of_the_metered_allocation(evictions) -> None:
     assert evictions["gang"].gpu_model == A100
     # A MIG slice takes its physical GPU's model (docs/telemetry.md).

@@ -99,6 +99,7 @@ def test_it_keeps_same_named_jobs_of_two_namespaces_with_their_own_teams(jobs_pr
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_it_moves_only_the_intervals_after_a_relabel_and_audits_it(
     client,
     jobs_prometheus,  # noqa: F811
@@ -137,6 +138,7 @@ def test_it_moves_only_the_intervals_after_a_relabel_and_audits_it(
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_it_gives_a_task_metered_before_namespaces_its_namespace(jobs_prometheus) -> None:  # noqa: F811
     source = jobs_source(jobs_prometheus.url)
     legacy = Task.objects.create(

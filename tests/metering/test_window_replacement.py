@@ -88,6 +88,7 @@ def test_it_keeps_a_closed_months_rows_when_prometheus_lost_them(
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_it_replaces_rows_with_less_only_when_an_operator_accepts_the_loss(
     jobs_prometheus,  # noqa: F811
     empty_prometheus,  # noqa: F811
@@ -117,6 +118,7 @@ def test_it_replaces_rows_with_less_only_when_an_operator_accepts_the_loss(
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_it_replaces_rows_with_less_from_the_admin_after_a_confirmation(
     client,
     jobs_prometheus,  # noqa: F811
