@@ -1,14 +1,20 @@
-"""`manage.py usage_report --start ISO --end ISO --group-by team|task|kind [--format json|csv]`."""
+"""`manage.py usage_report --start ISO --end ISO --group-by team|task|kind [--format json|csv]`.
+
+The CSV goes through the one CSV writer (`reports.render_csv`): numbers stay numbers and a
+team or task name that could start a spreadsheet formula is made inert, as in every file
+Tandem hands out.
+"""
 
 from __future__ import annotations
 
-import csv
 import json
+from decimal import Decimal
 
 from django.core.management.base import BaseCommand
 
 from metering import selectors
 from metering.management.commands._arguments import period
+from reports.render_csv import Cell, csv_write
 
 CSV_COLUMNS = (
     "group",
@@ -37,13 +43,24 @@ class Command(BaseCommand):
         if options["format"] == "json":
             self.stdout.write(json.dumps(report, indent=2))
             return
-        writer = csv.writer(self.stdout, lineterminator="\n")
-        writer.writerow(["start", "end", "capacity_gpu_hours", "completeness", *CSV_COLUMNS])
         head = [
             report["start"],
             report["end"],
-            report["capacity_gpu_hours"],
-            report["completeness"],
+            _number(report["capacity_gpu_hours"]),
+            _number(report["completeness"]),
         ]
-        for group in report["groups"]:
-            writer.writerow([*head, *("" if group[c] is None else group[c] for c in CSV_COLUMNS)])
+        csv_write(
+            self.stdout,
+            ["start", "end", "capacity_gpu_hours", "completeness", *CSV_COLUMNS],
+            (
+                [*head, group["group"], *(_number(group[c]) for c in CSV_COLUMNS[1:])]
+                for group in report["groups"]
+            ),
+        )
+
+
+def _number(value: object) -> Cell:
+    """A figure of the report as a number cell (Decimal or int); None stays an empty cell."""
+    if value is None or isinstance(value, int):
+        return value
+    return Decimal(str(value))
