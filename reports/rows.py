@@ -34,8 +34,9 @@ from billing.models import (
     StatementLineTask,
     StatementLineTaskClass,
 )
+from billing.pricing.money import per_hour
 from billing.selectors import rates_per_gpu_class
-from kernel.money import ROUNDING, round_places
+from kernel.money import round_money, round_places
 from kernel.period import PeriodError, period_utc_range, previous_period, time_zone
 from kernel.tasks import TASK_KIND_LABELS as KIND_LABELS
 from reports import health
@@ -270,7 +271,8 @@ def _list_cost(
     if line.kind != LineKind.OFFPEAK or line.is_correction or gpu_seconds is None:
         return billed
     rate = close.standard_rate if standard_rate is None else standard_rate
-    return (gpu_seconds * rate / SECONDS_PER_HOUR).quantize(CENT, ROUNDING)
+    # The engine's own arithmetic: the exact amount, then rounded once to the currency's unit.
+    return round_money(per_hour(gpu_seconds, rate), close.currency)
 
 
 @dataclass(frozen=True)
