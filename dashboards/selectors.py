@@ -29,7 +29,6 @@ from django.db.models import (
     Value,
 )
 from django.db.models.functions import TruncDay, TruncHour
-from django.db.models.lookups import GreaterThan
 
 from billing.defaults import DEFAULT_PRICE_BOOK
 from billing.models import (
@@ -43,6 +42,7 @@ from billing.models import (
     StatementLineTask,
 )
 from dashboards.filters import local_midnight_utc, pool_zone
+from kernel.breach import p99_breached
 from kernel.period import period_of_day
 from kernel.tasks import TRAINING_KINDS
 from metering.models import (
@@ -66,6 +66,7 @@ from metering.selectors import (
 from metering.services import latency_p99
 from reports import health
 from reports.models import ReportFile, ReportRun
+from reports.selectors import stored_p99_breach_condition
 
 ZERO = Decimal(0)
 GIB = Decimal(1024**3)
@@ -473,8 +474,7 @@ def service_intervals(
     rows = list(
         in_range.annotate(
             breached=ExpressionWrapper(
-                Q(request_count__gte=min_requests)
-                & GreaterThan(F("p99_seconds") * 1000, Value(service.slo_p99_ms)),
+                stored_p99_breach_condition(Value(service.slo_p99_ms), min_requests),
                 output_field=BooleanField(),
             )
         )
@@ -491,8 +491,11 @@ def service_intervals(
     for pk, moment, requests, p99, breached in rows:
         if pk in computed:
             p99 = computed[pk]
-            breached = (
-                requests >= min_requests and p99 is not None and p99 * 1000 > service.slo_p99_ms
+            breached = p99_breached(
+                requests=requests,
+                p99_seconds=p99,
+                slo_p99_ms=service.slo_p99_ms,
+                min_requests=min_requests,
             )
         result.append(
             {

@@ -10,17 +10,19 @@ A fixed number of queries per call, whatever the number of rows or groups.
 from __future__ import annotations
 
 import datetime as dt
+import operator
 from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
 
 from django.db import connection
-from django.db.models import Count, DecimalField, F, Max, Q, QuerySet, Sum, Value
+from django.db.models import Count, DecimalField, Expression, F, Max, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce, ExtractHour, Least, TruncDay, TruncHour
-from django.db.models.lookups import GreaterThan
+from django.db.models.lookups import GreaterThan, GreaterThanOrEqual
 
 from billing.defaults import DEFAULT_PRICE_BOOK
 from billing.selectors import PriceBookNotFound, pool_timezone, price_book_in_force
+from kernel.breach import enough_requests, p99_breached
 from kernel.histogram import parse_bound
 from kernel.lost_work import lost_gpu_seconds
 from kernel.tasks import INTERRUPTIBLE_KINDS, TRAINING_KINDS
@@ -147,12 +149,31 @@ def service_latencies(
     return result
 
 
+def enough_requests_condition(min_requests: int) -> GreaterThanOrEqual:
+    """`kernel.breach.enough_requests` over a LatencyInterval's request count, as SQL."""
+    return enough_requests(F("request_count"), min_requests, at_least=GreaterThanOrEqual)
+
+
+def stored_p99_breach_condition(slo_p99_ms: Expression | F, min_requests: int) -> Q:
+    """`kernel.breach.p99_breached` over a LatencyInterval's stored P99, evaluated by the
+    database (docs/pricing.md rule 4): enough requests and the stored P99 in milliseconds
+    strictly above `slo_p99_ms` (a column or a `Value`). A NULL P99 makes it NULL: not breached."""
+    return p99_breached(
+        requests=F("request_count"),
+        p99_seconds=F("p99_seconds"),
+        slo_p99_ms=slo_p99_ms,
+        min_requests=min_requests,
+        at_least=GreaterThanOrEqual,
+        above=GreaterThan,
+        both=operator.and_,
+    )
+
+
 def _latency_counts(
     *, ids: list[int], start: dt.datetime, end: dt.datetime, min_requests: int
 ) -> dict[int, tuple[int, int, int]]:
     """Per service: intervals, intervals breached by their stored P99, and intervals that may
     breach but have no stored P99 (enough requests, `p99_seconds` null)."""
-    enough = Q(request_count__gte=min_requests)
     rows = (
         LatencyInterval.objects.filter(
             service_id__in=ids, interval_start__gte=start, interval_start__lt=end
@@ -161,10 +182,11 @@ def _latency_counts(
         .annotate(
             n=Count("id"),
             breached=Count(
-                "id",
-                filter=enough & GreaterThan(F("p99_seconds") * 1000, F("service__slo_p99_ms")),
+                "id", filter=stored_p99_breach_condition(F("service__slo_p99_ms"), min_requests)
             ),
-            unstored=Count("id", filter=enough & Q(p99_seconds__isnull=True)),
+            unstored=Count(
+                "id", filter=enough_requests_condition(min_requests) & Q(p99_seconds__isnull=True)
+            ),
         )
         .order_by()
     )
@@ -176,16 +198,20 @@ def _unstored_breaches(
 ) -> int:
     """Breaches among a service's intervals with enough requests and no stored P99."""
     rows = LatencyInterval.objects.filter(
+        enough_requests_condition(min_requests),
         service_id=service_id,
         interval_start__gte=start,
         interval_start__lt=end,
-        request_count__gte=min_requests,
         p99_seconds__isnull=True,
-    ).values_list("buckets", flat=True)
+    ).values_list("request_count", "buckets")
     breached = 0
-    for buckets in rows.iterator(chunk_size=5000):
-        p99 = latency_p99(buckets)
-        breached += p99 is not None and p99 * 1000 > slo_p99_ms
+    for requests, buckets in rows.iterator(chunk_size=5000):
+        breached += p99_breached(
+            requests=requests,
+            p99_seconds=latency_p99(buckets),
+            slo_p99_ms=slo_p99_ms,
+            min_requests=min_requests,
+        )
     return breached
 
 

@@ -2,9 +2,10 @@
 
 These tests read the source tree (not tests, migrations, docs or the virtualenv) and fail when
 a module restates a rule the kernel owns: a second rounding constant, month regex, list of
-task kinds or price-book fields, spelling of `+Inf`, quantile, lost-work formula or beat
-schedule. The simulator is left out on purpose: it plays the exporters and computes the
-ground truth the tests compare Tandem with, so it must not share Tandem's code.
+task kinds or price-book fields, spelling of `+Inf`, quantile, lost-work formula, SLA breach
+test on a stored P99 or beat schedule. The simulator is left out on purpose: it plays the
+exporters and computes the ground truth the tests compare Tandem with, so it must not share
+Tandem's code.
 """
 
 from __future__ import annotations
@@ -186,6 +187,61 @@ def test_it_computes_lost_work_once():
         ) or defines_function(tree, {"lost_gpu_seconds"})
 
     assert modules_where(restates_lost_work) == ["kernel/lost_work.py"]
+
+
+COMPARISONS = {"GreaterThan", "GreaterThanOrEqual", "LessThan", "LessThanOrEqual"}
+COMPARISONS |= {"gt", "ge", "lt", "le"}
+# `request_count >= ...` or `p99_seconds * 1000` spelled in raw SQL.
+BREACH_SQL = re.compile(r"request_count\s*(>=|<)\s*[%:$\w]|p99_seconds\s*\*\s*1000", re.IGNORECASE)
+
+
+def compared(node: ast.AST) -> list[str]:
+    """The operands of a comparison (`a > b`, `GreaterThan(a, b)`, `operator.gt(a, b)`),
+    each as its AST dump; nothing when the node compares nothing."""
+    if isinstance(node, ast.Compare):
+        return [ast.dump(operand) for operand in [node.left, *node.comparators]]
+    if isinstance(node, ast.Call) and calls(ast.Module(body=[ast.Expr(node)]), COMPARISONS):
+        return [ast.dump(argument) for argument in node.args]
+    return []
+
+
+def restates_sla_breach(tree: ast.Module) -> bool:
+    """A P99 in seconds compared with an objective, a request count compared with the
+    minimum (also as `request_count__gte=` or in SQL text), or a second definition of the
+    kernel's test."""
+    for node in ast.walk(tree):
+        operands = compared(node)
+        objective = [text for text in operands if "slo_p99_ms" in text]
+        others = [text for text in operands if "slo_p99_ms" not in text]
+        # A P99 in seconds turned into milliseconds; a period's P99 already in milliseconds
+        # against its objective (`ServiceLatency.meets_slo`) is another rule, with no minimum.
+        if objective and any("p99" in text and "value=1000" in text for text in others):
+            return True
+        minimum = [text for text in operands if "min_requests" in text]
+        if minimum and any("request" in text and "min_requests" not in text for text in operands):
+            return True
+        if isinstance(node, ast.keyword) and (node.arg or "").startswith("request_count__"):
+            return True
+    if any(BREACH_SQL.search(text) for text in string_constants(tree)):
+        return True
+    return defines_function(tree, {"p99_breached", "enough_requests"})
+
+
+def test_it_tests_an_sla_breach_on_a_stored_p99_once():
+    assert modules_where(restates_sla_breach) == ["kernel/breach.py"]
+
+
+def test_it_finds_a_copy_of_the_breach_test_when_one_is_added():
+    copies = [
+        "Q(request_count__gte=min_requests) & GreaterThan(F('p99_seconds') * 1000, F('slo'))",
+        "GreaterThan(F('p99_seconds') * 1000, Value(service.slo_p99_ms))",
+        "breached = requests >= min_requests and p99 * 1000 > service.slo_p99_ms",
+        "breached += p99 is not None and p99 * 1000 > slo_p99_ms",
+        "rows.filter(GreaterThanOrEqual(F('request_count'), min_requests))",
+        "SQL = 'SELECT count(*) FROM l WHERE request_count >= %s AND p99_seconds * 1000 > s'",
+    ]
+    for copy in copies:
+        assert restates_sla_breach(ast.parse(copy)), copy
 
 
 def test_it_schedules_beat_in_one_place():
