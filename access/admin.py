@@ -39,8 +39,8 @@ class PlatformAuditEntryAdmin(AuditEntryAdmin):
     """The audit log, for superusers and staff with the platform role only."""
 
     def is_platform_admin(self, request: HttpRequest) -> bool:
+        if super().is_platform_admin(request):
+            return True
         user = request.user
-        if not (user.is_active and user.is_staff):
-            return False
-        role = user_role(user)
-        return user.is_superuser or (role is not None and role.name == "platform")
+        role = user_role(user) if user.is_active and user.is_staff else None
+        return role is not None and role.name == "platform"

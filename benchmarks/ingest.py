@@ -65,7 +65,8 @@ django.setup()
 
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
-from django.db.models import Sum  # noqa: E402
+from django.db.models import FloatField, Sum  # noqa: E402
+from django.db.models.functions import Cast  # noqa: E402
 
 from benchmarks._table import Row, report, within  # noqa: E402
 from metering import services, sources  # noqa: E402
@@ -335,9 +336,9 @@ def run_size(gpus: int, hours: int, scrape: int, scratch: Path, *, keep: bool) -
     usage_rows = sum(t["usage_rows"] for t in timings)
     # From the windows themselves (each holds its share of its batch's evaluation), so a
     # log line lost cannot shrink it.
-    evaluation = float(
-        IngestWindow.objects.filter(pk__in=ids).aggregate(total=Sum("prometheus_seconds"))["total"]
-    )
+    evaluation = IngestWindow.objects.filter(pk__in=ids).aggregate(
+        total=Cast(Sum("prometheus_seconds"), FloatField())  # seconds, for the ratios
+    )["total"]
     write_seconds = sum(t["write_seconds"] for t in timings)
     copy_seconds = sum(t["usage_copy_seconds"] for t in timings)
     copied_rows, copy_rate = copy_rows_per_second(source)

@@ -467,15 +467,15 @@ class StatementLine(ImmutableModel):
         return parts
 
 
-class StatementLineClass(ImmutableModel):
-    """The part of a GPU-time line that one GPU class priced (docs/pricing.md "GPU classes").
+class GpuClassPart(ImmutableModel):
+    """The part of a line that one GPU class priced (docs/pricing.md "GPU classes"): a team
+    line's (StatementLineClass) or a platform line's (PlatformLineClass).
 
     Exact, as the engine computes it: a line rounds the sum of its class parts once, so a
     part keeps no rounded amount of its own (reports that need one share the line's rounded
     amount out to the cent, reports.rows.apportion). Latency lines and corrections have none.
     """
 
-    line = models.ForeignKey(StatementLine, on_delete=models.PROTECT, related_name="classes")
     gpu_class = models.CharField(max_length=64)
     quantity_gpu_seconds = models.DecimalField(**EXACT)
     quantity_gpu_hours = models.DecimalField(max_digits=20, decimal_places=2)
@@ -485,7 +485,19 @@ class StatementLineClass(ImmutableModel):
     amount_unrounded = models.DecimalField(**EXACT)
 
     class Meta:
+        abstract = True
         ordering = ["line", "gpu_class"]
+
+    def __str__(self) -> str:
+        return f"{self.line} {self.gpu_class}: {self.amount_unrounded}"
+
+
+class StatementLineClass(GpuClassPart):
+    """A team line's part in one GPU class (see GpuClassPart)."""
+
+    line = models.ForeignKey(StatementLine, on_delete=models.PROTECT, related_name="classes")
+
+    class Meta(GpuClassPart.Meta):
         verbose_name = "statement line class part"
         constraints = [
             models.UniqueConstraint(
@@ -495,9 +507,6 @@ class StatementLineClass(ImmutableModel):
                 condition=~models.Q(gpu_class=""), name="statement_line_class_named"
             ),
         ]
-
-    def __str__(self) -> str:
-        return f"{self.line} {self.gpu_class}: {self.amount_unrounded}"
 
 
 class StatementLineTask(ImmutableModel):
@@ -587,19 +596,13 @@ class PlatformLine(ImmutableModel):
         return parts
 
 
-class PlatformLineClass(ImmutableModel):
-    """The part of a platform line that one GPU class accounts for (docs/pricing.md "GPU
-    classes"), exact, stored like a team line's (StatementLineClass). Corrections have none."""
+class PlatformLineClass(GpuClassPart):
+    """A platform line's part in one GPU class, stored like a team line's (see GpuClassPart).
+    Corrections have none."""
 
     line = models.ForeignKey(PlatformLine, on_delete=models.PROTECT, related_name="classes")
-    gpu_class = models.CharField(max_length=64)
-    quantity_gpu_seconds = models.DecimalField(**EXACT)
-    quantity_gpu_hours = models.DecimalField(max_digits=20, decimal_places=2)
-    rate_per_gpu_hour = models.DecimalField(**EXACT, null=True, blank=True)
-    amount_unrounded = models.DecimalField(**EXACT)
 
-    class Meta:
-        ordering = ["line", "gpu_class"]
+    class Meta(GpuClassPart.Meta):
         verbose_name = "platform line class part"
         constraints = [
             models.UniqueConstraint(
@@ -609,9 +612,6 @@ class PlatformLineClass(ImmutableModel):
                 condition=~models.Q(gpu_class=""), name="platform_line_class_named"
             ),
         ]
-
-    def __str__(self) -> str:
-        return f"{self.line} {self.gpu_class}: {self.amount_unrounded}"
 
 
 class SlaBreach(ImmutableModel):

@@ -316,12 +316,14 @@ def _grouped(result: sources.QueryRun, name: str, part: sources.Part) -> sources
 
 
 def _max_text(texts: list[str]) -> str:
+    """The largest of the samples as Prometheus' `max` picks it: NaN gives way to any value.
+    Compared as Decimals (exact, as every sample Tandem keeps; "+Inf" and "NaN" read too)."""
     if len(texts) == 1:
         return texts[0]
-    best, best_value = texts[0], float(texts[0])
+    best, best_value = texts[0], Decimal(texts[0])
     for text in texts[1:]:
-        value = float(text)
-        if value > best_value or best_value != best_value:  # NaN gives way
+        value = Decimal(text)
+        if best_value.is_nan() or (not value.is_nan() and value > best_value):
             best, best_value = text, value
     return best
 
