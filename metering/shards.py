@@ -116,14 +116,12 @@ def shard_ingest(*, shard_id: int) -> int | None:
     """Measure one shard and stage what Prometheus answered; returns its batch's id when this
     was the last shard to be staged (the caller queues the combiner), else None.
 
-    A shard of an attempt that no longer exists does nothing. Raises
-    `sources.PrometheusUnavailable` (windows pending, the caller retries the shard); a
-    refused query or an unusable source marks the windows failed and drops the attempt.
+    Raises `IngestShard.DoesNotExist` for a shard of an attempt that no longer exists
+    (written already, or started again), and `sources.PrometheusUnavailable` (windows pending,
+    the caller retries the shard); a refused query or an unusable source marks the windows
+    failed and drops the attempt.
     """
-    shard = IngestShard.objects.select_related("batch__source").filter(pk=shard_id).first()
-    if shard is None:
-        logger.info("ingest shard %s belongs to an attempt started again; skipped", shard_id)
-        return None
+    shard = IngestShard.objects.select_related("batch__source").get(pk=shard_id)
     batch, source = shard.batch, shard.batch.source
     IngestShard.objects.filter(pk=shard.pk).update(attempts=shard.attempts + 1)
     step = settings.TANDEM_STEP_SECONDS
@@ -156,11 +154,10 @@ def shard_ingest(*, shard_id: int) -> int | None:
 
 def shards_combine(*, batch_id: int) -> list[IngestWindow]:
     """Merge the staged shards of a batch, derive each interval's facts as one unsharded
-    batch would, and write the windows and drop the batch in ONE transaction. A batch that
-    no longer exists (written already, or started again) does nothing."""
-    batch = IngestBatch.objects.select_related("source").filter(pk=batch_id).first()
-    if batch is None:
-        return []
+    batch would, and write the windows and drop the batch in ONE transaction. Raises
+    `IngestBatch.DoesNotExist` for a batch that no longer exists (written already, or
+    started again)."""
+    batch = IngestBatch.objects.select_related("source").get(pk=batch_id)
     rows = list(batch.shard_rows.order_by("index"))
     if len(rows) != batch.shards or any(r.status != IngestShard.Status.STAGED for r in rows):
         logger.warning("ingest batch %s is not fully staged; not combined", batch_id)
@@ -210,7 +207,10 @@ def run_sharded(
         dispatch(shard_ids)
         return
     for shard_id in shard_ids:
-        batch_id = shard_ingest(shard_id=shard_id)
+        try:
+            batch_id = shard_ingest(shard_id=shard_id)
+        except IngestShard.DoesNotExist:
+            return  # a failed shard dropped the attempt
         if batch_id is not None:
             shards_combine(batch_id=batch_id)
 

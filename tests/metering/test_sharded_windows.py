@@ -340,7 +340,8 @@ def test_it_leaves_nothing_partial_when_a_shard_fails_and_completes_on_retry(
     assert windows_status(ids) == {"done": 24}
     assert stored_alloc(source.pk) == truth_alloc(gang_truth, start, end)
     assert not IngestBatch.objects.exists()
-    assert services.shards_combine(batch_id=batch_id) == []  # a redelivered combiner
+    with pytest.raises(IngestBatch.DoesNotExist):  # a redelivered combiner: nothing left
+        services.shards_combine(batch_id=batch_id)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -362,7 +363,8 @@ def test_it_replaces_the_staged_shards_of_an_attempt_started_again(gang_promethe
     again: list[int] = []
     services.windows_ingest(window_ids=ids, shard_dispatch=again.extend)
     assert IngestBatch.objects.count() == 1 and not set(first) & set(again)
-    assert services.shard_ingest(shard_id=first[1]) is None  # the old attempt's: nothing
+    with pytest.raises(IngestShard.DoesNotExist):  # the old attempt's shard: nothing to do
+        services.shard_ingest(shard_id=first[1])
     assert not IngestShard.objects.filter(status="staged").exists()
 
 
