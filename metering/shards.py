@@ -163,6 +163,9 @@ def shards_combine(*, batch_id: int) -> list[IngestWindow]:
         logger.warning("ingest batch %s is not fully staged; not combined", batch_id)
         return []
     run = list(IngestWindow.objects.filter(pk__in=batch.window_ids).order_by("start"))
+    if not run:  # its windows were deleted meanwhile: nothing to write
+        IngestBatch.objects.filter(pk=batch.pk).delete()
+        return []
     step = settings.TANDEM_STEP_SECONDS
     plan = sources.query_plan_for(batch.source, step_seconds=step)
     try:
