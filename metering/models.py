@@ -310,6 +310,9 @@ class IngestBatch(models.Model):
     first_start = models.DateTimeField()
     last_start = models.DateTimeField()
     window_ids = models.JSONField(default=list)
+    # The source's patterns when the attempt started: its shards partition the pool by these,
+    # even if an operator edits the source meanwhile.
+    node_patterns = models.JSONField(default=list)
     shards = models.PositiveSmallIntegerField()
     accept_loss = models.JSONField(null=True, blank=True)  # {"operator", "reason"}
     created = models.DateTimeField(auto_now_add=True)

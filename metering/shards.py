@@ -46,7 +46,7 @@ from metering import measure, sources
 from metering.identity import _services_upsert, _tasks_upsert
 from metering.ingest import _observe_batch
 from metering.measure import GpuInfo, Observation, Observed, PodIdentity, SeriesTicks
-from metering.models import IngestBatch, IngestShard, IngestWindow, Source
+from metering.models import IngestBatch, IngestShard, IngestWindow
 from metering.writer import LossAcceptance, _run_write
 
 logger = logging.getLogger(__name__)
@@ -62,14 +62,10 @@ class StagedFormatError(ValueError):
     """A staged observation of another version or shape."""
 
 
-def is_sharded(source: Source) -> bool:
-    return bool(source.shard_node_patterns)
-
-
-def shard_plans(source: Source, plan: sources.QueryPlan) -> list[sources.QueryPlan]:
+def shard_plans(patterns: list[str], plan: sources.QueryPlan) -> list[sources.QueryPlan]:
     """One plan per shard: shard 0 the nodes no pattern names (and the pod-level meters of
     the whole pool), then one per pattern."""
-    patterns = sources.shard_patterns_validate(source.shard_node_patterns)
+    patterns = sources.shard_patterns_validate(patterns)
     return [
         dataclasses.replace(plan, node_set=node_set, pod_meters=index == 0)
         for index, node_set in enumerate(sources.node_sets(patterns))
@@ -80,14 +76,14 @@ def shard_plans(source: Source, plan: sources.QueryPlan) -> list[sources.QueryPl
 
 
 def batch_start(
-    run: list[IngestWindow],
-    plans: list[sources.QueryPlan],
-    accept_loss: LossAcceptance | None,
+    run: list[IngestWindow], plan: sources.QueryPlan, accept_loss: LossAcceptance | None
 ) -> list[int]:
     """A new attempt at the run: older attempts whose windows overlap it are deleted (their
-    staged shards with them), and one pending shard per plan is created. Returns the shards'
-    ids."""
+    staged shards with them), and one pending shard per node set of the source's patterns is
+    created. Returns the shards' ids."""
     source = run[0].source
+    patterns = list(source.shard_node_patterns)
+    plans = shard_plans(patterns, plan)
     with transaction.atomic():
         IngestBatch.objects.filter(
             source=source, first_start__lte=run[-1].start, last_start__gte=run[0].start
@@ -97,6 +93,7 @@ def batch_start(
             first_start=run[0].start,
             last_start=run[-1].start,
             window_ids=[window.pk for window in run],
+            node_patterns=patterns,
             shards=len(plans),
             accept_loss=(
                 {"operator": accept_loss.operator, "reason": accept_loss.reason}
@@ -126,7 +123,8 @@ def shard_ingest(*, shard_id: int) -> int | None:
     IngestShard.objects.filter(pk=shard.pk).update(attempts=shard.attempts + 1)
     step = settings.TANDEM_STEP_SECONDS
     try:
-        plan = shard_plans(source, sources.query_plan_for(source, step_seconds=step))[shard.index]
+        plan = sources.query_plan_for(source, step_seconds=step)
+        plan = shard_plans(batch.node_patterns, plan)[shard.index]
         observation = _observe_batch(source, plan, batch.first_start, batch.last_start)
     except sources.SourceConfigurationError as error:
         _batch_fail(batch, f"source {source.name}: {error}")
@@ -205,7 +203,7 @@ def run_sharded(
 ) -> None:
     """Start a batch for the run; queue its shards through `dispatch`, or (None) measure them
     one after the other here and combine."""
-    shard_ids = batch_start(run, shard_plans(run[0].source, plan), accept_loss)
+    shard_ids = batch_start(run, plan, accept_loss)
     if dispatch is not None:
         dispatch(shard_ids)
         return

@@ -17,7 +17,7 @@ MATCHER = re.compile(r'(\w+)(=~|!~|!=|=)"((?:[^"\\]|\\.)*)"')
 
 def plan(patterns: list[str]) -> list[sources.QueryPlan]:
     base = sources.query_plan_for(Source(name="s", url="http://x"), step_seconds=300)
-    return shards.shard_plans(Source(shard_node_patterns=patterns), base)
+    return shards.shard_plans(patterns, base)
 
 
 def selected(selector: str, labels: dict[str, str]) -> bool:

@@ -272,7 +272,7 @@ def test_it_changes_nothing_when_a_sharded_window_runs_again(both_sources) -> No
 def test_it_round_trips_an_observation_exactly(gang_prometheus) -> None:
     """What a shard stages reads back identical: Decimals as written, Fractions as num/den."""
     plan = sources.query_plan_for(Source(scrape_interval_seconds=60), step_seconds=300)
-    plan = shards.shard_plans(Source(shard_node_patterns=NODE_PATTERNS), plan)[1]
+    plan = shards.shard_plans(NODE_PATTERNS, plan)[1]
     client = sources.PrometheusClient(url=gang_prometheus.url)
     try:
         first = int(datetime(2026, 9, 30, 12, tzinfo=UTC).timestamp())
