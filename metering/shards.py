@@ -312,34 +312,74 @@ def _details_trim(observed: dict[int, Observed]) -> None:
 def _number(value: Decimal | Fraction | int | None) -> Any:
     """Decimals as Prometheus wrote them ("d:1.50"), Fractions as "f:num/den", ints as they
     are: a round trip gives back the same type and value."""
-    if value is None or isinstance(value, bool | int):
-        return value
-    if isinstance(value, Decimal):
+    kind = type(value)
+    if kind is Decimal:
         return f"d:{value}"
-    if isinstance(value, Fraction):
-        return f"f:{value.numerator}/{value.denominator}"
+    if kind is Fraction:
+        return f"f:{value.numerator}/{value.denominator}"  # type: ignore[union-attr]
+    if value is None or kind is int:
+        return value
     raise TypeError(f"not an exact number: {value!r}")
 
 
 def _exact(text: Any) -> Any:
-    if text is None or isinstance(text, int):
+    if text is None or type(text) is int:
         return text
-    if not isinstance(text, str) or text[:2] not in ("d:", "f:"):
-        raise StagedFormatError(f"not an exact number: {text!r}")
-    return Decimal(text[2:]) if text[0] == "d" else Fraction(text[2:])
+    if type(text) is str and text[:2] == "d:":
+        return Decimal(text[2:])
+    if type(text) is str and text[:2] == "f:":
+        numerator, _, denominator = text[2:].partition("/")
+        return Fraction(int(numerator), int(denominator))
+    raise StagedFormatError(f"not an exact number: {text!r}")
 
 
 def _gpu_dump(gpu: GpuInfo) -> list:
-    return [gpu.ticks, list(gpu.target), gpu.node, gpu.fault_domain, gpu.model]
+    return [gpu.ticks, *gpu.target, gpu.node, gpu.fault_domain, gpu.model]
 
 
 def _gpu_load(row: list) -> GpuInfo:
-    ticks, target, node, fault_domain, model = row
-    return GpuInfo(ticks, tuple(target), node, fault_domain, model)  # type: ignore[arg-type]
+    ticks, job, instance, node, fault_domain, model = row
+    return GpuInfo(ticks, (job, instance), node, fault_domain, model)
 
 
-SERIES_FIELDS = ("ticks", "fault_domain", "node", "model", "bad")
-SERIES_NUMBERS = ("memory_peak", "memory_avg", "busy", "shared_alloc", "shared_busy")
+def _series_dump(key: tuple, series: SeriesTicks) -> list:
+    # One flat list per series (there are a few per GPU and interval): the key, then the
+    # fields in SeriesTicks' order.
+    return [
+        *key,
+        series.ticks,
+        series.fault_domain,
+        *series.target,
+        series.node,
+        series.model,
+        _number(series.memory_peak),
+        _number(series.memory_avg),
+        _number(series.busy),
+        _number(series.shared_alloc),
+        _number(series.shared_busy),
+        series.bad,
+    ]
+
+
+def _series_load(row: list) -> tuple[tuple, SeriesTicks]:
+    uuid, instance_id, profile, namespace, pod, ticks, domain, job, instance, node, model = row[:11]
+    peak, average, busy, shared_alloc, shared_busy, bad = row[11:]
+    series = SeriesTicks(
+        ticks=ticks,
+        fault_domain=domain,
+        target=(job, instance),
+        node=node,
+        model=model,
+        memory_peak=_exact(peak),
+        memory_avg=_exact(average),
+        busy=_exact(busy),
+        shared_alloc=_exact(shared_alloc),
+        shared_busy=_exact(shared_busy),
+        bad=bad,
+    )
+    return (uuid, instance_id, profile, namespace, pod), series
+
+
 IDENTITY_FIELDS = (
     "task_label",
     "team_label",
@@ -356,35 +396,23 @@ IDENTITY_FIELDS = (
 
 def _interval_dump(interval: Observed) -> dict[str, Any]:
     return {
-        "series": [
-            [
-                list(key),
-                [getattr(series, name) for name in SERIES_FIELDS],
-                list(series.target),
-                [_number(getattr(series, name)) for name in SERIES_NUMBERS],
-            ]
-            for key, series in interval.series.items()
-        ],
+        "series": [_series_dump(key, series) for key, series in interval.series.items()],
         "io_last": [
-            [list(pod), {meter: _number(value) for meter, value in counters.items()}]
+            [*pod, {meter: _number(value) for meter, value in counters.items()}]
             for pod, counters in interval.io_last.items()
         ],
         "latency_last": [
-            [list(replica), {le: _number(value) for le, value in buckets.items()}]
+            [*replica, {le: _number(value) for le, value in buckets.items()}]
             for replica, buckets in interval.latency_last.items()
         ],
         "identity": [
-            [
-                list(pod),
-                [getattr(identity, name) for name in IDENTITY_FIELDS],
-                _number(identity.gpus),
-            ]
+            [*pod, *(getattr(identity, name) for name in IDENTITY_FIELDS), _number(identity.gpus)]
             for pod, identity in interval.identity.items()
         ],
         "preempted": sorted(list(pod) for pod in interval.preempted),
-        "preempted_at": [[list(pod), at] for pod, at in interval.preempted_at.items()],
-        "present": [[list(device), ticks] for device, ticks in interval.present.items()],
-        "targets": [[list(target), counts] for target, counts in interval.targets.items()],
+        "preempted_at": [[*pod, at] for pod, at in interval.preempted_at.items()],
+        "present": [[*device, ticks] for device, ticks in interval.present.items()],
+        "targets": [[*target, *counts] for target, counts in interval.targets.items()],
         "silent_gpus": {uuid: _gpu_dump(gpu) for uuid, gpu in interval.silent_gpus.items()},
         "gpus": {uuid: _gpu_dump(gpu) for uuid, gpu in interval.gpus.items()},
         "warnings": interval.warnings,
@@ -393,24 +421,21 @@ def _interval_dump(interval: Observed) -> dict[str, Any]:
 
 def _interval_load(data: dict[str, Any]) -> Observed:
     interval = Observed()
-    for key, fields, target, numbers in data["series"]:
-        series = SeriesTicks(**dict(zip(SERIES_FIELDS, fields, strict=True)))
-        series.target = tuple(target)  # type: ignore[assignment]
-        for name, value in zip(SERIES_NUMBERS, numbers, strict=True):
-            setattr(series, name, _exact(value))
-        interval.series[tuple(key)] = series  # type: ignore[index]
-    for pod, counters in data["io_last"]:
-        interval.io_last[tuple(pod)] = {m: _exact(v) for m, v in counters.items()}  # type: ignore[index]
-    for replica, buckets in data["latency_last"]:
-        interval.latency_last[tuple(replica)] = {le: _exact(v) for le, v in buckets.items()}  # type: ignore[index]
-    for pod, fields, gpus in data["identity"]:
+    interval.series = dict(_series_load(row) for row in data["series"])
+    for namespace, pod, counters in data["io_last"]:
+        interval.io_last[(namespace, pod)] = {m: _exact(v) for m, v in counters.items()}
+    for namespace, service, pod, buckets in data["latency_last"]:
+        interval.latency_last[(namespace, service, pod)] = {
+            le: _exact(v) for le, v in buckets.items()
+        }
+    for namespace, pod, *fields, gpus in data["identity"]:
         identity = PodIdentity(**dict(zip(IDENTITY_FIELDS, fields, strict=True)))
-        identity.gpus = _exact(gpus) if gpus else Fraction(0)
-        interval.identity[tuple(pod)] = identity  # type: ignore[index]
-    interval.preempted = {tuple(pod) for pod in data["preempted"]}  # type: ignore[misc]
-    interval.preempted_at = {tuple(pod): at for pod, at in data["preempted_at"]}  # type: ignore[misc]
-    interval.present = {tuple(device): ticks for device, ticks in data["present"]}  # type: ignore[misc]
-    interval.targets = {tuple(target): counts for target, counts in data["targets"]}  # type: ignore[misc]
+        identity.gpus = _exact(gpus)
+        interval.identity[(namespace, pod)] = identity
+    interval.preempted = {(namespace, pod) for namespace, pod in data["preempted"]}
+    interval.preempted_at = {(namespace, pod): at for namespace, pod, at in data["preempted_at"]}
+    interval.present = {(uuid, gi): ticks for uuid, gi, ticks in data["present"]}
+    interval.targets = {(job, instance): [a, b] for job, instance, a, b in data["targets"]}
     interval.silent_gpus = {uuid: _gpu_load(row) for uuid, row in data["silent_gpus"].items()}
     interval.gpus = {uuid: _gpu_load(row) for uuid, row in data["gpus"].items()}
     interval.warnings = list(data["warnings"])
