@@ -85,7 +85,7 @@ def windows_ingest(
     unavailable: sources.PrometheusUnavailable | None = None
     for run in _consecutive_runs(windows):
         try:
-            _run_ingest(run, accept_loss, shard_dispatch if sharded else _UNSHARDED)
+            _run_ingest(run, accept_loss, shard_dispatch, sharded=sharded)
         except sources.PrometheusUnavailable as error:
             unavailable = error
     if unavailable is not None:
@@ -109,14 +109,12 @@ def _consecutive_runs(windows: list[IngestWindow]) -> Iterator[list[IngestWindow
         yield run
 
 
-def _UNSHARDED(shard_ids: list[int]) -> None:
-    """Marks a run to be measured in one piece (never called)."""
-
-
 def _run_ingest(
     run: list[IngestWindow],
     accept_loss: LossAcceptance | None,
     shard_dispatch: Callable[[list[int]], None] | None = None,
+    *,
+    sharded: bool = True,
 ) -> None:
     source = run[0].source
     step = settings.TANDEM_STEP_SECONDS
@@ -130,7 +128,7 @@ def _run_ingest(
     )
     try:
         plan = sources.query_plan_for(source, step_seconds=step)
-        if source.shard_node_patterns and shard_dispatch is not _UNSHARDED:
+        if source.shard_node_patterns and sharded:
             # Imported here: metering.shards builds on this module's query slots.
             from metering import shards
 

@@ -10,6 +10,7 @@ pool-wide pod meters), so every task that ran on both nodes has pods in two shar
 
 from __future__ import annotations
 
+import io
 import json
 from collections import defaultdict
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from django.core.management import call_command
 from django.db import connection
 
 from metering import measure, services, shards, sources
@@ -410,10 +412,35 @@ def test_it_runs_shards_and_the_combiner_as_tasks_and_survives_a_killed_worker(
     assert not UsageInterval.objects.filter(task__source=source).exists()
     assert windows_status(ids) == {"running": 12}
     second = start_worker()
-    wait_for(lambda: windows_status(ids) == {"done": 12}, timeout=120, what="12 windows done")
+    wait_for(lambda: windows_status(ids) == {"done": 12}, timeout=240, what="12 windows done")
     assert stored_alloc(source.pk) == truth_alloc(gang_truth, start, end)
     assert not IngestBatch.objects.exists()
     log = (tmp_path / "worker-0.log").read_text() + second.log_path.read_text()
     assert "metering.tasks.ingest_shard" in log
     assert "metering.tasks.ingest_shards_combine" in log
     assert log.count("Task metering.tasks.ingest_shards_combine[") >= 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_ingests_a_sharded_source_from_the_command_in_shards_or_not(
+    gang_prometheus, gang_truth
+) -> None:
+    """`manage.py ingest --now` measures a sharded source in shards (each query names its
+    shard), `--no-shards` in one piece; both store the truth."""
+    source = Source.objects.create(
+        name="command",
+        url=gang_prometheus.url,
+        scrape_interval_seconds=60,
+        shard_node_patterns=NODE_PATTERNS,
+    )
+    start = datetime(2026, 9, 30, 15, tzinfo=UTC)
+    end = start + timedelta(hours=1)
+    span = ["--source", "command", "--start", start.isoformat(), "--end", end.isoformat()]
+    for extra, shards_named in (([], {0, 1, 2}), (["--no-shards"], set())):
+        call_command("ingest", *span, "--now", *extra, stdout=io.StringIO())
+        windows = IngestWindow.objects.filter(source=source)
+        assert set(windows.values_list("status", flat=True)) == {"done"}
+        named = {query.get("shard") for window in windows for query in window.queries}
+        assert named - {None} == shards_named
+        assert stored_alloc(source.pk) == truth_alloc(gang_truth, start, end)
+    assert not IngestBatch.objects.exists()
