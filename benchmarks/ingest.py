@@ -72,6 +72,7 @@ from benchmarks._table import Row, report, within  # noqa: E402
 from metering import services, sources  # noqa: E402
 from metering.models import IngestWindow, Source  # noqa: E402
 from metering.tasks import ingest_windows  # noqa: E402
+from simulator.layout import node_sizes  # noqa: E402
 from simulator.prometheus import backfill_parts, lookback_for, start_prometheus  # noqa: E402
 
 BATCH = 12
@@ -262,7 +263,53 @@ def replay_batch(url: str, promql: list[str], *, start: int, end: int) -> dict:
     return {"meters": meters, "scan": scan, "ratio": meters / scan}
 
 
-def run_size(gpus: int, hours: int, scrape: int, scratch: Path, *, keep: bool) -> dict:
+def node_patterns(gpus: int, shards: int) -> list[str]:
+    """`shards - 1` patterns naming the simulated pool's nodes round-robin: with the shard of
+    the rest (which gets its share of nodes and the pool-wide pod meters) that is `shards`."""
+    names = [f"gpu-node-{index + 1:02d}" for index in range(len(node_sizes(gpus)))]
+    groups = [names[offset::shards] for offset in range(shards)]
+    return ["|".join(group) for group in groups[1:] if group]
+
+
+def ingest_queued(source: Source, first: int, last: int) -> tuple[list[int], float]:
+    """Queue the span as `ingest_windows` tasks of BATCH windows; the wall time until done."""
+    start = dt.datetime.fromtimestamp(first, dt.UTC)
+    windows = services.windows_create(
+        source=source, start=start, end=dt.datetime.fromtimestamp(last, dt.UTC)
+    )
+    ids = [w.pk for w in windows]
+    began = time.perf_counter()
+    for index in range(0, len(ids), BATCH):
+        ingest_windows.delay(ids[index : index + BATCH])
+    while IngestWindow.objects.filter(pk__in=ids, status="done").count() < len(ids):
+        failed = IngestWindow.objects.filter(pk__in=ids, status="failed").first()
+        if failed:
+            raise SystemExit(f"window failed: {failed.error}")
+        time.sleep(0.1)
+    return ids, time.perf_counter() - began
+
+
+def usage_totals(source: Source) -> tuple:
+    """What a source stored, summed: the sharded ingest must store what the unsharded did."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*), sum(alloc_gpu_seconds), sum(busy_gpu_seconds),"
+            " sum(read_operations + write_operations) FROM metering_usageinterval u"
+            " JOIN metering_task t ON t.id = u.task_id WHERE t.source_id = %s",
+            [source.pk],
+        )
+        usage = cursor.fetchone()
+        cursor.execute(
+            "SELECT count(*), sum(capacity_gpu_seconds) FROM metering_capacityinterval"
+            " WHERE source_id = %s",
+            [source.pk],
+        )
+        return (*usage, *cursor.fetchone())
+
+
+def run_size(
+    gpus: int, hours: int, scrape: int, scratch: Path, *, keep: bool, shards: int = 0
+) -> dict:
     scratch.mkdir(parents=True, exist_ok=True)
     simulated, tsdb = scratch / f"pool-{gpus}", scratch / f"tsdb-{gpus}"
     shutil.rmtree(simulated, ignore_errors=True)
@@ -320,6 +367,22 @@ def run_size(gpus: int, hours: int, scrape: int, scratch: Path, *, keep: bool) -
         replay = replay_batch(
             prometheus.url, parts, start=int(windows[0].start.timestamp()), end=batch_end
         )
+        sharded = None
+        if shards > 1:
+            sharded_source = Source.objects.create(
+                name=f"bench-{gpus}-shards",
+                url=prometheus.url,
+                scrape_interval_seconds=scrape,
+                shard_node_patterns=node_patterns(gpus, shards),
+            )
+            _, sharded_wall = ingest_queued(sharded_source, first - scrape, last)
+            same = usage_totals(sharded_source) == usage_totals(source)
+            sharded = {"shards": shards, "wall": sharded_wall, "same_rows": same}
+            print(
+                f"{gpus:,} GPUs: ingested in {shards} shards per batch in {sharded_wall:.1f} s"
+                f" ({sharded_wall / wall:.2f}x unsharded; same sums: {same})",
+                flush=True,
+            )
     finally:
         if worker is not None:
             os.killpg(worker.pid, signal.SIGTERM)
@@ -370,6 +433,7 @@ def run_size(gpus: int, hours: int, scrape: int, scratch: Path, *, keep: bool) -
         "per_gpu_day": wall / (gpus * hours / 24),
         "meters": dict(meters),
         "replay": replay,
+        "sharded": sharded,
     }
 
 
@@ -388,6 +452,13 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--hours", type=int, default=6)
     parser.add_argument("--scrape", type=int, default=15, help="scrape interval, seconds")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=0,
+        help="also ingest each pool in this many shards per batch (metering.shards) and"
+        " print its wall time against the unsharded one",
+    )
     options = parser.parse_args(argv)
     call_command("migrate", verbosity=0)
     truncate_metering()
@@ -396,7 +467,14 @@ def main(argv: list[str] | None = None) -> list[Row]:
     results = []
     try:
         for size in (int(s) for s in options.sizes.split(",")):
-            result = run_size(size, options.hours, options.scrape, scratch, keep=options.keep)
+            result = run_size(
+                size,
+                options.hours,
+                options.scrape,
+                scratch,
+                keep=options.keep,
+                shards=options.shards,
+            )
             results.append(result)
             print(
                 f"{size:>6,} GPUs x {options.hours} h at {options.scrape} s:"
@@ -430,6 +508,14 @@ def main(argv: list[str] | None = None) -> list[Row]:
         )
     for r in results:
         print_meters(r)
+    for r in results:
+        if r["sharded"]:
+            shard = r["sharded"]
+            print(
+                f"{r['gpus']} GPUs, {shard['shards']} shards per batch: ingest wall"
+                f" {shard['wall']:.1f} s / unsharded {r['wall']:.1f} s ="
+                f" {shard['wall'] / r['wall']:.2f}; same rows: {shard['same_rows']}"
+            )
     return rows_for(results, hours=options.hours)
 
 

@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -47,18 +47,29 @@ QUERY_SLOT_LOCK_CLASS = 0x7A6E
 QUERIES_IN_FLIGHT_PER_BATCH = 2
 
 
-def window_ingest(*, window_id: int) -> IngestWindow:
+def window_ingest(
+    *, window_id: int, shard_dispatch: Callable[[list[int]], None] | None = None
+) -> IngestWindow:
     """Ingest one window (see windows_ingest)."""
-    windows = windows_ingest(window_ids=[window_id])
+    windows = windows_ingest(window_ids=[window_id], shard_dispatch=shard_dispatch)
     if not windows:
         raise IngestWindow.DoesNotExist(f"ingest window {window_id} does not exist")
     return windows[0]
 
 
 def windows_ingest(
-    *, window_ids: Sequence[int], accept_loss: LossAcceptance | None = None
+    *,
+    window_ids: Sequence[int],
+    accept_loss: LossAcceptance | None = None,
+    shard_dispatch: Callable[[list[int]], None] | None = None,
+    sharded: bool = True,
 ) -> list[IngestWindow]:
     """Query Prometheus for these windows and replace their rows.
+
+    A source with `shard_node_patterns` is measured in shards (metering.shards):
+    `shard_dispatch` queues them as tasks (the windows stay running until the combiner has
+    written them), else they run here one after the other; `sharded=False` measures such a
+    source in one piece, as any other.
 
     A window whose stored rows came from more samples than Prometheus now returns keeps them,
     with a warning, unless `accept_loss` (an operator's audited decision) says to replace them.
@@ -74,7 +85,7 @@ def windows_ingest(
     unavailable: sources.PrometheusUnavailable | None = None
     for run in _consecutive_runs(windows):
         try:
-            _run_ingest(run, accept_loss)
+            _run_ingest(run, accept_loss, shard_dispatch, sharded=sharded)
         except sources.PrometheusUnavailable as error:
             unavailable = error
     if unavailable is not None:
@@ -98,7 +109,13 @@ def _consecutive_runs(windows: list[IngestWindow]) -> Iterator[list[IngestWindow
         yield run
 
 
-def _run_ingest(run: list[IngestWindow], accept_loss: LossAcceptance | None) -> None:
+def _run_ingest(
+    run: list[IngestWindow],
+    accept_loss: LossAcceptance | None,
+    shard_dispatch: Callable[[list[int]], None] | None = None,
+    *,
+    sharded: bool = True,
+) -> None:
     source = run[0].source
     step = settings.TANDEM_STEP_SECONDS
     ids = [w.pk for w in run]
@@ -111,6 +128,12 @@ def _run_ingest(run: list[IngestWindow], accept_loss: LossAcceptance | None) -> 
     )
     try:
         plan = sources.query_plan_for(source, step_seconds=step)
+        if source.shard_node_patterns and sharded:
+            # Imported here: metering.shards builds on this module's query slots.
+            from metering import shards
+
+            shards.run_sharded(run, plan, accept_loss, shard_dispatch)
+            return
         measured = _measure(source, plan, run[0].start, run[-1].start)
     except sources.SourceConfigurationError as error:
         _windows_mark(ids, IngestWindow.Status.FAILED, f"source {source.name}: {error}")
@@ -167,12 +190,21 @@ def _windows_mark(ids: list[int], status: str, error: str) -> None:
 def _measure(
     source: Source, plan: sources.QueryPlan, first: datetime, last: datetime
 ) -> measure.Measured:
+    observation = _observe_batch(source, plan, first, last)
+    return measure.derive(observation, plan, int(first.timestamp()), int(last.timestamp()))
+
+
+def _observe_batch(
+    source: Source, plan: sources.QueryPlan, first: datetime, last: datetime
+) -> measure.Observation:
+    """What Prometheus answers for the batch [first, last] (interval starts) under `plan`,
+    within the source's query slots."""
     client = sources.PrometheusClient.for_source(source)
     try:
         # Where the server's ranges start decides the range that holds [start, end).
         plan = dataclasses.replace(plan, closed_ranges=client.ranges_closed())
         with _query_slots(source, wanted=QUERIES_IN_FLIGHT_PER_BATCH) as slots:
-            return measure.measure(
+            return measure.observe(
                 client, plan, int(first.timestamp()), int(last.timestamp()), parallel=slots
             )
     finally:
