@@ -13,21 +13,18 @@ like a single window."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 from django.db.models import F
 from django.utils import timezone
 
-from metering import measure, sources
+from metering import measure, querying, shards, sources
 from metering.identity import _services_upsert, _tasks_upsert
 from metering.models import (
     IngestWindow,
@@ -36,15 +33,6 @@ from metering.models import (
 from metering.writer import LossAcceptance, _run_write
 
 logger = logging.getLogger(__name__)
-
-
-# First keys of PostgreSQL advisory locks: query slots per source, and one writer per window.
-QUERY_SLOT_LOCK_CLASS = 0x7A6E
-
-
-# A batch runs this many queries at once when the source's slots allow: Prometheus evaluates
-# them on two cores while Python reads answers; two workers then fill four slots.
-QUERIES_IN_FLIGHT_PER_BATCH = 2
 
 
 def window_ingest(
@@ -129,9 +117,6 @@ def _run_ingest(
     try:
         plan = sources.query_plan_for(source, step_seconds=step)
         if source.shard_node_patterns and sharded:
-            # Imported here: metering.shards builds on this module's query slots.
-            from metering import shards
-
             shards.run_sharded(run, plan, accept_loss, shard_dispatch)
             return
         measured = _measure(source, plan, run[0].start, run[-1].start)
@@ -190,50 +175,5 @@ def _windows_mark(ids: list[int], status: str, error: str) -> None:
 def _measure(
     source: Source, plan: sources.QueryPlan, first: datetime, last: datetime
 ) -> measure.Measured:
-    observation = _observe_batch(source, plan, first, last)
+    observation = querying.observe_batch(source, plan, first, last)
     return measure.derive(observation, plan, int(first.timestamp()), int(last.timestamp()))
-
-
-def _observe_batch(
-    source: Source, plan: sources.QueryPlan, first: datetime, last: datetime
-) -> measure.Observation:
-    """What Prometheus answers for the batch [first, last] (interval starts) under `plan`,
-    within the source's query slots."""
-    client = sources.PrometheusClient.for_source(source)
-    try:
-        # Where the server's ranges start decides the range that holds [start, end).
-        plan = dataclasses.replace(plan, closed_ranges=client.ranges_closed())
-        with _query_slots(source, wanted=QUERIES_IN_FLIGHT_PER_BATCH) as slots:
-            return measure.observe(
-                client, plan, int(first.timestamp()), int(last.timestamp()), parallel=slots
-            )
-    finally:
-        client.close()
-
-
-@contextmanager
-def _query_slots(source: Source, *, wanted: int) -> Iterator[int]:
-    """Hold 1..wanted of the source's `max_concurrent_queries` slots, waiting for at least
-    one: the cap on queries in flight against a source, across all workers.
-
-    PostgreSQL session advisory locks, so a worker that dies releases its slots with its
-    connection.
-    """
-    keys = [source.pk * 1000 + slot for slot in range(max(1, source.max_concurrent_queries))]
-    held: list[int] = []
-    with connection.cursor() as cursor:
-        while not held:
-            for key in keys:
-                cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [QUERY_SLOT_LOCK_CLASS, key])
-                if cursor.fetchone()[0]:
-                    held.append(key)
-                    if len(held) == wanted:
-                        break
-            if not held:
-                time.sleep(0.2)
-    try:
-        yield len(held)
-    finally:
-        with connection.cursor() as cursor:
-            for key in held:
-                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [QUERY_SLOT_LOCK_CLASS, key])

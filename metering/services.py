@@ -4,12 +4,8 @@ ingestion of a run of windows (metering.ingest; in shards, metering.shards), who
 module; this one only names them."""
 
 from metering.identity import _legacy_tasks_adopt, _teams_upsert, service_slo_set
-from metering.ingest import (
-    QUERIES_IN_FLIGHT_PER_BATCH,
-    QUERY_SLOT_LOCK_CLASS,
-    window_ingest,
-    windows_ingest,
-)
+from metering.ingest import window_ingest, windows_ingest
+from metering.querying import QUERIES_IN_FLIGHT_PER_BATCH, QUERY_SLOT_LOCK_CLASS
 from metering.shards import shard_ingest, shards_combine
 from metering.windows import (
     WindowError,

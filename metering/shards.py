@@ -42,9 +42,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from metering import measure, sources
+from metering import measure, querying, sources
 from metering.identity import _services_upsert, _tasks_upsert
-from metering.ingest import _observe_batch
 from metering.measure import GpuInfo, Observation, Observed, PodIdentity, SeriesTicks
 from metering.models import IngestBatch, IngestShard, IngestWindow
 from metering.writer import LossAcceptance, _run_write
@@ -125,7 +124,7 @@ def shard_ingest(*, shard_id: int) -> int | None:
     try:
         plan = sources.query_plan_for(source, step_seconds=step)
         plan = shard_plans(batch.node_patterns, plan)[shard.index]
-        observation = _observe_batch(source, plan, batch.first_start, batch.last_start)
+        observation = querying.observe_batch(source, plan, batch.first_start, batch.last_start)
     except sources.SourceConfigurationError as error:
         _batch_fail(batch, f"source {source.name}: {error}")
         return None
