@@ -14,7 +14,7 @@ from django.db import connection, transaction
 
 from audit.services import audit_record, object_snapshot
 from metering import sources
-from metering.measure import IntervalFacts, Measured, PodIdentity, PodKey
+from metering.measure import IntervalFacts, Measured, PodIdentity, PodKey, collector_paused
 from metering.models import (
     Service,
     Source,
@@ -69,6 +69,7 @@ def _active_pods(facts: IntervalFacts) -> set[PodKey]:
     )
 
 
+@collector_paused
 def _tasks_upsert(
     source: Source, plan: sources.QueryPlan, measured: Measured
 ) -> dict[tuple[int, PodKey], int]:

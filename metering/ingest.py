@@ -98,6 +98,7 @@ def _consecutive_runs(windows: list[IngestWindow]) -> Iterator[list[IngestWindow
         yield run
 
 
+@measure.collector_paused  # the whole batch: see its docstring
 def _run_ingest(run: list[IngestWindow], accept_loss: LossAcceptance | None) -> None:
     source = run[0].source
     step = settings.TANDEM_STEP_SECONDS

@@ -27,7 +27,7 @@ from kernel.histogram import stored_p99
 from kernel.money import half_up_rational_text
 from metering import sources
 from metering.identity import _active_pods, _chunked, _moment, _pod_identity
-from metering.measure import IntervalFacts, Measured, PodKey
+from metering.measure import IntervalFacts, Measured, PodKey, collector_paused
 from metering.models import (
     CapacityInterval,
     IngestWindow,
@@ -317,6 +317,7 @@ def _copy_text(value: str) -> str:
     )
 
 
+@collector_paused
 def _run_write(
     run: list[IngestWindow],
     measured: Measured,
