@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
 
 from audit.services import audit_record, object_snapshot
 from metering import sources
@@ -288,7 +289,21 @@ def _relabels_audit(source: Source, inserted: list[int]) -> None:
     interval on."""
     if not inserted:
         return
-    new = Task.objects.filter(pk__in=inserted).select_related("team").order_by("pk")
+    # Only new rows whose key has other rows: most inserted rows are new tasks, not relabels.
+    same_key = Task.objects.filter(
+        source_id=OuterRef("source_id"),
+        namespace=OuterRef("namespace"),
+        external_id=OuterRef("external_id"),
+    ).exclude(pk=OuterRef("pk"))
+    new = list(
+        Task.objects.filter(pk__in=inserted, source=source)
+        .exclude(namespace="")
+        .filter(Exists(same_key))
+        .select_related("team")
+        .order_by("pk")
+    )
+    if not new:
+        return
     rows: dict[tuple[str, str], list[Task]] = defaultdict(list)
     for task in (
         Task.objects.filter(source=source, external_id__in={t.external_id for t in new})

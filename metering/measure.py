@@ -323,20 +323,26 @@ def _grouped(result: sources.QueryRun, name: str, part: sources.Part) -> sources
     Max as Prometheus takes it (a NaN gives way to any number); sums exact in Decimal (of
     counters: integers, which float sums also hold exactly)."""
     groups: dict[tuple[str, ...], list[sources.Series]] = {}
+    by, pods_only = part.by, part.pods_only
+    blanks = ("",) * len(by)  # labels.get(label, "") for each label of `by`, in C
     for series in result.series:
         labels = series.labels
-        if part.pods_only and not pod_of(labels)[1]:
-            continue
-        if part.by:
-            key = tuple(labels.get(label, "") for label in part.by)
+        if pods_only and not (labels.get("exported_pod") or labels.get("pod")):
+            continue  # pod_of(labels)[1], inlined: this runs for every series answered
+        if by:
+            key = tuple(map(labels.get, by, blanks))
         else:  # as answered: each series its own group
             key = tuple(sorted(labels.items()))
-        groups.setdefault(key, []).append(series)
+        members = groups.get(key)
+        if members is None:
+            groups[key] = [series]
+        else:
+            members.append(series)
     reduce = _max_text if part.how == "max" else _sum_text
     grouped = []
     for key, members in groups.items():
-        if part.by:
-            labels = {label: value for label, value in zip(part.by, key, strict=True) if value}
+        if by:
+            labels = {label: value for label, value in zip(by, key, strict=True) if value}
         else:
             labels = {k: v for k, v in key if k != "__name__"}
         labels["meter"] = name
@@ -470,17 +476,21 @@ def _parse_devices(
             continue  # not a GPU (dcgm-exporter's label-less dummies)
         key = _series_key(labels)
         domain = labels.get(plan.fault_domain_label, "")
+        if meter == "ticks":  # the same for each of the series' points
+            target = (labels.get("job", ""), labels.get("instance", ""))
+            node = labels.get("Hostname") or labels.get("hostname", "")
+            model = labels.get("modelName", "")
         for evaluated_at, text in series.values:
             interval = observed.get(int(evaluated_at) - step)
             if interval is None:
                 continue
-            ticks = _series(interval, key)
+            ticks = interval.series.get(key)
+            if ticks is None:
+                ticks = interval.series[key] = SeriesTicks()
             if meter == "ticks":
                 ticks.ticks += int(text)
-                ticks.fault_domain = domain
-                ticks.target = (labels.get("job", ""), labels.get("instance", ""))
-                ticks.node = labels.get("Hostname") or labels.get("hostname", "")
-                ticks.model = labels.get("modelName", "")
+                ticks.fault_domain, ticks.target, ticks.node = domain, target, node
+                ticks.model = model
                 continue
             value = sources.finite_non_negative(text)
             if value is None:
@@ -575,14 +585,14 @@ def _parse_io(
         for level in (True, False):
             chosen = [s for s in mine if (not s.labels.get("container")) == level]
             levels[level] = _grouped(replace(result, series=chosen), meter, pod_level)
-        have_pod_level = {
-            (at, tuple(sorted(series.labels.items())))
+        pod_level_at = {
+            tuple(sorted(series.labels.items())): {at for at, _ in series.values}
             for series in levels[True].series
-            for at, _ in series.values
         }
         for series in levels[False].series:
-            key = tuple(sorted(series.labels.items()))
-            series.values[:] = [v for v in series.values if (v[0], key) not in have_pod_level]
+            taken = pod_level_at.get(tuple(sorted(series.labels.items())))
+            if taken:
+                series.values[:] = [v for v in series.values if v[0] not in taken]
         joined = replace(result, series=levels[True].series + levels[False].series)
         for interval, labels, value, _ in _points(joined, observed, plan, required=("meter",)):
             interval.io_last[pod_of(labels)][labels["meter"]] = value
