@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef
 
 from audit.services import audit_record, object_snapshot
 from metering import sources
@@ -290,20 +289,17 @@ def _relabels_audit(source: Source, inserted: list[int]) -> None:
     if not inserted:
         return
     # Only new rows whose key has other rows: most inserted rows are new tasks, not relabels.
-    same_key = Task.objects.filter(
-        source_id=OuterRef("source_id"),
-        namespace=OuterRef("namespace"),
-        external_id=OuterRef("external_id"),
-    ).exclude(pk=OuterRef("pk"))
-    new = list(
-        Task.objects.filter(pk__in=inserted, source=source)
-        .exclude(namespace="")
-        .filter(Exists(same_key))
-        .select_related("team")
-        .order_by("pk")
-    )
-    if not new:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT n.id FROM metering_task n WHERE n.id = ANY(%s) AND n.namespace <> ''"
+            " AND EXISTS (SELECT 1 FROM metering_task o WHERE o.source_id = n.source_id"
+            " AND o.namespace = n.namespace AND o.external_id = n.external_id AND o.id <> n.id)",
+            [inserted],
+        )
+        relabelled = [pk for (pk,) in cursor.fetchall()]
+    if not relabelled:
         return
+    new = Task.objects.filter(pk__in=relabelled).select_related("team").order_by("pk")
     rows: dict[tuple[str, str], list[Task]] = defaultdict(list)
     for task in (
         Task.objects.filter(source=source, external_id__in={t.external_id for t in new})
