@@ -507,22 +507,20 @@ def _parse_busy(
 ) -> None:
     """The engine-active sum of a series where it has one in the interval (even an unusable
     one), else its GPU_UTIL sum / 100: what `active or utilization / 100` answered."""
-    active = {
-        (evaluated_at, _series_key(series.labels))
-        for series in result.series
-        if series.labels.get("meter") == "active"
-        for evaluated_at, _ in series.values
-    }
+    active: dict[SeriesKey, set[Any]] = defaultdict(set)
+    for series in result.series:
+        if series.labels.get("meter") == "active":
+            active[_series_key(series.labels)].update(at for at, _ in series.values)
     for series in result.series:
         if series.labels.get("meter") == "utilization":
-            key = _series_key(series.labels)
+            taken = active.get(_series_key(series.labels), ())
             series.values[:] = [
-                [at, _percent(text)] for at, text in series.values if (at, key) not in active
+                [at, _percent(text)] for at, text in series.values if at not in taken
             ]
-    for interval, labels, _, text in _points(result, observed, plan, required=("UUID",)):
+    for interval, labels, value, _ in _points(result, observed, plan, required=("UUID",)):
         # A sum of ratios Prometheus wrote as a float: its decimal text is what it measured
         # (sums of 2-decimal ratios cannot sit on a rounding boundary at 6 places).
-        _series(interval, _series_key(labels)).busy = Decimal(text)
+        _series(interval, _series_key(labels)).busy = value
 
 
 def _percent(text: str) -> str:
@@ -991,16 +989,18 @@ def _derive_gpus(
             # A pod series without the label (a partial scrape) takes its GPU's model.
             gpu = now.gpus.get(uuid)
             model_key = (namespace, pod, series.model or (gpu.model if gpu else ""))
+            allocated = ticks * share
+            busy_sevenths = None if busy is None else busy * share
             for summed in (_sums(sums, key), _sums(model_sums, model_key)):
-                summed.alloc += ticks * share
-                if busy is None:
+                summed.alloc += allocated
+                if busy_sevenths is None:
                     continue
-                if isinstance(busy, Decimal):
+                if isinstance(busy_sevenths, Decimal):
                     summed.busy = (
-                        busy * share if summed.busy is None else summed.busy + busy * share
+                        busy_sevenths if summed.busy is None else summed.busy + busy_sevenths
                     )
                 else:
-                    summed.split_busy = (summed.split_busy or 0) + busy * share
+                    summed.split_busy = (summed.split_busy or 0) + busy_sevenths
             if series.memory_peak is not None:
                 peak = round(series.memory_peak * sources.MIB)
                 facts.memory_peak[key] = max(facts.memory_peak.get(key, 0), peak)
