@@ -899,6 +899,8 @@ def _held_gpus(
     seconds: dict[PodKey, Fraction] = defaultdict(Fraction)
     by_model: dict[PodKey, dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
     ticks: dict[PodKey, int] = defaultdict(int)
+    if not pods:  # most intervals: nobody preempted, no need to look at every series
+        return {}
     for (uuid, _, profile, namespace, pod), series in observed.series.items():
         key = (namespace, pod)
         if key not in pods or series.bad or not series.ticks:
