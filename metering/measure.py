@@ -43,8 +43,11 @@ NO_OWNER = "<none>"  # what kube-state-metrics writes for a pod without owner
 # Float sums of small-denominator shares (1/3 of a tick) are recovered exactly from their
 # rounding; real-valued data is off by less than 1e-12 after this.
 MAX_DENOMINATOR = 1_000_000
-# Narrowed queries name their series in a regex; keep each request a sensible size.
-NARROWED_BATCH = 100
+# Narrowed queries name their series in a regex of literal alternatives. Each request has a
+# fixed cost (a round trip, a pass over the metric's index, Python reading the answer), so
+# fewer, wider ones cost less: a 10,000-GPU batch asked 42 queries of 100 pods for the pods
+# it saw scheduled. A few hundred names keep a request a sensible size.
+NARROWED_BATCH = 250
 
 
 @dataclass
