@@ -745,9 +745,12 @@ def _gpu_presence(observed: Observed, plan: sources.QueryPlan, shared: set[str])
     Prometheus); any other device the sum of its series' ticks (they never overlap). A MIG
     GPU is present when its instances are."""
     devices: dict[Device, int] = defaultdict(int)
+    gpus = observed.gpus
     for (uuid, instance, *_), series in observed.series.items():
         if series.ticks:
-            gpu = observed.gpus.setdefault(uuid, GpuInfo())
+            gpu = gpus.get(uuid)
+            if gpu is None:  # not setdefault, which would build a GpuInfo for every series
+                gpu = gpus[uuid] = GpuInfo()
             gpu.target, gpu.node = series.target, series.node
             gpu.fault_domain = series.fault_domain
             gpu.model = gpu.model or series.model
@@ -757,7 +760,9 @@ def _gpu_presence(observed: Observed, plan: sources.QueryPlan, shared: set[str])
                 observed.warnings.append(f"devices: {uuid} has no per-tick presence")
     devices.update((device, ticks) for device, ticks in observed.present.items() if ticks)
     for (uuid, _), ticks in devices.items():
-        gpu = observed.gpus.setdefault(uuid, GpuInfo())
+        gpu = gpus.get(uuid)
+        if gpu is None:
+            gpu = gpus[uuid] = GpuInfo()
         gpu.ticks = max(gpu.ticks, ticks)
 
 
