@@ -29,8 +29,7 @@ TRUNCATEd before and after) and CELERY_BROKER_URL at a Redis database of its own
   CELERY_BROKER_URL=redis://127.0.0.1:6379/2 .venv/bin/python benchmarks/ingest.py \\
   --gpus 1000,10000 --hours 24 --scrape 150
 Options: --gpus (alias --sizes) 250,500,1000 --hours 6 --scrape 15 --keep (leave the scratch
-OpenMetrics and TSDBs in var/bench/ingest-<pid>), --reuse var/bench/ingest-<pid> (ingest a kept
-run's TSDBs again, skipping simulation and back-fill). Prometheus, the worker and the scratch files
+OpenMetrics and TSDBs in var/bench/ingest-<pid>). Prometheus, the worker and the scratch files
 are removed whatever happens (Ctrl-C included), unless --keep.
 
 `main()` returns the headline rows for `benchmarks/run.py`.
@@ -73,6 +72,7 @@ from benchmarks._table import Row, report, within  # noqa: E402
 from metering import services, sources  # noqa: E402
 from metering.models import IngestWindow, Source  # noqa: E402
 from metering.tasks import ingest_windows  # noqa: E402
+from simulator.layout import node_sizes  # noqa: E402
 from simulator.prometheus import backfill_parts, lookback_for, start_prometheus  # noqa: E402
 
 BATCH = 12
@@ -263,53 +263,76 @@ def replay_batch(url: str, promql: list[str], *, start: int, end: int) -> dict:
     return {"meters": meters, "scan": scan, "ratio": meters / scan}
 
 
-def build_pool(
-    gpus: int, hours: int, scrape: int, simulated: Path, tsdb: Path, *, keep: bool
-) -> tuple[dict, int, float, float]:
-    """Simulate the pool and back-fill a TSDB with it, from scratch."""
-    shutil.rmtree(simulated, ignore_errors=True)
-    shutil.rmtree(tsdb, ignore_errors=True)
-    began = time.perf_counter()
-    sim = simulate_hours(gpus, hours, scrape, simulated)
-    simulate_seconds = time.perf_counter() - began
-    size = sum(Path(path).stat().st_size for path in sim["paths"])
-    print(
-        f"{gpus:,} GPUs: simulated {sim['samples']:,} samples ({size / 2**30:.1f} GiB) in"
-        f" {simulate_seconds:.0f} s, simulator peak RSS {sim['rss'] / 2**20:,.0f} MB",
-        flush=True,
+def node_patterns(gpus: int, shards: int) -> list[str]:
+    """`shards - 1` patterns naming the simulated pool's nodes round-robin: with the shard of
+    the rest (which gets its share of nodes and the pool-wide pod meters) that is `shards`."""
+    names = [f"gpu-node-{index + 1:02d}" for index in range(len(node_sizes(gpus)))]
+    groups = [names[offset::shards] for offset in range(shards)]
+    return ["|".join(group) for group in groups[1:] if group]
+
+
+def ingest_queued(source: Source, first: int, last: int) -> tuple[list[int], float]:
+    """Queue the span as `ingest_windows` tasks of BATCH windows; the wall time until done."""
+    start = dt.datetime.fromtimestamp(first, dt.UTC)
+    windows = services.windows_create(
+        source=source, start=start, end=dt.datetime.fromtimestamp(last, dt.UTC)
     )
+    ids = [w.pk for w in windows]
     began = time.perf_counter()
-    # Once, every two-hour part side by side: promtool is single-threaded.
-    backfill_parts(sim["paths"], tsdb, workers=os.cpu_count() or 2)
-    backfill_seconds = time.perf_counter() - began
-    print(f"{gpus:,} GPUs: back-filled in {backfill_seconds:.0f} s", flush=True)
-    if not keep:
-        for path in sim["paths"]:
-            Path(path).unlink()
-    sim.update(bytes=size, simulate_seconds=simulate_seconds, backfill_seconds=backfill_seconds)
-    return sim, size, simulate_seconds, backfill_seconds
+    for index in range(0, len(ids), BATCH):
+        ingest_windows.delay(ids[index : index + BATCH])
+    while IngestWindow.objects.filter(pk__in=ids, status="done").count() < len(ids):
+        failed = IngestWindow.objects.filter(pk__in=ids, status="failed").first()
+        if failed:
+            raise SystemExit(f"window failed: {failed.error}")
+        time.sleep(0.1)
+    return ids, time.perf_counter() - began
+
+
+def usage_totals(source: Source) -> tuple:
+    """What a source stored, summed: the sharded ingest must store what the unsharded did."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*), sum(alloc_gpu_seconds), sum(busy_gpu_seconds),"
+            " sum(read_operations + write_operations) FROM metering_usageinterval u"
+            " JOIN metering_task t ON t.id = u.task_id WHERE t.source_id = %s",
+            [source.pk],
+        )
+        usage = cursor.fetchone()
+        cursor.execute(
+            "SELECT count(*), sum(capacity_gpu_seconds) FROM metering_capacityinterval"
+            " WHERE source_id = %s",
+            [source.pk],
+        )
+        return (*usage, *cursor.fetchone())
 
 
 def run_size(
-    gpus: int, hours: int, scrape: int, scratch: Path, *, keep: bool, reuse: bool = False
+    gpus: int, hours: int, scrape: int, scratch: Path, *, keep: bool, shards: int = 0
 ) -> dict:
     scratch.mkdir(parents=True, exist_ok=True)
     simulated, tsdb = scratch / f"pool-{gpus}", scratch / f"tsdb-{gpus}"
-    # What the simulation wrote (and how long it and the back-fill took), kept beside the
-    # TSDB so that --reuse can ingest the same pool again without building it.
-    recorded = scratch / f"simulated-{gpus}x{hours}h-{scrape}s.json"
+    shutil.rmtree(simulated, ignore_errors=True)
+    shutil.rmtree(tsdb, ignore_errors=True)
     prometheus = worker = None
     try:
-        if reuse and recorded.exists() and tsdb.is_dir():
-            sim = json.loads(recorded.read_text())
-            size, simulate_seconds = sim["bytes"], sim["simulate_seconds"]
-            backfill_seconds = sim["backfill_seconds"]
-            print(f"{gpus:,} GPUs: reusing the back-filled TSDB in {tsdb}", flush=True)
-        else:
-            sim, size, simulate_seconds, backfill_seconds = build_pool(
-                gpus, hours, scrape, simulated, tsdb, keep=keep
-            )
-            recorded.write_text(json.dumps(sim))
+        began = time.perf_counter()
+        sim = simulate_hours(gpus, hours, scrape, simulated)
+        simulate_seconds = time.perf_counter() - began
+        size = sum(Path(path).stat().st_size for path in sim["paths"])
+        print(
+            f"{gpus:,} GPUs: simulated {sim['samples']:,} samples ({size / 2**30:.1f} GiB) in"
+            f" {simulate_seconds:.0f} s, simulator peak RSS {sim['rss'] / 2**20:,.0f} MB",
+            flush=True,
+        )
+        began = time.perf_counter()
+        # Once, every two-hour part side by side: promtool is single-threaded.
+        backfill_parts(sim["paths"], tsdb, workers=os.cpu_count() or 2)
+        backfill_seconds = time.perf_counter() - began
+        print(f"{gpus:,} GPUs: back-filled in {backfill_seconds:.0f} s", flush=True)
+        if not keep:
+            for path in sim["paths"]:
+                Path(path).unlink()
         first = sim["first"]
         last = first + (hours * 3600 // scrape - 1) * scrape
         prometheus = start_prometheus(
@@ -344,6 +367,22 @@ def run_size(
         replay = replay_batch(
             prometheus.url, parts, start=int(windows[0].start.timestamp()), end=batch_end
         )
+        sharded = None
+        if shards > 1:
+            sharded_source = Source.objects.create(
+                name=f"bench-{gpus}-shards",
+                url=prometheus.url,
+                scrape_interval_seconds=scrape,
+                shard_node_patterns=node_patterns(gpus, shards),
+            )
+            _, sharded_wall = ingest_queued(sharded_source, first - scrape, last)
+            same = usage_totals(sharded_source) == usage_totals(source)
+            sharded = {"shards": shards, "wall": sharded_wall, "same_rows": same}
+            print(
+                f"{gpus:,} GPUs: ingested in {shards} shards per batch in {sharded_wall:.1f} s"
+                f" ({sharded_wall / wall:.2f}x unsharded; same sums: {same})",
+                flush=True,
+            )
     finally:
         if worker is not None:
             os.killpg(worker.pid, signal.SIGTERM)
@@ -394,6 +433,7 @@ def run_size(
         "per_gpu_day": wall / (gpus * hours / 24),
         "meters": dict(meters),
         "replay": replay,
+        "sharded": sharded,
     }
 
 
@@ -413,18 +453,17 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--scrape", type=int, default=15, help="scrape interval, seconds")
     parser.add_argument("--keep", action="store_true")
     parser.add_argument(
-        "--reuse",
-        type=Path,
-        metavar="DIR",
-        help="a --keep run's folder (var/bench/ingest-<pid>): ingest its back-filled TSDBs"
-        " again instead of simulating and back-filling (kept afterwards)",
+        "--shards",
+        type=int,
+        default=0,
+        help="also ingest each pool in this many shards per batch (metering.shards) and"
+        " print its wall time against the unsharded one",
     )
     options = parser.parse_args(argv)
     call_command("migrate", verbosity=0)
     truncate_metering()
     # A folder of this run's own: two runs side by side never delete each other's files.
-    scratch = options.reuse or REPO / "var" / "bench" / f"ingest-{os.getpid()}"
-    options.keep = options.keep or options.reuse is not None
+    scratch = REPO / "var" / "bench" / f"ingest-{os.getpid()}"
     results = []
     try:
         for size in (int(s) for s in options.sizes.split(",")):
@@ -434,7 +473,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
                 options.scrape,
                 scratch,
                 keep=options.keep,
-                reuse=options.reuse is not None,
+                shards=options.shards,
             )
             results.append(result)
             print(
@@ -469,6 +508,14 @@ def main(argv: list[str] | None = None) -> list[Row]:
         )
     for r in results:
         print_meters(r)
+    for r in results:
+        if r["sharded"]:
+            shard = r["sharded"]
+            print(
+                f"{r['gpus']} GPUs, {shard['shards']} shards per batch: ingest wall"
+                f" {shard['wall']:.1f} s / unsharded {r['wall']:.1f} s ="
+                f" {shard['wall'] / r['wall']:.2f}; same rows: {shard['same_rows']}"
+            )
     return rows_for(results, hours=options.hours)
 
 

@@ -34,6 +34,7 @@ class SourceForm(forms.ModelForm):
             "label_mapping",
             "priority_class_kinds",
             "max_concurrent_queries",
+            "shard_node_patterns",
             "ingest_from",
             "enabled",
         ]
@@ -50,6 +51,7 @@ class SourceForm(forms.ModelForm):
         )
         try:
             sources.query_plan_for(candidate, step_seconds=settings.TANDEM_STEP_SECONDS)
+            sources.shard_patterns_validate(cleaned.get("shard_node_patterns") or [])
         except sources.SourceConfigurationError as error:
             raise forms.ValidationError(str(error)) from None
         return cleaned

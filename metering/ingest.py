@@ -13,21 +13,18 @@ like a single window."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 from django.db.models import F
 from django.utils import timezone
 
-from metering import measure, sources
+from metering import measure, querying, shards, sources
 from metering.identity import _services_upsert, _tasks_upsert
 from metering.models import (
     IngestWindow,
@@ -38,30 +35,29 @@ from metering.writer import LossAcceptance, _run_write
 logger = logging.getLogger(__name__)
 
 
-# First keys of PostgreSQL advisory locks: query slots per source, and one writer per window.
-QUERY_SLOT_LOCK_CLASS = 0x7A6E
-
-
-# A batch runs one query at a time: Prometheus evaluates it while Python reads the answer
-# before it, and two workers keep two cores busy. Two a batch (four with two workers)
-# finished no sooner on two cores and doubled Prometheus' evaluation time, which counts the
-# time a query waits for a core (benchmarks/ingest.py, 10,000 GPUs x 2 h: 7.5x a scan at two,
-# 4.9x at one).
-QUERIES_IN_FLIGHT_PER_BATCH = 1
-
-
-def window_ingest(*, window_id: int) -> IngestWindow:
+def window_ingest(
+    *, window_id: int, shard_dispatch: Callable[[list[int]], None] | None = None
+) -> IngestWindow:
     """Ingest one window (see windows_ingest)."""
-    windows = windows_ingest(window_ids=[window_id])
+    windows = windows_ingest(window_ids=[window_id], shard_dispatch=shard_dispatch)
     if not windows:
         raise IngestWindow.DoesNotExist(f"ingest window {window_id} does not exist")
     return windows[0]
 
 
 def windows_ingest(
-    *, window_ids: Sequence[int], accept_loss: LossAcceptance | None = None
+    *,
+    window_ids: Sequence[int],
+    accept_loss: LossAcceptance | None = None,
+    shard_dispatch: Callable[[list[int]], None] | None = None,
+    sharded: bool = True,
 ) -> list[IngestWindow]:
     """Query Prometheus for these windows and replace their rows.
+
+    A source with `shard_node_patterns` is measured in shards (metering.shards):
+    `shard_dispatch` queues them as tasks (the windows stay running until the combiner has
+    written them), else they run here one after the other; `sharded=False` measures such a
+    source in one piece, as any other.
 
     A window whose stored rows came from more samples than Prometheus now returns keeps them,
     with a warning, unless `accept_loss` (an operator's audited decision) says to replace them.
@@ -77,7 +73,7 @@ def windows_ingest(
     unavailable: sources.PrometheusUnavailable | None = None
     for run in _consecutive_runs(windows):
         try:
-            _run_ingest(run, accept_loss)
+            _run_ingest(run, accept_loss, shard_dispatch, sharded=sharded)
         except sources.PrometheusUnavailable as error:
             unavailable = error
     if unavailable is not None:
@@ -102,7 +98,13 @@ def _consecutive_runs(windows: list[IngestWindow]) -> Iterator[list[IngestWindow
 
 
 @measure.collector_paused  # the whole batch: see its docstring
-def _run_ingest(run: list[IngestWindow], accept_loss: LossAcceptance | None) -> None:
+def _run_ingest(
+    run: list[IngestWindow],
+    accept_loss: LossAcceptance | None,
+    shard_dispatch: Callable[[list[int]], None] | None = None,
+    *,
+    sharded: bool = True,
+) -> None:
     source = run[0].source
     step = settings.TANDEM_STEP_SECONDS
     ids = [w.pk for w in run]
@@ -115,6 +117,9 @@ def _run_ingest(run: list[IngestWindow], accept_loss: LossAcceptance | None) -> 
     )
     try:
         plan = sources.query_plan_for(source, step_seconds=step)
+        if source.shard_node_patterns and sharded:
+            shards.run_sharded(run, plan, accept_loss, shard_dispatch)
+            return
         measured = _measure(source, plan, run[0].start, run[-1].start)
     except sources.SourceConfigurationError as error:
         _windows_mark(ids, IngestWindow.Status.FAILED, f"source {source.name}: {error}")
@@ -171,41 +176,5 @@ def _windows_mark(ids: list[int], status: str, error: str) -> None:
 def _measure(
     source: Source, plan: sources.QueryPlan, first: datetime, last: datetime
 ) -> measure.Measured:
-    client = sources.PrometheusClient.for_source(source)
-    try:
-        # Where the server's ranges start decides the range that holds [start, end).
-        plan = dataclasses.replace(plan, closed_ranges=client.ranges_closed())
-        with _query_slots(source, wanted=QUERIES_IN_FLIGHT_PER_BATCH) as slots:
-            return measure.measure(
-                client, plan, int(first.timestamp()), int(last.timestamp()), parallel=slots
-            )
-    finally:
-        client.close()
-
-
-@contextmanager
-def _query_slots(source: Source, *, wanted: int) -> Iterator[int]:
-    """Hold 1..wanted of the source's `max_concurrent_queries` slots, waiting for at least
-    one: the cap on queries in flight against a source, across all workers.
-
-    PostgreSQL session advisory locks, so a worker that dies releases its slots with its
-    connection.
-    """
-    keys = [source.pk * 1000 + slot for slot in range(max(1, source.max_concurrent_queries))]
-    held: list[int] = []
-    with connection.cursor() as cursor:
-        while not held:
-            for key in keys:
-                cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [QUERY_SLOT_LOCK_CLASS, key])
-                if cursor.fetchone()[0]:
-                    held.append(key)
-                    if len(held) == wanted:
-                        break
-            if not held:
-                time.sleep(0.2)
-    try:
-        yield len(held)
-    finally:
-        with connection.cursor() as cursor:
-            for key in held:
-                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [QUERY_SLOT_LOCK_CLASS, key])
+    observation = querying.observe_batch(source, plan, first, last)
+    return measure.derive(observation, plan, int(first.timestamp()), int(last.timestamp()))

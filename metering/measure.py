@@ -222,24 +222,57 @@ def measure(
     """Facts of the intervals starting at first, first + step, ..., last (Unix seconds).
 
     Up to `parallel` of the meters' queries run at once (Prometheus evaluates them on
-    several cores while Python reads the answers that came back).
+    several cores while Python reads the answers).
     """
+    return derive(observe(client, plan, first, last, parallel=parallel), plan, first, last)
+
+
+@dataclass
+class Observation:
+    """What Prometheus answered for a batch and the interval before it, before derivation:
+    what a shard of a sharded window stages (metering.shards), and what its combiner merges
+    and derives exactly as one unsharded batch would be."""
+
+    observed: dict[int, Observed]
+    shared: set[str]  # time-sliced GPUs (see _time_sliced_devices)
+    queries: list[dict[str, Any]]
+    evaluation_seconds: float
+
+
+@collector_paused
+def observe(
+    client: sources.PrometheusClient,
+    plan: sources.QueryPlan,
+    first: int,
+    last: int,
+    *,
+    parallel: int = 1,
+) -> Observation:
+    """Run the meters and the narrowed queries their answers call for (see `measure`)."""
     step = plan.step_seconds
     observed = {start: Observed() for start in range(first - step, last + 1, step)}
     runner = _Runner(client, plan, first - step, last)
-    answers: dict[str, dict[str, sources.QueryRun]] = defaultdict(dict)
+    answered: dict[tuple[str, str], list[sources.QueryRun]] = defaultdict(list)
+    grouped: dict[str, dict[str, sources.QueryRun]] = defaultdict(dict)
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         pending = {}
         for name, build in sources.METER_PARTS.items():
+            if not plan.pod_meters and name in sources.POD_METERS:
+                continue  # another shard reads them for the whole pool
             parts = build(plan)
             for part_name, part in parts.items():
-                future = pool.submit(runner.run, name, part.promql, record=False)
-                pending[future] = (name, part_name, part, parts)
+                for promql in part.queries:
+                    future = pool.submit(runner.run, name, promql, record=False)
+                    pending[future] = (name, part_name, part, parts)
         for done in as_completed(pending):
             name, part_name, part, parts = pending[done]
-            answers[name][part_name] = _grouped(done.result(), part_name, part)
-            if len(answers[name]) == len(parts):  # every part of the meter is in
-                joined = _joined(name, answers.pop(name))
+            runs = answered[(name, part_name)]
+            runs.append(done.result())
+            if len(runs) < len(part.queries):
+                continue
+            grouped[name][part_name] = _grouped(_concatenated(runs), part_name, part)
+            if len(grouped[name]) == len(parts):  # every part of the meter is in
+                joined = _joined(name, grouped.pop(name))
                 runner.record(name, sources.tagged_parts(parts), joined)
                 PARSERS[name](joined, observed, plan)
     for pods in _batches(_without_identity(observed) | _disappeared(observed)):
@@ -262,11 +295,34 @@ def measure(
     for pods in _batches(preempted | _newly_scheduled(observed)):
         result = runner.run("pod_details", sources.pod_details_query(plan, pods))
         _parse_pod_details(result, observed, plan)
+    return Observation(observed, shared, runner.queries, runner.evaluation_seconds)
+
+
+@collector_paused
+def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: int) -> Measured:
+    """Each interval's facts from what was observed (no Prometheus, no database)."""
+    step = plan.step_seconds
+    observed, shared = observation.observed, observation.shared
+    known = _known_gpus(observed)
     intervals = {
         start: _derive(observed[start], observed[start - step], plan, shared, known)
         for start in range(first, last + 1, step)
     }
-    return Measured(intervals, runner.queries, runner.evaluation_seconds, plan)
+    return Measured(intervals, observation.queries, observation.evaluation_seconds, plan)
+
+
+def _concatenated(runs: list[sources.QueryRun]) -> sources.QueryRun:
+    """The answers of one part's queries as one (a shard's two node selectors never hold the
+    same series), so grouping sees them together as it would one query's."""
+    if len(runs) == 1:
+        return runs[0]
+    return replace(
+        runs[0],
+        series=[series for run in runs for series in run.series],
+        seconds=sum(run.seconds for run in runs),
+        evaluation_seconds=sum(run.evaluation_seconds for run in runs),
+        samples=sum(run.samples for run in runs),
+    )
 
 
 class _Runner:

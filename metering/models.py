@@ -45,6 +45,14 @@ class Source(models.Model):
         help_text="Beat ingests every window from this instant on (back-filling what is"
         " missing); empty: from the source's first window.",
     )
+    # Sharded windows (metering.shards): one node-name pattern per shard, plus a shard of
+    # every other node; empty: a window is measured in one piece.
+    shard_node_patterns = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Node-name regular expressions, one per shard (a shard of the other nodes is"
+        ' added): e.g. ["gpu-a-.*", "gpu-b-.*"]. Empty: windows are not sharded.',
+    )
     enabled = models.BooleanField(default=True)
     created = models.DateTimeField(auto_now_add=True)
 
@@ -288,6 +296,55 @@ class IngestWindow(models.Model):
         """The warnings that name the nodes and GPUs whose samples are missing, and for how
         long (metering.measure._derive_completeness writes them)."""
         return [w for w in self.warnings or [] if str(w).startswith(COMPLETENESS_WARNING)]
+
+
+class IngestBatch(models.Model):
+    """One attempt at a sharded run of consecutive windows (metering.shards): its shards stage
+    what Prometheus answered, and a combiner writes the windows once all of them have.
+
+    Starting a run again deletes the attempts whose windows overlap it (their staged shards
+    go with them), and the combiner deletes its batch in the transaction that writes the
+    windows, so no staged row outlives the attempt it belongs to."""
+
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="ingest_batches")
+    first_start = models.DateTimeField()
+    last_start = models.DateTimeField()
+    window_ids = models.JSONField(default=list)
+    # The source's patterns when the attempt started: its shards partition the pool by these,
+    # even if an operator edits the source meanwhile.
+    node_patterns = models.JSONField(default=list)
+    shards = models.PositiveSmallIntegerField()
+    accept_loss = models.JSONField(null=True, blank=True)  # {"operator", "reason"}
+    created = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.source} {self.first_start:%Y-%m-%d %H:%M}-{self.last_start:%H:%M} shards"
+
+
+class IngestShard(models.Model):
+    """One shard of a batch: what Prometheus answered for its node set, serialised exactly
+    (metering.shards.observation_dump), once staged."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        STAGED = "staged"
+
+    batch = models.ForeignKey(IngestBatch, on_delete=models.CASCADE, related_name="shard_rows")
+    index = models.PositiveSmallIntegerField()
+    nodes = models.TextField(blank=True)  # the node set, as an operator reads it
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    observation = models.TextField(blank=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["batch", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["batch", "index"], name="shard_unique_per_batch"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.batch} shard {self.index}"
 
 
 # --- Hourly rollup ----------------------------------------------------------------------

@@ -1,14 +1,12 @@
 """Metering writes, one import for callers: sources and windows (metering.windows), the
-ingestion of a run of windows (metering.ingest), who is who (metering.identity) and the rows
-written (metering.writer). Each concern lives in its own module; this one only names them."""
+ingestion of a run of windows (metering.ingest; in shards, metering.shards), who is who
+(metering.identity) and the rows written (metering.writer). Each concern lives in its own
+module; this one only names them."""
 
 from metering.identity import _legacy_tasks_adopt, _teams_upsert, service_slo_set
-from metering.ingest import (
-    QUERIES_IN_FLIGHT_PER_BATCH,
-    QUERY_SLOT_LOCK_CLASS,
-    window_ingest,
-    windows_ingest,
-)
+from metering.ingest import window_ingest, windows_ingest
+from metering.querying import QUERIES_IN_FLIGHT_PER_BATCH, QUERY_SLOT_LOCK_CLASS
+from metering.shards import shard_ingest, shards_combine
 from metering.windows import (
     WindowError,
     source_default_ensure,
@@ -29,6 +27,8 @@ __all__ = [
     "latency_p99",
     "latency_p99_fill",
     "service_slo_set",
+    "shard_ingest",
+    "shards_combine",
     "source_default_ensure",
     "window_ingest",
     "window_newest_closed_create",

@@ -109,6 +109,72 @@ def label_matcher(name: str, value: str, operator: str = "=") -> str:
 
 
 @dataclass(frozen=True)
+class NodeSet:
+    """The nodes of one shard of a sharded window (docs/architecture.md "Sharded windows").
+
+    A node is what a GPU exporter's series names in `Hostname`, else in `hostname` (exporter
+    builds spell it either way, per node). Shard i of a source's patterns p0, p1, ... holds
+    the nodes `p_i` matches and no earlier pattern does; the last shard (`pattern` None) holds
+    every other node and the series that name none. So whatever the patterns say, each series
+    belongs to exactly one shard: the shards partition the pool, and their facts add up.
+    """
+
+    pattern: str | None  # an RE2 pattern (anchored, as PromQL's =~), None: the rest
+    earlier: tuple[str, ...] = ()  # the patterns of the shards before this one
+
+    def selectors(self, plan: QueryPlan, metric: str, *matchers: str) -> tuple[str, str]:
+        """Two selectors of `metric` that together hold this shard's series exactly once:
+        those with a `Hostname`, and those without one (by `hostname`)."""
+        return (
+            selector(plan, metric, *matchers, 'Hostname!=""', *self._matchers("Hostname")),
+            selector(plan, metric, *matchers, 'Hostname=""', *self._matchers("hostname")),
+        )
+
+    def _matchers(self, label: str) -> list[str]:
+        found = []
+        if self.pattern is not None:
+            found.append(label_matcher(label, self.pattern, "=~"))
+        if self.earlier:
+            found.append(label_matcher(label, "|".join(f"(?:{p})" for p in self.earlier), "!~"))
+        return found
+
+    def describe(self) -> str:
+        if self.pattern is None:
+            return "the rest" + (f" (not {', '.join(self.earlier)})" if self.earlier else "")
+        return self.pattern + (f" (not {', '.join(self.earlier)})" if self.earlier else "")
+
+
+def node_sets(patterns: Iterable[str]) -> list[NodeSet]:
+    """The shards of a source's `shard_node_patterns`: the rest first (shard 0, which also
+    reads the pod-level meters for the whole pool), then one per pattern."""
+    patterns = list(patterns)
+    shards = [NodeSet(None, tuple(patterns))]
+    for index, pattern in enumerate(patterns):
+        shards.append(NodeSet(pattern, tuple(patterns[:index])))
+    return shards
+
+
+def shard_patterns_validate(patterns: object) -> list[str]:
+    """A source's `shard_node_patterns`: a list of non-empty regular expressions (RE2 as
+    Prometheus reads them; checked here with Python's, which accepts what RE2 does for plain
+    node-name patterns). Errors name the field."""
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        raise SourceConfigurationError("shard_node_patterns must be a list of regular expressions")
+    for pattern in patterns:
+        if not pattern.strip():
+            raise SourceConfigurationError("shard_node_patterns: a pattern is empty")
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise SourceConfigurationError(
+                f"shard_node_patterns: {pattern!r} is not a regular expression ({error})"
+            ) from None
+    if len(set(patterns)) != len(patterns):
+        raise SourceConfigurationError("shard_node_patterns: a pattern is listed twice")
+    return patterns
+
+
+@dataclass(frozen=True)
 class QueryPlan:
     """Everything PromQL building needs from a source, validated once."""
 
@@ -127,6 +193,12 @@ class QueryPlan:
     )
     # Prometheus 2.x: a range [a, b] holds both ends; 3.x: (a, b]. See the module docstring.
     closed_ranges: bool = True
+    # A shard of a sharded window (metering.shards): the GPU exporter's series of these nodes
+    # only; None reads every node.
+    node_set: NodeSet | None = None
+    # Whether this plan reads the pod-level meters that no GPU series narrows (I/O, latency):
+    # one shard of a sharded window reads them for the whole pool, the others do not.
+    pod_meters: bool = True
 
     @property
     def range_ms(self) -> int:
@@ -268,6 +340,13 @@ class Part:
     by: tuple[str, ...] = ()  # () : the answer as it is
     how: str = "max"  # "max" or "sum" of the series sharing `by`
     pods_only: bool = False  # only pod-attributed series (see `pod_series`)
+    # More queries whose series join this one's answer before it is grouped: a shard's node
+    # set needs two selectors (see NodeSet), which never hold the same series.
+    also: tuple[str, ...] = ()
+
+    @property
+    def queries(self) -> tuple[str, ...]:
+        return (self.promql, *self.also)
 
 
 def _labels(text: str) -> tuple[str, ...]:
@@ -288,15 +367,28 @@ def devices_parts(plan: QueryPlan) -> dict[str, Part]:
     its bare series beside its pods' ones: see `shared_devices_query`.
     """
     by = device_series_labels(plan)
-    frame_buffer = f"{selector(plan, 'DCGM_FI_DEV_FB_USED')}{plan.window}"
+    frame_buffers = [f"{series}{plan.window}" for series in gpu_series(plan, "DCGM_FI_DEV_FB_USED")]
     # The GPU model (dcgm-exporter's `modelName`, the same on every series of a physical GPU
     # and its MIG instances) rides along with the ticks: it never splits a series.
     by_target = (*by, *_labels(TARGET_LABELS), *_labels(NODE_LABELS), MODEL_LABEL)
     return {
-        "ticks": Part(f"count_over_time({frame_buffer})", by_target),
-        "memory_peak": Part(f"max_over_time({frame_buffer})", by, pods_only=True),
-        "memory_avg": Part(f"avg_over_time({frame_buffer})", by, pods_only=True),
+        "ticks": _gpu_part("count_over_time", frame_buffers, by_target),
+        "memory_peak": _gpu_part("max_over_time", frame_buffers, by, pods_only=True),
+        "memory_avg": _gpu_part("avg_over_time", frame_buffers, by, pods_only=True),
     }
+
+
+def gpu_series(plan: QueryPlan, metric: str, *matchers: str) -> tuple[str, ...]:
+    """The selectors of a GPU exporter metric: one for the whole pool, or the two of a
+    shard's node set (`NodeSet.selectors`)."""
+    if plan.node_set is None:
+        return (selector(plan, metric, *matchers),)
+    return plan.node_set.selectors(plan, metric, *matchers)
+
+
+def _gpu_part(function: str, ranges: Iterable[str], by: tuple[str, ...], **options: Any) -> Part:
+    first, *more = (f"{function}({series})" for series in ranges)
+    return Part(first, by, also=tuple(more), **options)
 
 
 def busy_parts(plan: QueryPlan) -> dict[str, Part]:
@@ -305,7 +397,12 @@ def busy_parts(plan: QueryPlan) -> dict[str, Part]:
     (measure._parse_busy prefers the first, series by series and interval by interval)."""
     by = _labels(DEVICE_SERIES_LABELS)
     return {
-        meter: Part(f"sum_over_time({selector(plan, metric)}{plan.window})", by, pods_only=True)
+        meter: _gpu_part(
+            "sum_over_time",
+            [f"{series}{plan.window}" for series in gpu_series(plan, metric)],
+            by,
+            pods_only=True,
+        )
         for meter, metric in (
             ("active", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
             ("utilization", "DCGM_FI_DEV_GPU_UTIL"),
@@ -360,10 +457,11 @@ def silent_devices_query(plan: QueryPlan, instances: Iterable[str]) -> str:
     """The GPU devices the given scrape targets reported in the last SILENT_LOOKBACK: what an
     exporter silent for the whole batch is expected to report (narrowed, and rare)."""
     only = label_matcher("instance", regex_alternatives(instances), "=~")
-    frame_buffer = selector(plan, "DCGM_FI_DEV_FB_USED", only)
-    return (
+    # A shard looks up only its own nodes' GPUs: another shard counts the others.
+    return " or ".join(
         f"group by (UUID, GPU_I_ID, {TARGET_LABELS}, {NODE_LABELS}) "
         f"(last_over_time({frame_buffer}[{SILENT_LOOKBACK}]))"
+        for frame_buffer in gpu_series(plan, "DCGM_FI_DEV_FB_USED", only)
     )
 
 
@@ -503,7 +601,7 @@ def pod_allocation_query(plan: QueryPlan, *, namespace: str, pod: str) -> str:
 def tagged_parts(parts: Mapping[str, Part]) -> str:
     """A meter's parts as one expression (what "explain a charge" shows; ingest runs the
     parts one by one)."""
-    return tagged({name: part.promql for name, part in parts.items()})
+    return tagged({name: " or ".join(part.queries) for name, part in parts.items()})
 
 
 def devices_query(plan: QueryPlan) -> str:
@@ -530,6 +628,8 @@ def targets_query(plan: QueryPlan) -> str:
     return tagged_parts(targets_parts(plan))
 
 
+# Meters no GPU series narrows, read by one shard of a sharded window for the whole pool.
+POD_METERS = ("io", "latency")
 # Queries run for every batch, part by part; the narrowed ones follow from their answers.
 METER_PARTS = {
     "devices": devices_parts,

@@ -17,9 +17,10 @@ from datetime import datetime
 
 from celery import current_app, shared_task
 from django.conf import settings
+from django.db import OperationalError
 
 from metering import partitions, services, sources
-from metering.models import IngestWindow, Source
+from metering.models import IngestBatch, IngestShard, IngestWindow, Source
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ def ingest_window(window_id: int) -> str:
     """A window that no longer exists (deleted, or a stale message from another database) is
     skipped with one line in the log, not a traceback."""
     try:
-        window = services.window_ingest(window_id=window_id)
+        window = services.window_ingest(window_id=window_id, shard_dispatch=_shards_queue)
     except IngestWindow.DoesNotExist:
         logger.warning("ingest window %s does not exist; skipped", window_id)
         return "skipped"
@@ -53,17 +54,59 @@ def ingest_window(window_id: int) -> str:
 
 
 @shared_task(**RETRY_POLICY)
-def ingest_windows(window_ids: list[int], accept_loss: dict[str, str] | None = None) -> list[str]:
+def ingest_windows(
+    window_ids: list[int], accept_loss: dict[str, str] | None = None, sharded: bool = True
+) -> list[str]:
     """Consecutive windows of one source, one range query per meter (back-fill); windows
     that no longer exist are skipped with one line in the log.
-    `accept_loss` ({"operator", "reason"}): replace stored rows even with fewer samples."""
+    `accept_loss` ({"operator", "reason"}): replace stored rows even with fewer samples.
+    A sharded source's run is queued as one task per shard unless `sharded` is false."""
     acceptance = services.LossAcceptance(**accept_loss) if accept_loss else None
-    windows = services.windows_ingest(window_ids=window_ids, accept_loss=acceptance)
+    windows = services.windows_ingest(
+        window_ids=window_ids,
+        accept_loss=acceptance,
+        shard_dispatch=_shards_queue,
+        sharded=sharded,
+    )
     missing = sorted(set(window_ids) - {window.pk for window in windows})
     if missing:
         logger.warning(
             "ingest windows %s do not exist; skipped", ", ".join(str(pk) for pk in missing)
         )
+    current_app.signature(MONTH_TO_DATE_REFRESH, countdown=30).apply_async()
+    return [window.status for window in windows]
+
+
+def _shards_queue(shard_ids: list[int]) -> None:
+    """A sharded run's shards, one task each (any worker), once the batch is committed."""
+    for shard_id in shard_ids:
+        ingest_shard.delay_on_commit(shard_id)
+
+
+@shared_task(**RETRY_POLICY)
+def ingest_shard(shard_id: int) -> str:
+    """Measure one shard of a sharded run and stage it; the last shard staged queues the
+    combiner. A shard of an attempt written or started again since is skipped."""
+    try:
+        batch_id = services.shard_ingest(shard_id=shard_id)
+    except IngestShard.DoesNotExist:
+        logger.warning("ingest shard %s does not exist; skipped", shard_id)
+        return "skipped"
+    if batch_id is None:
+        return "staged"
+    ingest_shards_combine.delay_on_commit(batch_id)
+    return "staged, combining"
+
+
+@shared_task(acks_late=True, autoretry_for=(OperationalError,), max_retries=10, retry_backoff=5)
+def ingest_shards_combine(batch_id: int) -> list[str] | str:
+    """Write a sharded run's windows from its staged shards, in one transaction (safe to run
+    twice: the batch is deleted with the write, and a second run finds nothing)."""
+    try:
+        windows = services.shards_combine(batch_id=batch_id)
+    except IngestBatch.DoesNotExist:
+        logger.warning("ingest batch %s does not exist; skipped", batch_id)
+        return "skipped"
     current_app.signature(MONTH_TO_DATE_REFRESH, countdown=30).apply_async()
     return [window.status for window in windows]
 

@@ -1,9 +1,16 @@
 """The three health cards, built once for the dashboards' overview and the monthly report.
 
-A card is a title, this period's number and the previous period's (raw, in `unit`, and as
-text), the status the health module read from the pair (better, worse, unchanged, unknown) and
-a line of explanation. The pages differ only in how they draw it, and in what a missing number
-reads as (`empty`: an en dash on the dashboards, "n/a" in the monthly report and its PDF).
+A card is a title, this period's number and the previous period's (raw, and as text), the
+status the health module read from the pair (better, worse, unchanged, unknown) and a line of
+explanation. The wording is the monthly report's, as management has read it since the first
+report (and as its PDF still reads): utilization in percent, the key services within their P99
+SLO counted, the mean wait in minutes. Both pages list each service's P99 in ms right below the
+cards, so the count never hides a number.
+
+The pages differ only in how they draw a card and in two words the caller chooses: what a
+missing number reads as (`empty`: an en dash on the dashboards, "n/a" in the monthly report
+and its PDF) and what the numbers span (`span`: the dashboards' chosen range, the report's
+month).
 """
 
 from __future__ import annotations
@@ -13,51 +20,44 @@ from decimal import Decimal
 
 from reports import formatting, health
 
+NO_TRAFFIC = "no traffic"
+
 
 @dataclass(frozen=True)
 class HealthCard:
     title: str
     value: Decimal | None
     previous_value: Decimal | None
-    unit: str  # of `value`: "ratio", "ms" or "s"
+    unit: str  # of `value`: "ratio", "services" (within their SLO) or "s"
     shown: str  # `value` as text, with its unit
     shown_previous: str
     status: str  # a health.Direction value
     explanation: str
 
 
-def _worst_service(services: list[health.ServiceLatency]) -> health.ServiceLatency | None:
-    """The measured service furthest above (or least below) its SLO, relative to the SLO."""
+def _within_slo(services: list[health.ServiceLatency]) -> tuple[Decimal | None, str]:
+    """How many measured key services met their P99 SLO, and that as "2 of 3"."""
     measured = [s for s in services if s.p99_ms is not None]
-    return max(measured, key=lambda s: s.p99_ms / s.slo_p99_ms, default=None)
+    if not measured:
+        return None, NO_TRAFFIC
+    met = sum(1 for s in measured if s.meets_slo)
+    return Decimal(met), f"{met} of {len(measured)}"
 
 
 def _latency_card(
-    before: health.HealthNumbers, after: health.HealthNumbers, status: str, empty: str
+    before: health.HealthNumbers, after: health.HealthNumbers, status: str, span: str
 ) -> HealthCard:
-    measured = [s for s in after.services if s.p99_ms is not None]
-    met = [s for s in measured if s.meets_slo]
-    worst = _worst_service(after.services)
-    worst_before = next(
-        (s for s in before.services if worst and s.service_id == worst.service_id), None
-    )
-    explanation = "no key service had traffic"
-    if worst:
-        explanation = (
-            f"{worst.service} (SLO {worst.slo_p99_ms} ms); "
-            f"{len(met)} of {len(measured)} services met their SLO"
-        )
-    value = worst.p99_ms if worst else None
-    previous = worst_before.p99_ms if worst_before else None
+    value, shown = _within_slo(after.services)
+    previous, shown_previous = _within_slo(before.services)
     return HealthCard(
-        title="P99 latency, worst key service",
+        title="Services within P99 SLO",
         value=value,
         previous_value=previous,
-        unit="ms",
-        shown=formatting.milliseconds(value, empty=empty),
-        shown_previous=formatting.milliseconds(previous, empty=empty),
+        unit="services",
+        shown=shown,
+        shown_previous=shown_previous,
         status=status,
-        explanation=explanation,
+        explanation=f"P99 from the {span}'s merged histogram buckets, per service below",
     )
 
 
@@ -67,8 +67,10 @@ def health_cards(
     after: health.HealthNumbers,
     verdict: health.Verdict,
     empty: str = formatting.DASH,
+    span: str = "range",
 ) -> list[HealthCard]:
-    """Effective utilization, the worst key service's P99, the mean wait: after vs before."""
+    """Effective utilization, the key services within their P99 SLO, the mean wait: after
+    vs before."""
     utilization, previous_utilization = after.utilization.effective, before.utilization.effective
     wait, previous_wait = after.waits.overall.mean_seconds, before.waits.overall.mean_seconds
     return [
@@ -80,17 +82,17 @@ def health_cards(
             shown=formatting.percent(utilization, empty=empty),
             shown_previous=formatting.percent(previous_utilization, empty=empty),
             status=str(verdict.utilization),
-            explanation="busy GPU-seconds / capacity GPU-seconds",
+            explanation="busy GPU-seconds / GPU-seconds present",
         ),
-        _latency_card(before, after, str(verdict.latency), empty),
+        _latency_card(before, after, str(verdict.latency), span),
         HealthCard(
-            title="Average wait before running",
+            title="Mean wait before running",
             value=wait,
             previous_value=previous_wait,
             unit="s",
-            shown=formatting.duration(wait, empty=empty),
-            shown_previous=formatting.duration(previous_wait, empty=empty),
+            shown=formatting.minutes(wait, empty=empty),
+            shown_previous=formatting.minutes(previous_wait, empty=empty),
             status=str(verdict.wait),
-            explanation=f"over {after.waits.overall.waits} scheduling attempts",
+            explanation=f"{after.waits.overall.waits} scheduling attempts",
         ),
     ]

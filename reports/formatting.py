@@ -82,6 +82,13 @@ def duration(seconds: object, *, empty: str = DASH) -> str:
     return f"{number(value / SECONDS_PER_HOUR, 1)} h"
 
 
+def minutes(seconds: object, *, empty: str = DASH) -> str:
+    """Seconds as minutes to one place, "0.5 min" for 30 s: the health cards' mean wait,
+    one unit whatever its size, so this month's reads against last month's at a glance."""
+    value = as_decimal(seconds)
+    return empty if value is None else f"{number(value / 60, 1)} min"
+
+
 def instant(value: dt.datetime | None, *, empty: str = DASH) -> str:
     """An aware datetime as ISO 8601 UTC with a Z, the way PromQL tools take it."""
     if value is None:

@@ -612,7 +612,11 @@ def report_page(label: str) -> ReportPage:
         previous=previous,
         close=close,
         cards=health_cards(
-            before=numbers.before, after=numbers.after, verdict=verdict, empty=REPORT_EMPTY
+            before=numbers.before,
+            after=numbers.after,
+            verdict=verdict,
+            empty=REPORT_EMPTY,
+            span="month",
         ),
         verdict=verdict,
         teams=_team_costs(close),

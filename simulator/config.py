@@ -88,12 +88,16 @@ class PoolConfig:
     pools: str = "shared"
     silent_exporters: tuple[SilentExporter, ...] = ()
     gpu_models: str = "uniform"
+    # Multi-node training Jobs submitted at the start: each runs one pod per node on two
+    # different nodes at once (a gang), so one task's pods sit on several nodes.
+    gang_jobs: int = 0
 
     def __post_init__(self) -> None:
         _check_whole("--gpus", self.gpus, 1, MAX_GPUS)
         _check_whole("--days", self.days, 1, MAX_DAYS)
         _check_whole("--scrape-interval", self.scrape_interval_seconds, 1, 3600)
         _check_whole("--step", self.step_seconds, 1, 86400)
+        _check_whole("gang_jobs", self.gang_jobs, 0, 1000)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise SimulatorConfigError(f"--seed must be a whole number, got {self.seed!r}")
         if self.step_seconds % self.scrape_interval_seconds:

@@ -364,6 +364,35 @@ class Pool:
         while requested < self.whole_count:
             task = self._new_batch_job(t, hours=4 + 12 * self.rng.random())
             requested += task.request_gpus
+        for _ in range(self.config.gang_jobs):
+            self._new_gang_job(t)
+
+    def _new_gang_job(self, t: int) -> None:
+        """A multi-node training Job: two pods of one GPU each, which the scheduler places on
+        two different nodes (see _schedule), re-created like any Job's when preempted."""
+        rng, n = self.rng, self._next()
+        team = rng.choice(TEAMS)
+        job = f"{rng.choice(TRAINED_MODELS)}-gang-{n:04d}"
+        task = self._add_task(
+            Task(
+                id=job,
+                team=team,
+                namespace=team,
+                priority_class="training-batch",
+                owner_kind="Job",
+                owner_name=job,
+                label_task=None,
+                label_team=True,
+                request_mode="whole",
+                request_gpus=1,
+                remaining_seconds=6 * 3600,
+                checkpoint_seconds=900,
+                containers=("trainer",),
+                gang=True,
+            )
+        )
+        for _ in range(2):
+            self._new_pod(task, t)
 
     # -- tasks and pods ----------------------------------------------------------------------
 
@@ -607,7 +636,12 @@ class Pool:
             if pod.created_tick >= t:
                 continue  # the scheduler sees a pod from the tick after its creation
             whole_training = pod.task.request_mode == "whole" and pod.task.service is None
-            devices = self._fit(pod, avoid=draining if whole_training else None)
+            avoid = draining if whole_training else None
+            if pod.task.gang:  # beside its running sibling, never on the same node
+                avoid = next(
+                    (p.node for p in self.running if p.task is pod.task and not p.ended), avoid
+                )
+            devices = self._fit(pod, avoid=avoid)
             if devices:
                 self._bind(pod, devices, t)
             elif (

@@ -87,6 +87,7 @@ class Task:
     checkpoint_seconds: int = 0
     containers: tuple[str, ...] = ("main",)
     service: Service | None = None
+    gang: bool = False  # a multi-node Job: its pods run at once, each on another node
     pods: list[str] = field(default_factory=list)
     alloc_units: defaultdict[int, int] = field(default_factory=lambda: defaultdict(int))
     busy_units: defaultdict[int, int] = field(default_factory=lambda: defaultdict(int))

@@ -11,7 +11,7 @@ import logging
 import pytest
 
 from billing.tasks import close_period, close_previous_month, refresh_month_to_date
-from metering.tasks import ingest_window, ingest_windows
+from metering.tasks import ingest_shard, ingest_shards_combine, ingest_window, ingest_windows
 from reports.tasks import report_run_execute
 
 MISSING = 987_654_321
@@ -28,6 +28,8 @@ MISSING = 987_654_321
             ([MISSING, MISSING + 1],),
             f"ingest windows {MISSING}, {MISSING + 1} do not exist; skipped",
         ),
+        (ingest_shard, (MISSING,), f"ingest shard {MISSING} does not exist; skipped"),
+        (ingest_shards_combine, (MISSING,), f"ingest batch {MISSING} does not exist; skipped"),
         (close_period, ("2026-13",), "period '2026-13' is not a month (YYYY-MM); skipped"),
         (close_previous_month, ("yesterday",), "now 'yesterday' is not an ISO 8601 time; skipped"),
         (refresh_month_to_date, ("soon",), "now 'soon' is not an ISO 8601 time; skipped"),
@@ -36,6 +38,8 @@ MISSING = 987_654_321
         "report_run_execute",
         "ingest_window",
         "ingest_windows",
+        "ingest_shard",
+        "ingest_shards_combine",
         "close_period",
         "close_previous_month",
         "refresh_month_to_date",

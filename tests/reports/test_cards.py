@@ -42,17 +42,24 @@ def test_it_builds_the_same_cards_for_both_pages_but_the_placeholder() -> None:
     verdict = health.verdict(before, after)
 
     dashboard = health_cards(before=before, after=after, verdict=verdict)
-    report = health_cards(before=before, after=after, verdict=verdict, empty="n/a")
+    report = health_cards(before=before, after=after, verdict=verdict, empty="n/a", span="month")
 
     assert [(c.title, c.shown, c.shown_previous, c.status) for c in dashboard] == [
         ("Effective utilization", "42.4 %", "0.0 %", "better"),
-        ("P99 latency, worst key service", "412 ms", "\u2013", "unknown"),
-        ("Average wait before running", "2.0 min", "\u2013", "unknown"),
+        ("Services within P99 SLO", "0 of 1", "no traffic", "unknown"),
+        ("Mean wait before running", "2.0 min", "\u2013", "unknown"),
     ]
-    assert [c.shown_previous for c in report] == ["0.0 %", "n/a", "n/a"]
+    assert [c.shown_previous for c in report] == ["0.0 %", "no traffic", "n/a"]
     assert [c.shown for c in report] == [c.shown for c in dashboard]
-    assert dashboard[1].explanation == "search/api (SLO 300 ms); 0 of 1 services met their SLO"
-    assert (dashboard[1].value, dashboard[1].unit) == (Decimal("412.4"), "ms")
+    assert [c.explanation for c in report] == [
+        "busy GPU-seconds / GPU-seconds present",
+        "P99 from the month's merged histogram buckets, per service below",
+        "4 scheduling attempts",
+    ]
+    assert dashboard[1].explanation == (
+        "P99 from the range's merged histogram buckets, per service below"
+    )
+    assert (dashboard[1].value, dashboard[1].unit) == (Decimal(0), "services")
 
 
 @pytest.mark.parametrize(
@@ -69,6 +76,8 @@ def test_it_builds_the_same_cards_for_both_pages_but_the_placeholder() -> None:
         (formatting.duration(Decimal(42)), "42 s"),
         (formatting.duration(Decimal(210)), "3.5 min"),
         (formatting.duration(Decimal(7560)), "2.1 h"),
+        (formatting.minutes(Decimal(30)), "0.5 min"),
+        (formatting.minutes(Decimal(7560)), "126.0 min"),
         (formatting.kind_label("training_batch"), "Training (batch)"),
     ],
 )

@@ -1,11 +1,13 @@
-"""`manage.py ingest --source NAME --start ISO --end ISO [--now] [--accept-loss --reason TEXT]`:
-back-fill a source.
+"""`manage.py ingest --source NAME --start ISO --end ISO [--now] [--no-shards]
+[--accept-loss --reason TEXT]`: back-fill a source.
 
 Queues the windows covering [start, end) as Celery tasks, several consecutive windows per
 task (one range query per meter); with `--now` ingests them in this process instead. A window
 whose stored rows came from more samples than Prometheus now has keeps them (with a warning);
 `--accept-loss` replaces them anyway, and the audit log records who (the login running the
-command) and why (`--reason`).
+command) and why (`--reason`). A source with `shard_node_patterns` is measured in shards
+(metering.shards), one task per shard, or one after the other with `--now`; `--no-shards`
+measures each batch in one piece instead.
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ class Command(BaseCommand):
             help="replace stored rows even where Prometheus now has fewer samples (audited)",
         )
         parser.add_argument("--reason", default="", help="why the loss is accepted (required)")
+        parser.add_argument(
+            "--no-shards",
+            action="store_true",
+            help="measure each batch in one piece even if the source shards its windows",
+        )
 
     def handle(self, *args, **options) -> None:
         start, end = period(options["start"], options["end"])
@@ -65,14 +72,16 @@ class Command(BaseCommand):
         if not options["now"]:
             for batch in batches:
                 tasks.ingest_windows.delay_on_commit(
-                    batch, asdict(accept_loss) if accept_loss else None
+                    batch, asdict(accept_loss) if accept_loss else None, not options["no_shards"]
                 )
             self.stdout.write(f"queued {len(ids)} windows of {source.name} in {len(batches)} tasks")
             return
         written, kept = 0, 0
         for number, batch in enumerate(batches, start=1):
             try:
-                done = services.windows_ingest(window_ids=batch, accept_loss=accept_loss)
+                done = services.windows_ingest(
+                    window_ids=batch, accept_loss=accept_loss, sharded=not options["no_shards"]
+                )
             except sources.PrometheusUnavailable as error:
                 raise CommandError(
                     f"Prometheus unavailable, windows left pending: {error}"
