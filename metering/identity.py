@@ -14,7 +14,7 @@ from django.db import connection, transaction
 
 from audit.services import audit_record, object_snapshot
 from metering import sources
-from metering.measure import IntervalFacts, Measured, PodIdentity, PodKey
+from metering.measure import IntervalFacts, Measured, PodIdentity, PodKey, collector_paused
 from metering.models import (
     Service,
     Source,
@@ -69,6 +69,7 @@ def _active_pods(facts: IntervalFacts) -> set[PodKey]:
     )
 
 
+@collector_paused
 def _tasks_upsert(
     source: Source, plan: sources.QueryPlan, measured: Measured
 ) -> dict[tuple[int, PodKey], int]:
@@ -287,7 +288,18 @@ def _relabels_audit(source: Source, inserted: list[int]) -> None:
     interval on."""
     if not inserted:
         return
-    new = Task.objects.filter(pk__in=inserted).select_related("team").order_by("pk")
+    # Only new rows whose key has other rows: most inserted rows are new tasks, not relabels.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT n.id FROM metering_task n WHERE n.id = ANY(%s) AND n.namespace <> ''"
+            " AND EXISTS (SELECT 1 FROM metering_task o WHERE o.source_id = n.source_id"
+            " AND o.namespace = n.namespace AND o.external_id = n.external_id AND o.id <> n.id)",
+            [inserted],
+        )
+        relabelled = [pk for (pk,) in cursor.fetchall()]
+    if not relabelled:
+        return
+    new = Task.objects.filter(pk__in=relabelled).select_related("team").order_by("pk")
     rows: dict[tuple[str, str], list[Task]] = defaultdict(list)
     for task in (
         Task.objects.filter(source=source, external_id__in={t.external_id for t in new})

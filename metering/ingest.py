@@ -97,6 +97,7 @@ def _consecutive_runs(windows: list[IngestWindow]) -> Iterator[list[IngestWindow
         yield run
 
 
+@measure.collector_paused  # the whole batch: see its docstring
 def _run_ingest(
     run: list[IngestWindow],
     accept_loss: LossAcceptance | None,

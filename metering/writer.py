@@ -26,8 +26,8 @@ from audit.services import audit_record
 from kernel.histogram import stored_p99
 from kernel.money import half_up_rational_text
 from metering import sources
-from metering.identity import _active_pods, _chunked, _moment, _pod_identity
-from metering.measure import IntervalFacts, Measured, PodKey
+from metering.identity import _chunked, _moment, _pod_identity
+from metering.measure import IntervalFacts, Measured, PodKey, collector_paused
 from metering.models import (
     CapacityInterval,
     IngestWindow,
@@ -48,6 +48,8 @@ def _quantize(value: Fraction | int) -> Decimal:
 
 def _six_places(value: Fraction | int) -> str:
     """`value` rounded once to 6 places as text (`kernel.money`), for COPY lines."""
+    if value.denominator == 1:  # most GPU-seconds: whole seconds, nothing to round
+        return f"{value.numerator}.000000"
     return half_up_rational_text(value, 6)
 
 
@@ -119,34 +121,44 @@ def _usage_lines(
     rationals of the pods, rounded once). I/O is the pod's, not a GPU's: counted once, on the
     row of its first model."""
     start = int(window.start.timestamp())
-    models_of: dict[PodKey, list[str]] = defaultdict(list)
-    for namespace, pod, model in sorted(facts.alloc_by_model):
-        models_of[(namespace, pod)].append(model)
     alloc, busy = facts.alloc_by_model, facts.busy_by_model
     peaks, averages = facts.memory_peak_by_model, facts.memory_avg_by_model
     # (task, model) -> [alloc, busy, memory averages, memory peak, *I/O in IO_METRICS order]
     usage: dict[tuple[int, str], list[Any]] = {}
-    io_meters = list(sources.IO_METRICS)
-    for pod in _active_pods(facts):
+    # Every pod that held a GPU has an allocation per model it held (measure._derive_gpus),
+    # and its busy time and memory are keyed the same way; a pod's I/O goes on the row of its
+    # first model by name, or of no model.
+    first_model: dict[PodKey, str] = {}
+    for key, allocated in alloc.items():
+        pod, model = key[:2], key[2]
         task_id = task_ids[(start, pod)]
-        models = models_of.get(pod) or [""]
-        for model in models:
-            key = (*pod, model)
-            row = usage.get((task_id, model))
-            if row is None:
-                row = usage[(task_id, model)] = [0, 0, [], 0, 0, 0, 0, 0]
-            if key in alloc:
-                row[0] = row[0] + alloc[key] if row[0] else alloc[key]
-            if key in busy:
-                row[1] = row[1] + busy[key] if row[1] else busy[key]
-            if key in averages:
-                row[2].append(averages[key])
-            row[3] = max(row[3], peaks.get(key, 0))
-        counters = facts.io.get(pod)
-        if counters:
-            row = usage[(task_id, models[0])]
-            for index, meter in enumerate(io_meters, start=4):
-                row[index] += counters.get(meter, 0)
+        known = first_model.get(pod)
+        if known is None or model < known:
+            first_model[pod] = model
+        row = usage.get((task_id, model))
+        if row is None:
+            row = usage[(task_id, model)] = [allocated, 0, [], 0, 0, 0, 0, 0]
+        elif row[0]:
+            row[0] = row[0] + allocated
+        else:
+            row[0] = allocated
+        busy_seconds = busy.get(key)
+        if busy_seconds is not None:
+            row[1] = row[1] + busy_seconds if row[1] else busy_seconds
+        average = averages.get(key)
+        if average is not None:
+            row[2].append(average)
+        row[3] = max(row[3], peaks.get(key, 0))
+    io_meters = list(sources.IO_METRICS)
+    for pod, counters in facts.io.items():
+        if not counters:
+            continue
+        task_id, model = task_ids[(start, pod)], first_model.get(pod, "")
+        row = usage.get((task_id, model))
+        if row is None:
+            row = usage[(task_id, model)] = [0, 0, [], 0, 0, 0, 0, 0]
+        for index, meter in enumerate(io_meters, start=4):
+            row[index] += counters.get(meter, 0)
     moment = window.start.isoformat()
     lines = []
     for (task_id, model), row in sorted(usage.items()):
@@ -317,6 +329,7 @@ def _copy_text(value: str) -> str:
     )
 
 
+@collector_paused
 def _run_write(
     run: list[IngestWindow],
     measured: Measured,
