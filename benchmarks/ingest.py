@@ -29,7 +29,8 @@ TRUNCATEd before and after) and CELERY_BROKER_URL at a Redis database of its own
   CELERY_BROKER_URL=redis://127.0.0.1:6379/2 .venv/bin/python benchmarks/ingest.py \\
   --gpus 1000,10000 --hours 24 --scrape 150
 Options: --gpus (alias --sizes) 250,500,1000 --hours 6 --scrape 15 --keep (leave the scratch
-OpenMetrics and TSDBs in var/bench/ingest-<pid>). Prometheus, the worker and the scratch files
+OpenMetrics and TSDBs in var/bench/ingest-<pid>), --reuse var/bench/ingest-<pid> (ingest a kept
+run's TSDBs again, skipping simulation and back-fill). Prometheus, the worker and the scratch files
 are removed whatever happens (Ctrl-C included), unless --keep.
 
 `main()` returns the headline rows for `benchmarks/run.py`.
@@ -307,32 +308,60 @@ def usage_totals(source: Source) -> tuple:
         return (*usage, *cursor.fetchone())
 
 
+def build_pool(
+    gpus: int, hours: int, scrape: int, simulated: Path, tsdb: Path, *, keep: bool
+) -> tuple[dict, int, float, float]:
+    """Simulate the pool and back-fill a TSDB with it, from scratch."""
+    shutil.rmtree(simulated, ignore_errors=True)
+    shutil.rmtree(tsdb, ignore_errors=True)
+    began = time.perf_counter()
+    sim = simulate_hours(gpus, hours, scrape, simulated)
+    simulate_seconds = time.perf_counter() - began
+    size = sum(Path(path).stat().st_size for path in sim["paths"])
+    print(
+        f"{gpus:,} GPUs: simulated {sim['samples']:,} samples ({size / 2**30:.1f} GiB) in"
+        f" {simulate_seconds:.0f} s, simulator peak RSS {sim['rss'] / 2**20:,.0f} MB",
+        flush=True,
+    )
+    began = time.perf_counter()
+    # Once, every two-hour part side by side: promtool is single-threaded.
+    backfill_parts(sim["paths"], tsdb, workers=os.cpu_count() or 2)
+    backfill_seconds = time.perf_counter() - began
+    print(f"{gpus:,} GPUs: back-filled in {backfill_seconds:.0f} s", flush=True)
+    if not keep:
+        for path in sim["paths"]:
+            Path(path).unlink()
+    sim.update(bytes=size, simulate_seconds=simulate_seconds, backfill_seconds=backfill_seconds)
+    return sim, size, simulate_seconds, backfill_seconds
+
+
 def run_size(
-    gpus: int, hours: int, scrape: int, scratch: Path, *, keep: bool, shards: int = 0
+    gpus: int,
+    hours: int,
+    scrape: int,
+    scratch: Path,
+    *,
+    keep: bool,
+    shards: int = 0,
+    reuse: bool = False,
 ) -> dict:
     scratch.mkdir(parents=True, exist_ok=True)
     simulated, tsdb = scratch / f"pool-{gpus}", scratch / f"tsdb-{gpus}"
-    shutil.rmtree(simulated, ignore_errors=True)
-    shutil.rmtree(tsdb, ignore_errors=True)
+    # What the simulation wrote (and how long it and the back-fill took), kept beside the
+    # TSDB so that --reuse can ingest the same pool again without building it.
+    recorded = scratch / f"simulated-{gpus}x{hours}h-{scrape}s.json"
     prometheus = worker = None
     try:
-        began = time.perf_counter()
-        sim = simulate_hours(gpus, hours, scrape, simulated)
-        simulate_seconds = time.perf_counter() - began
-        size = sum(Path(path).stat().st_size for path in sim["paths"])
-        print(
-            f"{gpus:,} GPUs: simulated {sim['samples']:,} samples ({size / 2**30:.1f} GiB) in"
-            f" {simulate_seconds:.0f} s, simulator peak RSS {sim['rss'] / 2**20:,.0f} MB",
-            flush=True,
-        )
-        began = time.perf_counter()
-        # Once, every two-hour part side by side: promtool is single-threaded.
-        backfill_parts(sim["paths"], tsdb, workers=os.cpu_count() or 2)
-        backfill_seconds = time.perf_counter() - began
-        print(f"{gpus:,} GPUs: back-filled in {backfill_seconds:.0f} s", flush=True)
-        if not keep:
-            for path in sim["paths"]:
-                Path(path).unlink()
+        if reuse and recorded.exists() and tsdb.is_dir():
+            sim = json.loads(recorded.read_text())
+            size, simulate_seconds = sim["bytes"], sim["simulate_seconds"]
+            backfill_seconds = sim["backfill_seconds"]
+            print(f"{gpus:,} GPUs: reusing the back-filled TSDB in {tsdb}", flush=True)
+        else:
+            sim, size, simulate_seconds, backfill_seconds = build_pool(
+                gpus, hours, scrape, simulated, tsdb, keep=keep
+            )
+            recorded.write_text(json.dumps(sim))
         first = sim["first"]
         last = first + (hours * 3600 // scrape - 1) * scrape
         prometheus = start_prometheus(
@@ -459,11 +488,19 @@ def main(argv: list[str] | None = None) -> list[Row]:
         help="also ingest each pool in this many shards per batch (metering.shards) and"
         " print its wall time against the unsharded one",
     )
+    parser.add_argument(
+        "--reuse",
+        type=Path,
+        metavar="DIR",
+        help="a --keep run's folder (var/bench/ingest-<pid>): ingest its back-filled TSDBs"
+        " again instead of simulating and back-filling (kept afterwards)",
+    )
     options = parser.parse_args(argv)
     call_command("migrate", verbosity=0)
     truncate_metering()
     # A folder of this run's own: two runs side by side never delete each other's files.
-    scratch = REPO / "var" / "bench" / f"ingest-{os.getpid()}"
+    scratch = options.reuse or REPO / "var" / "bench" / f"ingest-{os.getpid()}"
+    options.keep = options.keep or options.reuse is not None
     results = []
     try:
         for size in (int(s) for s in options.sizes.split(",")):
@@ -474,6 +511,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
                 scratch,
                 keep=options.keep,
                 shards=options.shards,
+                reuse=options.reuse is not None,
             )
             results.append(result)
             print(
