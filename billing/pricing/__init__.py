@@ -55,6 +55,7 @@ from billing.pricing.money import CONTEXT, ROUNDING
 from billing.pricing.output import result_to_dict
 from billing.pricing.parsing import (
     canonical_json,
+    canonical_json_parts,
     scenario_from_dict,
     scenario_hash,
     scenario_to_dict,
@@ -106,6 +107,7 @@ __all__ = [
     "TeamResult",
     "Usage",
     "canonical_json",
+    "canonical_json_parts",
     "derive_class_rates",
     "derive_rates",
     "format_interval",

@@ -11,6 +11,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 from decimal import Decimal
+from itertools import groupby
+from operator import itemgetter
 from typing import NamedTuple
 
 from billing.pricing.money import ZERO
@@ -446,8 +448,97 @@ def _index_usage(
     A row's class must have a capacity record in its interval, and the interval's
     allocations over all classes must fit its capacity over all classes (a task may run on
     another class's GPU of the same interval: the worked examples overbook `default`).
-    One pass with plain dict operations: this runs once per row of a month's usage.
+
+    Checked in bulk first (`_index_usage_runs`); when that cannot vouch for every row, row
+    by row (`_index_usage_rows`), which names the offending record. Both give the same index.
     """
+    index = _index_usage_runs(rows, step, tasks, capacity, known)
+    if index is None:
+        index = _index_usage_rows(rows, step, tasks, capacity, known)
+    return index
+
+
+def _index_usage_runs(
+    rows: tuple[Usage, ...],
+    step: int,
+    tasks: dict[str, Task],
+    capacity: dict[str, dict[int, Decimal]],
+    known: tuple[str, ...],
+) -> dict[str, dict[int, dict[str, Decimal]]] | None:
+    """`_index_usage_rows`'s index, built and checked a run at a time, or None when a check
+    fails (or might: a row that is not a plain tuple of the expected types).
+
+    A run is consecutive rows of one interval and class, as a builder writes a month: each is
+    checked and grouped with a few C-level passes (types, finiteness, bounds, duplicates,
+    unknown tasks) instead of Python code per row. Every check is at least as strict as the
+    row-by-row one, the interval's allocations are added in the same order in the same
+    context, and a run whose total fits the interval's capacity cannot have passed it on the
+    way (allocations are not negative), so when this returns an index, the row-by-row pass
+    would have returned the same one.
+    """
+    by_class: dict[str, dict[int, dict[str, Decimal]]] = {}
+    total_capacity = _summed_capacity(capacity)
+    allocated: dict[int, Decimal] = {}
+    try:
+        for length, same_length in groupby(rows, len):
+            if length not in (3, 4):
+                return None
+            run_key = itemgetter(0, 3) if length == 4 else itemgetter(0)
+            for key, run in groupby(same_length, run_key):
+                interval, gpu_class = key if length == 4 else (key, DEFAULT_CLASS)
+                run = list(run)
+                if not _run_indexed(run, interval, gpu_class, step, tasks, capacity, known):
+                    return None
+                group = dict(zip(map(itemgetter(1), run), map(itemgetter(2), run), strict=True))
+                if len(group) != len(run):
+                    return None  # a task twice in the run
+                in_class = by_class.setdefault(gpu_class, {})
+                in_interval = in_class.get(interval)
+                if in_interval is None:
+                    in_class[interval] = group
+                elif in_interval.keys().isdisjoint(group):
+                    in_interval.update(group)
+                else:
+                    return None
+                total = allocated[interval] = sum(group.values(), allocated.get(interval, ZERO))
+                if total > total_capacity[interval]:
+                    return None  # maybe within the metered resolution: the rows decide
+    except (TypeError, ValueError, ArithmeticError, KeyError):
+        return None
+    return by_class
+
+
+def _run_indexed(
+    run: list,
+    interval: object,
+    gpu_class: object,
+    step: int,
+    tasks: dict[str, Task],
+    capacity: dict[str, dict[int, Decimal]],
+    known: tuple[str, ...],
+) -> bool:
+    """Whether every row of a run (one interval and class) passes `_index_usage_rows`'s
+    checks of a single row; duplicates and the capacity bound are the caller's."""
+    if set(map(type, map(itemgetter(0), run))) != {int} or interval % step:
+        return False
+    if gpu_class not in known or interval not in capacity.get(gpu_class, {}):
+        return False
+    allocs = list(map(itemgetter(2), run))
+    if set(map(type, allocs)) != {Decimal} or not all(map(Decimal.is_finite, allocs)):
+        return False
+    if min(allocs) < ZERO:
+        return False
+    return set(map(itemgetter(1), run)).issubset(tasks)
+
+
+def _index_usage_rows(
+    rows: tuple[Usage, ...],
+    step: int,
+    tasks: dict[str, Task],
+    capacity: dict[str, dict[int, Decimal]],
+    known: tuple[str, ...],
+) -> dict[str, dict[int, dict[str, Decimal]]]:
+    """`_index_usage` one row at a time: the first row the rules refuse raises, named."""
     by_class: dict[str, dict[int, dict[str, Decimal]]] = {}
     classes: dict[str, tuple[dict, dict]] = {}  # class -> (its usage, its capacity)
     total_capacity = _summed_capacity(capacity)
