@@ -48,6 +48,7 @@ from billing.scenarios import (
     scenario_build,
     scenario_digest,
     scenario_price,
+    scenario_sha256,
 )
 from billing.selectors import (
     PeriodBounds,
@@ -247,7 +248,7 @@ def _already_closed(close: PeriodClose, bounds: PeriodBounds) -> PeriodCloseOutc
     try:
         with _metering_snapshot():
             built = _close_rebuild(close, bounds)
-        changed = scenario_digest(built)[1] != latest.scenario_sha256
+        changed = scenario_sha256(built) != latest.scenario_sha256
     except ScenarioError:
         changed = True  # the data changed into something unpriceable; verify_period says how
     return PeriodCloseOutcome(period_close=close, created=False, data_changed=changed)
@@ -546,7 +547,7 @@ def _store_scenarios(
             price_book=book,
             scenario_sha256=priced.sha256,
             pool_cost=priced.result.pool_cost_rounded,
-            scenario_zlib=PeriodScenario.compress(priced.text),
+            scenario_zlib=priced.scenario_zlib,
             created=now,
         )
     ]
@@ -558,7 +559,7 @@ def _store_scenarios(
             price_book=item.book,
             scenario_sha256=item.priced.sha256,
             pool_cost=item.priced.result.pool_cost_rounded,
-            scenario_zlib=PeriodScenario.compress(item.priced.text),
+            scenario_zlib=item.priced.scenario_zlib,
             created=now,
         )
         for item in corrections
