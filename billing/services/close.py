@@ -45,6 +45,7 @@ from billing.scenarios import (
     SCENARIO_BUILDER_VERSION,
     BuiltScenario,
     PricedScenario,
+    gc_paused,
     scenario_build,
     scenario_digest,
     scenario_price,
@@ -99,6 +100,7 @@ class PeriodCloseOutcome:
     corrections_withheld: tuple[str, ...] = ()
 
 
+@gc_paused
 def period_close(
     *,
     period: str,
