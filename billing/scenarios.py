@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
-from itertools import repeat
+from itertools import groupby, repeat
 from operator import itemgetter
 
 from django.conf import settings
@@ -155,32 +155,42 @@ def scenario_sha256(built: BuiltScenario) -> str:
     return digest.hexdigest()
 
 
-DIGEST_QUEUE_PIECES = 64  # encoded pieces written ahead of the thread that takes them
+DIGEST_BATCH_BYTES = 1 << 20  # encoded text handed to the digest thread at a time
+DIGEST_QUEUE_BATCHES = 16  # batches written ahead of the thread that takes them
 
 
 def _feed(built: BuiltScenario, take: Callable[[bytes], object]) -> None:
     """Each piece of the canonical text, encoded, to `take`, which runs on a thread of its
     own: SHA-256 and zlib release the GIL on large pieces, so on a second core they take a
-    piece while this one writes the next (the text is ~420 MB at 1,000 GPUs)."""
-    pieces: queue.Queue[bytes | None] = queue.Queue(maxsize=DIGEST_QUEUE_PIECES)
+    piece while this one writes the next (the text is ~420 MB at 1,000 GPUs). Pieces go
+    over in batches of about a MB: each hand-over waits for the GIL."""
+    batches: queue.Queue[list[bytes] | None] = queue.Queue(maxsize=DIGEST_QUEUE_BATCHES)
     failed: list[BaseException] = []
 
     def consume() -> None:
         try:
-            while (data := pieces.get()) is not None:
-                take(data)
+            while (batch := batches.get()) is not None:
+                take(b"".join(batch))  # one call that releases the GIL per batch
         except BaseException as error:  # handed to the writer, which raises it
             failed.append(error)
-            while pieces.get() is not None:  # let the writer finish
+            while batches.get() is not None:  # let the writer finish
                 pass
 
     worker = threading.Thread(target=consume, name="scenario-digest", daemon=True)
     worker.start()
+    batch: list[bytes] = []
+    size = 0
     try:
         for part in canonical_json_parts(built.scenario):
-            pieces.put(part.encode())
+            data = part.encode()
+            batch.append(data)
+            size += len(data)
+            if size >= DIGEST_BATCH_BYTES:
+                batches.put(batch)
+                batch, size = [], 0
+        batches.put(batch)
     finally:
-        pieces.put(None)
+        batches.put(None)
         worker.join()
     if failed:
         raise failed[0]
@@ -288,16 +298,32 @@ def _usage_rows(
     per row). Models map to classes here; only an interval in which one task held GPUs of
     two models of one class has its allocations summed in Python (`_summed_fields`).
     """
-    packed = metering_selectors.usage_packed_per_interval_and_model(start=start, end=end)
-    by_class: dict[tuple[int, str], list[str]] = {}
-    for epoch, model, text in packed:
-        by_class.setdefault((epoch, classes.get(model, DEFAULT_CLASS)), []).append(text)
     tasks: dict[str, str] = {}
     # One Decimal per distinct allocation text: a task holding whole GPUs for a whole step has
     # the same allocation in every such interval, so most rows share a few values.
     decimals: dict[str, Decimal] = {}
     rows: list[tuple] = []
-    for (epoch, gpu_class), texts in by_class.items():
+    packed = metering_selectors.usage_packed_per_interval_and_model(start=start, end=end)
+    for epoch, models in groupby(packed, itemgetter(0)):  # as they arrive, by interval
+        by_class: dict[str, list[str]] = {}
+        for _, model, text in models:
+            by_class.setdefault(classes.get(model, DEFAULT_CLASS), []).append(text)
+        _interval_rows(rows, epoch, by_class, task_ids, tasks, decimals)
+    return rows
+
+
+def _interval_rows(
+    rows: list[tuple],
+    epoch: int,
+    by_class: dict[str, list[str]],
+    task_ids: dict[int, str],
+    tasks: dict[str, str],
+    decimals: dict[str, Decimal],
+) -> None:
+    """One interval's usage tuples, from its packed texts per class, added to `rows` (see
+    `_usage_rows`); `tasks` (pk text -> scenario id) and `decimals` (text -> Decimal) grow
+    as rows come."""
+    for gpu_class, texts in by_class.items():
         fields = (texts[0] if len(texts) == 1 else " ".join(texts)).split(" ")
         task_pks = fields[0::2]
         allocs = fields[1::2]
@@ -317,7 +343,6 @@ def _usage_rows(
         if gpu_class != DEFAULT_CLASS:
             columns.append(repeat(gpu_class))
         rows.extend(zip(*columns, strict=False))
-    return rows
 
 
 def _summed_fields(task_pks: list[str], allocs: list[str]) -> tuple[list[str], list[str]]:
