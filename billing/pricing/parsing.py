@@ -18,6 +18,7 @@ import json
 import math
 from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal, InvalidOperation
+from itertools import chain
 from operator import itemgetter
 from typing import Any
 
@@ -477,31 +478,45 @@ def _latency_pieces(scenario: Scenario) -> Iterator[str]:
     """Latency records sorted by (service, interval), each `{"buckets":[[le,count],...],
     "interval":...,"service":...}` exactly as `json.dumps(sort_keys=True,
     separators=(",", ":"))` writes it (`"+Inf"` for the infinite bound), comma-separated,
-    a few thousand a piece."""
+    a few thousand a piece. A record is one `%` format of its figures, by its number of
+    buckets (a lower bound of -Infinity, which also writes "+Inf", goes the long way)."""
     quoted: dict[str, str] = {}
+    formats: dict[int, str] = {}
     parts: list[str] = []
     append = parts.append
     for row in sorted(scenario.latency, key=lambda row: (row.service, row.interval)):
         service = quoted.get(row.service)
         if service is None:
             service = quoted[row.service] = json.dumps(row.service)
-        buckets = ",".join(
-            '["' + ("+Inf" if le.is_infinite() else str(le)) + '","' + str(count) + '"]'
-            for le, count in row.buckets
-        )
-        append(
-            '{"buckets":['
-            + buckets
-            + '],"interval":"'
-            + format_interval(row.interval)
-            + '","service":'
-            + service
-            + "}"
-        )
+        buckets = row.buckets
+        when = format_interval(row.interval)
+        if len(buckets) > 1 and buckets[0][0].is_infinite():
+            append(_latency_record(buckets, when, service))
+        else:
+            text = formats.get(len(buckets))
+            if text is None:
+                text = formats[len(buckets)] = _latency_format(len(buckets))
+            append(text % (*chain.from_iterable(buckets[:-1]), buckets[-1][1], when, service))
         if len(parts) == PIECE_RECORDS:
             yield ",".join(parts)
             parts.clear()
     yield ",".join(parts)
+
+
+def _latency_format(buckets: int) -> str:
+    """The `%` format of a latency record of `buckets` buckets, the last one `+Inf`: each
+    finite bucket's le and count, the last count, the interval, the quoted service."""
+    finite = '["%s","%s"],' * (buckets - 1)
+    return '{"buckets":[' + finite + '["+Inf","%s"]],"interval":"%s","service":%s}'
+
+
+def _latency_record(buckets: tuple, when: str, service: str) -> str:
+    """One latency record written bucket by bucket (every infinite bound as "+Inf")."""
+    written = ",".join(
+        '["' + ("+Inf" if le.is_infinite() else str(le)) + '","' + str(count) + '"]'
+        for le, count in buckets
+    )
+    return '{"buckets":[' + written + '],"interval":"' + when + '","service":' + service + "}"
 
 
 def _preemption_dict(row: Preemption) -> dict:
