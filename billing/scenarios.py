@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
-from itertools import groupby, repeat
+from itertools import groupby
 from operator import itemgetter
 
 from django.conf import settings
@@ -59,6 +59,7 @@ from billing.pricing import (
     PricingResult,
     Scenario,
     ScenarioError,
+    UsageRuns,
     canonical_json_parts,
     price,
     scenario_from_dict,
@@ -287,62 +288,54 @@ def _classes_by_model(price_book: PriceBook) -> dict[str, str]:
 
 def _usage_rows(
     start: dt.datetime, end: dt.datetime, task_ids: dict[int, str], classes: dict[str, str]
-) -> list[tuple]:
+) -> UsageRuns:
     """(interval start in Unix seconds, task id, allocated GPU-seconds[, GPU class]), one tuple
     per task, interval and class (a task's rows of models of one class summed); `default`
-    rows have no class, as version 1's.
+    rows have no class, as version 1's. Made as the engine's `UsageRuns`, a run per interval
+    and class, so the Scenario checks them a run at a time.
 
     PostgreSQL packs each interval's and GPU model's rows into one text ("task_pk alloc
     task_pk alloc ..."): a few thousand result rows instead of millions keeps per-row driver
-    overhead out of the hot path, and the split below runs in C (maps and zip, no Python code
-    per row). Models map to classes here; only an interval in which one task held GPUs of
-    two models of one class has its allocations summed in Python (`_summed_fields`).
+    overhead out of the hot path, and the split below runs in C (maps, no Python code per
+    row). Models map to classes here; only an interval in which one task held GPUs of two
+    models of one class has its allocations summed in Python (`_summed_fields`).
     """
     tasks: dict[str, str] = {}
     # One Decimal per distinct allocation text: a task holding whole GPUs for a whole step has
     # the same allocation in every such interval, so most rows share a few values.
     decimals: dict[str, Decimal] = {}
-    rows: list[tuple] = []
+    runs: list[tuple] = []
     packed = metering_selectors.usage_packed_per_interval_and_model(start=start, end=end)
     for epoch, models in groupby(packed, itemgetter(0)):  # as they arrive, by interval
         by_class: dict[str, list[str]] = {}
         for _, model, text in models:
             by_class.setdefault(classes.get(model, DEFAULT_CLASS), []).append(text)
-        _interval_rows(rows, epoch, by_class, task_ids, tasks, decimals)
-    return rows
+        for gpu_class, texts in by_class.items():
+            task_names, allocs = _run_fields(texts, task_ids, tasks, decimals)
+            runs.append((epoch, gpu_class, task_names, allocs))
+    return UsageRuns(runs)
 
 
-def _interval_rows(
-    rows: list[tuple],
-    epoch: int,
-    by_class: dict[str, list[str]],
+def _run_fields(
+    texts: list[str],
     task_ids: dict[int, str],
     tasks: dict[str, str],
     decimals: dict[str, Decimal],
-) -> None:
-    """One interval's usage tuples, from its packed texts per class, added to `rows` (see
+) -> tuple[list[str], list[Decimal]]:
+    """The task ids and allocations of one interval's and class's packed texts (see
     `_usage_rows`); `tasks` (pk text -> scenario id) and `decimals` (text -> Decimal) grow
     as rows come."""
-    for gpu_class, texts in by_class.items():
-        fields = (texts[0] if len(texts) == 1 else " ".join(texts)).split(" ")
-        task_pks = fields[0::2]
-        allocs = fields[1::2]
-        if len(texts) > 1 and len(set(task_pks)) < len(task_pks):
-            task_pks, allocs = _summed_fields(task_pks, allocs)
-        for task_pk in set(task_pks).difference(tasks):
-            tasks[task_pk] = task_ids[int(task_pk)]
-        new = set(allocs).difference(decimals)
-        if new:
-            decimals.update(zip(new, map(Decimal, new), strict=True))
-        # repeat() is endless; the other two have one item per row
-        columns = [
-            repeat(epoch),
-            map(tasks.__getitem__, task_pks),
-            map(decimals.__getitem__, allocs),
-        ]
-        if gpu_class != DEFAULT_CLASS:
-            columns.append(repeat(gpu_class))
-        rows.extend(zip(*columns, strict=False))
+    fields = (texts[0] if len(texts) == 1 else " ".join(texts)).split(" ")
+    task_pks = fields[0::2]
+    allocs = fields[1::2]
+    if len(texts) > 1 and len(set(task_pks)) < len(task_pks):
+        task_pks, allocs = _summed_fields(task_pks, allocs)
+    for task_pk in set(task_pks).difference(tasks):
+        tasks[task_pk] = task_ids[int(task_pk)]
+    new = set(allocs).difference(decimals)
+    if new:
+        decimals.update(zip(new, map(Decimal, new), strict=True))
+    return list(map(tasks.__getitem__, task_pks)), list(map(decimals.__getitem__, allocs))
 
 
 def _summed_fields(task_pks: list[str], allocs: list[str]) -> tuple[list[str], list[str]]:

@@ -50,6 +50,7 @@ from billing.pricing.model import (
     Service,
     Task,
     Usage,
+    UsageRuns,
 )
 from billing.pricing.money import CONTEXT, ROUNDING
 from billing.pricing.output import result_to_dict
@@ -106,6 +107,7 @@ __all__ = [
     "Task",
     "TeamResult",
     "Usage",
+    "UsageRuns",
     "canonical_json",
     "canonical_json_parts",
     "derive_class_rates",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 from decimal import Decimal
 
 import pytest
@@ -20,10 +21,13 @@ from billing.pricing import (
     DEFAULT_CLASS,
     Capacity,
     GpuClass,
+    Latency,
     PriceBook,
     Scenario,
     ScenarioError,
+    Service,
     Task,
+    UsageRuns,
     canonical_json,
     canonical_json_parts,
     format_interval,
@@ -206,3 +210,72 @@ def test_it_splits_a_penalty_with_the_roundings_of_scaled(penalty, allocs, held)
 
     expected = [scaled(Decimal(penalty), factor, Decimal(held)) for factor in factors]
     assert [str(amount) for amount in split] == [str(amount) for amount in expected]
+
+
+@settings(max_examples=200, deadline=None)
+@given(usage_rows())
+def test_it_indexes_usage_runs_as_the_same_rows_given_plainly(drawn):
+    rows, capacity = drawn
+    runs = [
+        (row[0], row[3] if len(row) == 4 else DEFAULT_CLASS, [row[1]], [row[2]]) for row in rows
+    ]
+    usage = UsageRuns(runs)
+    tasks = {name: Task(name, "team", "training_batch") for name in TASK_IDS}
+    known = tuple(sorted(CLASSES))
+    plain = tuple(row if len(row) == 3 or row[3] != DEFAULT_CLASS else row[:3] for row in rows)
+
+    assert tuple(usage) == plain
+    bulk = _index_usage_runs(usage, STEP, tasks, capacity, known)
+    expected = _index_usage_runs(plain, STEP, tasks, capacity, known)
+    assert bulk == expected
+    if bulk is not None:
+        assert [list(by_interval) for by_interval in bulk.values()] == [
+            list(by_interval) for by_interval in expected.values()
+        ]
+
+
+def test_it_keeps_usage_runs_whole():
+    usage = UsageRuns([(START, "A100", ["alpha", "beta"], [Decimal(300), Decimal(150)])])
+
+    assert usage == ((START, "alpha", Decimal(300), "A100"), (START, "beta", Decimal(150), "A100"))
+    assert pickle.loads(pickle.dumps(usage)).runs == usage.runs
+    with pytest.raises(TypeError, match="as many allocations as tasks"):
+        UsageRuns([(START, DEFAULT_CLASS, ["alpha"], [])])
+
+
+def test_it_writes_latency_records_as_json_dumps_writes_them():
+    tasks = tuple(Task(name, "team", "inference") for name in TASK_IDS)
+    services = (Service("api", "team", Decimal(300)), Service('ap"i', "team", Decimal("2.5")))
+    inf, minus_inf = Decimal("Infinity"), Decimal("-Infinity")
+    latency = (
+        Latency("api", START + STEP, ((Decimal("0.1"), Decimal(5)), (inf, Decimal(9)))),
+        Latency("api", START, ((inf, Decimal("7.0")),)),
+        Latency(
+            'ap"i',
+            START,
+            ((minus_inf, Decimal(0)), (Decimal("-0.5"), Decimal(1)), (inf, Decimal(2))),
+        ),
+        Latency(
+            'ap"i',
+            START + STEP,
+            (*((Decimal(n), Decimal(n)) for n in range(9)), (inf, Decimal(9))),
+        ),
+    )
+    capacity = (Capacity(START, Decimal(3000)), Capacity(START + STEP, Decimal(3000)))
+    scenario = Scenario(STEP, _book(), tasks, services, capacity, (), latency)
+    expected = [
+        {
+            "buckets": [
+                ["+Inf" if le.is_infinite() else str(le), str(count)] for le, count in row.buckets
+            ],
+            "interval": format_interval(row.interval),
+            "service": row.service,
+        }
+        for row in sorted(latency, key=lambda row: (row.service, row.interval))
+    ]
+
+    text = canonical_json(scenario)
+
+    assert json.loads(text)["latency"] == expected
+    written = json.dumps(expected, sort_keys=True, separators=(",", ":"))
+    assert '"latency":' + written + ',"preemptions"' in text
