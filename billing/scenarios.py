@@ -381,7 +381,7 @@ def _latency_rows(
         for epoch, stored in _DECIMAL_JSON.decode(text):
             epoch = int(epoch)
             try:
-                records.append(Latency(service, epoch, _buckets(stored, bounds)))
+                records.append(Latency(service, epoch, _parsed_buckets(stored, bounds)))
             except (ScenarioError, TypeError, ValueError, ArithmeticError) as error:
                 raise ScenarioError(
                     f"latency of {service!r} in {_interval_name(epoch)}: {error}"
@@ -393,7 +393,15 @@ def _latency_rows(
 _DECIMAL_JSON = json.JSONDecoder(parse_float=Decimal, parse_int=Decimal)
 
 
-def _buckets(stored: list, bounds: dict[object, Decimal]) -> tuple[tuple[Decimal, Decimal], ...]:
+def _buckets(text: str) -> tuple[tuple[Decimal, Decimal], ...]:
+    """`[[le, cumulative_count], ...]` (le as text or number, "+Inf" last) as Decimals, read
+    as the close reads a stored interval's buckets."""
+    return _parsed_buckets(_DECIMAL_JSON.decode(text), {})
+
+
+def _parsed_buckets(
+    stored: list, bounds: dict[object, Decimal]
+) -> tuple[tuple[Decimal, Decimal], ...]:
     """Stored `[[le, cumulative_count], ...]` (le as text or number, "+Inf" last, numbers
     already Decimals) as Decimal pairs in increasing `le`; `bounds` keeps each le text's."""
     parsed = []
