@@ -413,10 +413,12 @@ def usage_packed_per_interval_and_model(
             last = min(first + USAGE_READ_SPAN, end)
             cursor.execute(
                 # trim_scale: "150.000000" -> "150", the same value in shorter canonical text.
+                # Grouped by the column, not its epoch: extract() (numeric since PostgreSQL
+                # 14) then runs once per group, not once per row (half the query's time).
                 "SELECT extract(epoch FROM interval_start)::bigint, gpu_model,"
                 " string_agg(task_id::text || ' ' || trim_scale(alloc_gpu_seconds)::text, ' ')"
                 " FROM metering_usageinterval WHERE interval_start >= %s AND interval_start < %s"
-                " GROUP BY 1, 2 ORDER BY 1, 2",
+                " GROUP BY interval_start, gpu_model ORDER BY interval_start, gpu_model",
                 [first, last],
             )
             yield from cursor.fetchall()
