@@ -11,7 +11,7 @@ L40S), so no class's usage exceeds its capacity, and the month is priced by a pu
 with one class per model (effective from the month's first day, published once per database).
 
 Run with DATABASE_URL pointing at a scratch, migrated database (its metering and billing rows
-are TRUNCATEd first), e.g.
+are TRUNCATEd first, ids restarted, so every run closes the same month), e.g.
   DATABASE_URL=postgres://postgres@127.0.0.1:5432/billing_bench python benchmarks/pricing.py
 Options: --tasks 500 (fewer for a quick run: rows scale with tasks). `main()` returns the rows
 for `benchmarks/run.py`.
@@ -93,7 +93,9 @@ def load(*, tasks: int = TASKS) -> int:
             " billing_slabreach, metering_usageinterval, metering_capacityinterval,"
             " metering_latencyinterval, metering_preemption, metering_ingestwindow,"
             " metering_podwait, metering_service, metering_task, metering_team,"
-            " metering_source CASCADE"
+            # The month depends on the task ids (class, pattern): restarted, every run
+            # loads the same rows and prints the same statements and scenario hash.
+            " metering_source RESTART IDENTITY CASCADE"
         )
         cursor.execute(
             "INSERT INTO metering_source (name, url, bearer_token, basic_auth_user,"

@@ -396,9 +396,16 @@ class PeriodScenario(ImmutableModel):
         return f"{self.period} r{self.revision}"
 
     @staticmethod
-    def compress(text: str) -> bytes:
+    def compressor() -> zlib._Compress:
+        """A compressor of scenario text fed piece by piece (`compress` in one piece): the
+        same zlib stream however the text is cut."""
         # Level 1: a month of a large pool is hundreds of MB of JSON; speed beats ratio here.
-        return zlib.compress(text.encode(), 1)
+        return zlib.compressobj(1)
+
+    @staticmethod
+    def compress(text: str) -> bytes:
+        compressor = PeriodScenario.compressor()
+        return compressor.compress(text.encode()) + compressor.flush()
 
     def scenario_text(self) -> str:
         return zlib.decompress(bytes(self.scenario_zlib)).decode()

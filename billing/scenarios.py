@@ -36,24 +36,31 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
+import gc
 import hashlib
 import json
+import queue
+import threading
+import zlib
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
-from itertools import repeat
+from itertools import groupby
 from operator import itemgetter
 
 from django.conf import settings
 
-from billing.models import PriceBook
+from billing.models import PeriodScenario, PriceBook
 from billing.pricing import (
     DEFAULT_CLASS,
     Latency,
     PricingResult,
     Scenario,
     ScenarioError,
-    canonical_json,
+    UsageRuns,
+    canonical_json_parts,
     price,
     scenario_from_dict,
 )
@@ -80,26 +87,126 @@ class BuiltScenario:
 
 @dataclass(frozen=True)
 class PricedScenario:
-    """A scenario, its canonical text and hash, and the engine's result for it."""
+    """A scenario, its canonical text (compressed) and hash, and the engine's result for it."""
 
     built: BuiltScenario
-    text: str  # canonical JSON: what export_scenario writes
+    scenario_zlib: bytes  # canonical JSON as PeriodScenario stores it
     sha256: str
     result: PricingResult
 
-
-def scenario_digest(built: BuiltScenario) -> tuple[str, str]:
-    """The canonical JSON text of `built` and its SHA-256 (equal to `scenario_hash`)."""
-    text = canonical_json(built.scenario)
-    return text, hashlib.sha256(text.encode()).hexdigest()
-
-
-def scenario_price(built: BuiltScenario, digest: tuple[str, str] | None = None) -> PricedScenario:
-    """Canonical text, SHA-256 and the engine's price of `built`."""
-    text, sha256 = digest or scenario_digest(built)
-    return PricedScenario(built=built, text=text, sha256=sha256, result=price(built.scenario))
+    @property
+    def text(self) -> str:
+        """The canonical JSON: what export_scenario writes."""
+        return zlib.decompress(self.scenario_zlib).decode()
 
 
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Hold the cyclic garbage collector while a month's records are made and priced.
+
+    They are millions of tuples, dicts and lists, none in a reference cycle (reference
+    counting frees them), and each allocation counts towards the next collection: a
+    1,000-GPU month ran ~10 full collections, each walking every object made so far.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def gc_paused(function: Callable) -> Callable:
+    """`function` run with the cyclic GC held (see `_cyclic_gc_paused`): a caller that
+    keeps a month's records until it returns (a close storing its statements) holds it too,
+    so the collector never walks them."""
+
+    @functools.wraps(function)
+    def paused(*args, **kwargs):
+        with _cyclic_gc_paused():
+            return function(*args, **kwargs)
+
+    return paused
+
+
+@gc_paused
+def scenario_digest(built: BuiltScenario) -> tuple[bytes, str]:
+    """The canonical JSON text of `built`, compressed as PeriodScenario stores it, and its
+    SHA-256 (equal to `scenario_hash`), both taken piece by piece: a month's text is
+    hundreds of MB and is never held whole."""
+    digest = hashlib.sha256()
+    compressor = PeriodScenario.compressor()
+    compressed: list[bytes] = []
+
+    def take(data: bytes) -> None:
+        digest.update(data)
+        compressed.append(compressor.compress(data))
+
+    _feed(built, take)
+    compressed.append(compressor.flush())
+    return b"".join(compressed), digest.hexdigest()
+
+
+@gc_paused
+def scenario_sha256(built: BuiltScenario) -> str:
+    """`scenario_digest`'s hash alone (nothing compressed): to compare with a stored one."""
+    digest = hashlib.sha256()
+    _feed(built, digest.update)
+    return digest.hexdigest()
+
+
+DIGEST_BATCH_BYTES = 1 << 20  # encoded text handed to the digest thread at a time
+DIGEST_QUEUE_BATCHES = 16  # batches written ahead of the thread that takes them
+
+
+def _feed(built: BuiltScenario, take: Callable[[bytes], object]) -> None:
+    """Each piece of the canonical text, encoded, to `take`, which runs on a thread of its
+    own: SHA-256 and zlib release the GIL on large pieces, so on a second core they take a
+    piece while this one writes the next (the text is ~420 MB at 1,000 GPUs). Pieces go
+    over in batches of about a MB: each hand-over waits for the GIL."""
+    batches: queue.Queue[list[bytes] | None] = queue.Queue(maxsize=DIGEST_QUEUE_BATCHES)
+    failed: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            while (batch := batches.get()) is not None:
+                take(b"".join(batch))  # one call that releases the GIL per batch
+        except BaseException as error:  # handed to the writer, which raises it
+            failed.append(error)
+            while batches.get() is not None:  # let the writer finish
+                pass
+
+    worker = threading.Thread(target=consume, name="scenario-digest", daemon=True)
+    worker.start()
+    batch: list[bytes] = []
+    size = 0
+    try:
+        for part in canonical_json_parts(built.scenario):
+            data = part.encode()
+            batch.append(data)
+            size += len(data)
+            if size >= DIGEST_BATCH_BYTES:
+                batches.put(batch)
+                batch, size = [], 0
+        batches.put(batch)
+    finally:
+        batches.put(None)
+        worker.join()
+    if failed:
+        raise failed[0]
+
+
+@gc_paused
+def scenario_price(built: BuiltScenario, digest: tuple[bytes, str] | None = None) -> PricedScenario:
+    """Compressed canonical text, SHA-256 and the engine's price of `built`."""
+    scenario_zlib, sha256 = digest or scenario_digest(built)
+    return PricedScenario(
+        built=built, scenario_zlib=scenario_zlib, sha256=sha256, result=price(built.scenario)
+    )
+
+
+@gc_paused
 def scenario_build(
     *,
     start: dt.datetime,
@@ -125,7 +232,7 @@ def scenario_build(
     preemptions = _preemption_rows(start, end, task_ids, classes if builder_version >= 3 else {})
     used = {row["task"] for row in preemptions}
     earlier = _preemptions_before(start, task_ids, preempted=used) if builder_version >= 2 else {}
-    used.update(row[1] for row in usage)
+    used.update(map(itemgetter(1), usage))
     all_services = list(
         Service.objects.values_list("pk", "external_id", "source__name", "team__name", "slo_p99_ms")
     )
@@ -181,37 +288,54 @@ def _classes_by_model(price_book: PriceBook) -> dict[str, str]:
 
 def _usage_rows(
     start: dt.datetime, end: dt.datetime, task_ids: dict[int, str], classes: dict[str, str]
-) -> list[tuple]:
+) -> UsageRuns:
     """(interval start in Unix seconds, task id, allocated GPU-seconds[, GPU class]), one tuple
     per task, interval and class (a task's rows of models of one class summed); `default`
-    rows have no class, as version 1's.
+    rows have no class, as version 1's. Made as the engine's `UsageRuns`, a run per interval
+    and class, so the Scenario checks them a run at a time.
 
     PostgreSQL packs each interval's and GPU model's rows into one text ("task_pk alloc
     task_pk alloc ..."): a few thousand result rows instead of millions keeps per-row driver
-    overhead out of the hot path, and the split below runs in C (maps and zip, no Python code
-    per row). Models map to classes here; only an interval in which one task held GPUs of
-    two models of one class has its allocations summed in Python (`_summed_fields`).
+    overhead out of the hot path, and the split below runs in C (maps, no Python code per
+    row). Models map to classes here; only an interval in which one task held GPUs of two
+    models of one class has its allocations summed in Python (`_summed_fields`).
     """
-    packed = metering_selectors.usage_packed_per_interval_and_model(start=start, end=end)
-    by_class: dict[tuple[int, str], list[str]] = {}
-    for epoch, model, text in packed:
-        by_class.setdefault((epoch, classes.get(model, DEFAULT_CLASS)), []).append(text)
     tasks: dict[str, str] = {}
-    rows: list[tuple] = []
-    for (epoch, gpu_class), texts in by_class.items():
-        fields = (texts[0] if len(texts) == 1 else " ".join(texts)).split(" ")
-        task_pks = fields[0::2]
-        allocs = fields[1::2]
-        if len(texts) > 1 and len(set(task_pks)) < len(task_pks):
-            task_pks, allocs = _summed_fields(task_pks, allocs)
-        for task_pk in set(task_pks).difference(tasks):
-            tasks[task_pk] = task_ids[int(task_pk)]
-        # repeat() is endless; the other two have one item per row
-        columns = [repeat(epoch), map(tasks.__getitem__, task_pks), map(Decimal, allocs)]
-        if gpu_class != DEFAULT_CLASS:
-            columns.append(repeat(gpu_class))
-        rows.extend(zip(*columns, strict=False))
-    return rows
+    # One Decimal per distinct allocation text: a task holding whole GPUs for a whole step has
+    # the same allocation in every such interval, so most rows share a few values.
+    decimals: dict[str, Decimal] = {}
+    runs: list[tuple] = []
+    packed = metering_selectors.usage_packed_per_interval_and_model(start=start, end=end)
+    for epoch, models in groupby(packed, itemgetter(0)):  # as they arrive, by interval
+        by_class: dict[str, list[str]] = {}
+        for _, model, text in models:
+            by_class.setdefault(classes.get(model, DEFAULT_CLASS), []).append(text)
+        for gpu_class, texts in by_class.items():
+            task_names, allocs = _run_fields(texts, task_ids, tasks, decimals)
+            runs.append((epoch, gpu_class, task_names, allocs))
+    return UsageRuns(runs)
+
+
+def _run_fields(
+    texts: list[str],
+    task_ids: dict[int, str],
+    tasks: dict[str, str],
+    decimals: dict[str, Decimal],
+) -> tuple[list[str], list[Decimal]]:
+    """The task ids and allocations of one interval's and class's packed texts (see
+    `_usage_rows`); `tasks` (pk text -> scenario id) and `decimals` (text -> Decimal) grow
+    as rows come."""
+    fields = (texts[0] if len(texts) == 1 else " ".join(texts)).split(" ")
+    task_pks = fields[0::2]
+    allocs = fields[1::2]
+    if len(texts) > 1 and len(set(task_pks)) < len(task_pks):
+        task_pks, allocs = _summed_fields(task_pks, allocs)
+    for task_pk in set(task_pks).difference(tasks):
+        tasks[task_pk] = task_ids[int(task_pk)]
+    new = set(allocs).difference(decimals)
+    if new:
+        decimals.update(zip(new, map(Decimal, new), strict=True))
+    return list(map(tasks.__getitem__, task_pks)), list(map(decimals.__getitem__, allocs))
 
 
 def _summed_fields(task_pks: list[str], allocs: list[str]) -> tuple[list[str], list[str]]:
@@ -248,35 +372,48 @@ def _latency_rows(
 
     Built here rather than through `scenario_from_dict`: a month has one per service and
     interval (about 9,000 per service), and skipping the dict round trip halves their cost.
+    Each service's histograms arrive as one JSON text, parsed in one call.
     """
-    rows = metering_selectors.latency_histograms(start=start, end=end)
     records = []
-    for service_pk, epoch, buckets in rows:
+    bounds: dict[object, Decimal] = {}  # "le" text -> Decimal: a month repeats a few bounds
+    for service_pk, text in metering_selectors.latency_histograms(start=start, end=end):
         service = service_ids[service_pk]
-        try:
-            records.append(Latency(service, epoch, _buckets(buckets)))
-        except (ScenarioError, TypeError, ValueError, ArithmeticError) as error:
-            raise ScenarioError(
-                f"latency of {service!r} in {_interval_name(epoch)}: {error}"
-            ) from None
+        for epoch, stored in _DECIMAL_JSON.decode(text):
+            epoch = int(epoch)
+            try:
+                records.append(Latency(service, epoch, _parsed_buckets(stored, bounds)))
+            except (ScenarioError, TypeError, ValueError, ArithmeticError) as error:
+                raise ScenarioError(
+                    f"latency of {service!r} in {_interval_name(epoch)}: {error}"
+                ) from None
     return records
 
 
-def _buckets(text: str) -> tuple[tuple[Decimal, Decimal], ...]:
-    """`[[le, cumulative_count], ...]` (le as text or number, "+Inf" last) as Decimals.
+# JSON numbers are read straight into Decimals by their text, as the engine reads them.
+_DECIMAL_JSON = json.JSONDecoder(parse_float=Decimal, parse_int=Decimal)
 
-    JSON numbers are read straight into Decimals by their text, as the engine reads them.
-    """
+
+def _buckets(text: str) -> tuple[tuple[Decimal, Decimal], ...]:
+    """`[[le, cumulative_count], ...]` (le as text or number, "+Inf" last) as Decimals, read
+    as the close reads a stored interval's buckets."""
+    return _parsed_buckets(_DECIMAL_JSON.decode(text), {})
+
+
+def _parsed_buckets(
+    stored: list, bounds: dict[object, Decimal]
+) -> tuple[tuple[Decimal, Decimal], ...]:
+    """Stored `[[le, cumulative_count], ...]` (le as text or number, "+Inf" last, numbers
+    already Decimals) as Decimal pairs in increasing `le`; `bounds` keeps each le text's."""
     parsed = []
-    for le, count in json.loads(text, parse_float=Decimal, parse_int=Decimal):
-        if is_infinity(le):
-            le = INFINITY
-        parsed.append(
-            (
-                le if type(le) is Decimal else Decimal(le),
-                count if type(count) is Decimal else Decimal(count),
-            )
-        )
+    for le, count in stored:
+        if type(le) is not Decimal:
+            bound = bounds.get(le) if type(le) is str else None
+            if bound is None:
+                bound = INFINITY if is_infinity(le) else Decimal(le)
+                if type(le) is str:
+                    bounds[le] = bound
+            le = bound
+        parsed.append((le, count if type(count) is Decimal else Decimal(count)))
     parsed.sort(key=itemgetter(0))
     return tuple(parsed)
 

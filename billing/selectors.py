@@ -26,7 +26,7 @@ from billing.models import (
     Quota,
     StatementLine,
 )
-from billing.scenarios import scenario_build, scenario_digest
+from billing.scenarios import scenario_build, scenario_sha256
 from kernel.money import ROUNDING
 from kernel.period import first_day, period_of, period_utc_range, previous_period, time_zone
 from kernel.tasks import TRAINING_KINDS
@@ -767,7 +767,7 @@ def _metering_differences(close: PeriodClose, notes: list[str]) -> list[str]:
         )
     except pricing.ScenarioError as error:
         return [f"metering rows of {close.period} can no longer be priced: {error}"]
-    digest = scenario_digest(built)[1]
+    digest = scenario_sha256(built)
     if digest != latest.scenario_sha256:
         return [
             f"metering rows of {close.period} no longer match the scenario priced "

@@ -50,11 +50,13 @@ from billing.pricing.model import (
     Service,
     Task,
     Usage,
+    UsageRuns,
 )
 from billing.pricing.money import CONTEXT, ROUNDING
 from billing.pricing.output import result_to_dict
 from billing.pricing.parsing import (
     canonical_json,
+    canonical_json_parts,
     scenario_from_dict,
     scenario_hash,
     scenario_to_dict,
@@ -105,7 +107,9 @@ __all__ = [
     "Task",
     "TeamResult",
     "Usage",
+    "UsageRuns",
     "canonical_json",
+    "canonical_json_parts",
     "derive_class_rates",
     "derive_rates",
     "format_interval",

@@ -27,6 +27,7 @@ from billing.pricing.money import (
     per_hour,
     round_money,
     scaled,
+    scaled_each,
 )
 from billing.pricing.result import (
     TEAM_LINE_KINDS,
@@ -308,21 +309,30 @@ def _price_breaches(
     credited to the service's team. The last task (by id) of an interval takes the remainder
     of X, so penalties and credits cancel exactly."""
     totals = _SlaTotals({}, {}, {})
+    training = {task_id for task_id, task in index.tasks.items() if task.is_training}
+    penalties = totals.penalty
     for breach in breaches:
         if not breach.penalized:
             continue
         rows = index.usage[breach.interval]
-        held = sorted(
-            (task, alloc)
-            for task, alloc in rows.items()
-            if alloc > ZERO and index.tasks[task].is_training
-        )
-        amount_left = penalty
-        for position, (task, alloc) in enumerate(held):
-            last = position == len(held) - 1
-            amount = amount_left if last else scaled(penalty, alloc, breach.training_gpu_seconds)
-            amount_left -= amount
-            _post(totals.penalty, task, amount, alloc)
+        held = sorted(rows.keys() & training)
+        allocs = list(map(rows.__getitem__, held))
+        if ZERO in allocs:  # a training task holding nothing this interval pays nothing
+            held = [task for task, alloc in zip(held, allocs, strict=True) if alloc > ZERO]
+            allocs = list(map(rows.__getitem__, held))
+        if held:
+            amounts = scaled_each(penalty, allocs[:-1], breach.training_gpu_seconds)
+            amount_left = penalty
+            for amount in amounts:
+                amount_left -= amount
+            amounts.append(amount_left)  # the last task takes the remainder
+            for task, amount, alloc in zip(held, amounts, allocs, strict=True):
+                entry = penalties.get(task)
+                if entry is None:
+                    penalties[task] = [amount, alloc]
+                else:
+                    entry[0] += amount
+                    entry[1] += alloc
         _post(totals.credit, breach.service, penalty, breach.training_gpu_seconds)
         totals.credit_intervals[breach.service] = (
             totals.credit_intervals.get(breach.service, ZERO) + ONE

@@ -9,8 +9,11 @@ Intervals are whole Unix seconds (UTC) of the interval's start, aligned to `step
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from itertools import chain, groupby, repeat
+from operator import itemgetter
 from typing import NamedTuple
 
 from billing.pricing.money import ZERO
@@ -257,6 +260,41 @@ class Usage(NamedTuple):
     gpu_class: str = DEFAULT_CLASS
 
 
+Run = tuple[int, str, tuple[str, ...], tuple[Decimal, ...]]
+
+
+class UsageRuns(tuple):
+    """Usage rows made from runs, each the rows of one interval and class: `(interval,
+    gpu_class, task ids, allocations)`. A builder that reads usage grouped (billing's, from
+    the metering tables) hands them over as they are, and the Scenario checks and indexes a
+    run at a time without regrouping millions of rows. The tuple holds the plain rows, in
+    run order (`default` rows without a class), so it is a `Scenario.usage` like any other.
+    """
+
+    runs: tuple[Run, ...]
+
+    def __new__(cls, runs: Iterable[tuple[int, str, Iterable[str], Iterable[Decimal]]]):
+        kept = []
+        for interval, gpu_class, tasks, allocs in runs:
+            tasks, allocs = tuple(tasks), tuple(allocs)
+            if len(tasks) != len(allocs):
+                raise TypeError(f"usage run of {interval!r}: as many allocations as tasks")
+            kept.append((interval, gpu_class, tasks, allocs))
+        self = super().__new__(cls, chain.from_iterable(map(_run_rows, kept)))
+        self.runs = tuple(kept)
+        return self
+
+    def __getnewargs__(self) -> tuple:
+        return (self.runs,)
+
+
+def _run_rows(run: Run) -> Iterator[tuple]:
+    interval, gpu_class, tasks, allocs = run
+    if gpu_class == DEFAULT_CLASS:
+        return zip(repeat(interval), tasks, allocs, strict=False)  # repeat() is endless
+    return zip(repeat(interval), tasks, allocs, repeat(gpu_class), strict=False)
+
+
 @dataclass(frozen=True, slots=True)
 class Latency:
     """A service's request-latency histogram within one interval.
@@ -446,8 +484,116 @@ def _index_usage(
     A row's class must have a capacity record in its interval, and the interval's
     allocations over all classes must fit its capacity over all classes (a task may run on
     another class's GPU of the same interval: the worked examples overbook `default`).
-    One pass with plain dict operations: this runs once per row of a month's usage.
+
+    Checked in bulk first (`_index_usage_runs`); when that cannot vouch for every row, row
+    by row (`_index_usage_rows`), which names the offending record. Both give the same index.
     """
+    index = _index_usage_runs(rows, step, tasks, capacity, known)
+    if index is None:
+        index = _index_usage_rows(rows, step, tasks, capacity, known)
+    return index
+
+
+def _index_usage_runs(
+    rows: tuple[Usage, ...],
+    step: int,
+    tasks: dict[str, Task],
+    capacity: dict[str, dict[int, Decimal]],
+    known: tuple[str, ...],
+) -> dict[str, dict[int, dict[str, Decimal]]] | None:
+    """`_index_usage_rows`'s index, built and checked a run at a time, or None when a check
+    fails (or might: a row that is not a plain tuple of the expected types).
+
+    A run is consecutive rows of one interval and class, as a builder writes a month: each is
+    checked and grouped with a few C-level passes (types, finiteness, bounds, duplicates,
+    unknown tasks) instead of Python code per row. Every check is at least as strict as the
+    row-by-row one, the interval's allocations are added in the same order in the same
+    context, and a run whose total fits the interval's capacity cannot have passed it on the
+    way (allocations are not negative), so when this returns an index, the row-by-row pass
+    would have returned the same one.
+    """
+    by_class: dict[str, dict[int, dict[str, Decimal]]] = {}
+    total_capacity = _summed_capacity(capacity)
+    allocated: dict[int, Decimal] = {}
+    try:
+        runs = rows.runs if type(rows) is UsageRuns else _runs(rows)
+        for interval, gpu_class, task_ids, allocs in runs:
+            if not task_ids:
+                continue  # a run of no rows
+            if not _run_indexed(
+                interval, gpu_class, task_ids, allocs, step, tasks, capacity, known
+            ):
+                return None
+            group = dict(zip(task_ids, allocs, strict=True))
+            if len(group) != len(task_ids):
+                return None  # a task twice in the run
+            in_class = by_class.setdefault(gpu_class, {})
+            in_interval = in_class.get(interval)
+            if in_interval is None:
+                in_class[interval] = group
+            elif in_interval.keys().isdisjoint(group):
+                in_interval.update(group)
+            else:
+                return None
+            total = allocated[interval] = sum(allocs, allocated.get(interval, ZERO))
+            if total > total_capacity[interval]:
+                return None  # maybe within the metered resolution: the rows decide
+    except (_NotRuns, TypeError, ValueError, ArithmeticError, KeyError):
+        return None
+    return by_class
+
+
+class _NotRuns(Exception):
+    """Rows that `_index_usage_runs` does not vouch for: the row-by-row pass decides."""
+
+
+def _runs(rows: tuple) -> Iterator[Run]:
+    """Plain rows as runs of consecutive rows of one interval and class (any order of rows
+    works; a builder's come in long runs). Every row's interval must be an int: runs group
+    equal keys, and 300.0 equals 300."""
+    for length, same_length in groupby(rows, len):
+        if length not in (3, 4):
+            raise _NotRuns
+        run_key = itemgetter(0, 3) if length == 4 else itemgetter(0)
+        for key, run in groupby(same_length, run_key):
+            interval, gpu_class = key if length == 4 else (key, DEFAULT_CLASS)
+            run = list(run)
+            if set(map(type, map(itemgetter(0), run))) != {int}:
+                raise _NotRuns
+            yield interval, gpu_class, list(map(itemgetter(1), run)), list(map(itemgetter(2), run))
+
+
+def _run_indexed(
+    interval: object,
+    gpu_class: object,
+    task_ids: Sequence[str],
+    allocs: Sequence[Decimal],
+    step: int,
+    tasks: dict[str, Task],
+    capacity: dict[str, dict[int, Decimal]],
+    known: tuple[str, ...],
+) -> bool:
+    """Whether every row of a run (one interval and class) passes `_index_usage_rows`'s
+    checks of a single row; duplicates and the capacity bound are the caller's."""
+    if type(interval) is not int or interval % step:
+        return False
+    if gpu_class not in known or interval not in capacity.get(gpu_class, {}):
+        return False
+    if set(map(type, allocs)) != {Decimal} or not all(map(Decimal.is_finite, allocs)):
+        return False
+    if allocs and min(allocs) < ZERO:
+        return False
+    return set(task_ids).issubset(tasks)
+
+
+def _index_usage_rows(
+    rows: tuple[Usage, ...],
+    step: int,
+    tasks: dict[str, Task],
+    capacity: dict[str, dict[int, Decimal]],
+    known: tuple[str, ...],
+) -> dict[str, dict[int, dict[str, Decimal]]]:
+    """`_index_usage` one row at a time: the first row the rules refuse raises, named."""
     by_class: dict[str, dict[int, dict[str, Decimal]]] = {}
     classes: dict[str, tuple[dict, dict]] = {}  # class -> (its usage, its capacity)
     total_capacity = _summed_capacity(capacity)

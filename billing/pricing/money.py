@@ -9,7 +9,9 @@ each rounded with the single rule `ROUNDING`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from decimal import Context, Decimal, DivisionByZero, Inexact, InvalidOperation, Overflow
+from itertools import repeat
 
 from kernel.money import (
     FIXED_PLACES,
@@ -41,6 +43,16 @@ def scaled(value: Decimal, factor: Decimal, divisor: Decimal = Decimal(1)) -> De
     """`value * factor / divisor`, rounded once (ROUNDING) to `FIXED_PLACES` places."""
     product = _WIDE.multiply(value, factor)
     return _WIDE.divide(product, divisor).quantize(FIXED_QUANTUM, context=_WIDE)
+
+
+def scaled_each(value: Decimal, factors: Iterable[Decimal], divisor: Decimal) -> list[Decimal]:
+    """`scaled(value, factor, divisor)` for each of `factors`, in order: the same products,
+    quotients and rounding, run by `map` without a Python call per factor (rule 4 splits
+    each penalty over every training task of its interval)."""
+    products = map(_WIDE.multiply, repeat(value), factors)
+    quotients = map(_WIDE.divide, products, repeat(divisor))
+    grid = repeat(FIXED_QUANTUM)
+    return list(map(Decimal.quantize, quotients, grid, repeat(None), repeat(_WIDE)))
 
 
 def per_hour(gpu_seconds: Decimal, rate_per_gpu_hour: Decimal) -> Decimal:
@@ -78,4 +90,5 @@ __all__ = [
     "round_money",
     "round_places",
     "scaled",
+    "scaled_each",
 ]

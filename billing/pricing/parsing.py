@@ -16,9 +16,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal, InvalidOperation
+from itertools import chain
 from operator import itemgetter
 from typing import Any
 
@@ -100,28 +100,42 @@ def scenario_to_dict(scenario: Scenario) -> dict:
 def canonical_json(data: dict | Scenario) -> str:
     """The one text of a scenario: sorted keys, no whitespace, records sorted, decimals as
     strings. A dict is parsed (and validated) first, so equal scenarios give equal text."""
+    return "".join(canonical_json_parts(data))
+
+
+def canonical_json_parts(data: dict | Scenario) -> Iterator[str]:
+    """`canonical_json` in consecutive pieces, whose concatenation is its text: a month's is
+    hundreds of MB, which a hash or a compressor takes piece by piece (`scenario_hash`).
+
+    The object's keys in sorted order, each value as `json.dumps(sort_keys=True)` writes it;
+    latency and usage (a month has hundreds of thousands of histograms and millions of usage
+    rows) are written record by record as the same text, without a dict per record, a few
+    thousand records a piece.
+    """
     scenario = data if isinstance(data, Scenario) else scenario_from_dict(data)
-    # The object's keys in sorted order, each value as `json.dumps(sort_keys=True)` writes
-    # it; latency and usage (a month has hundreds of thousands of histograms and millions of
-    # usage rows) are written record by record as the same text, without a dict per record.
-    parts = _small_parts(scenario)
-    parts["latency"] = _Verbatim(f"[{_latency_text(scenario)}]")
-    parts["usage"] = _Verbatim(f"[{_usage_text(scenario)}]")
-    return (
-        "{"
-        + ",".join(
-            f"{_dumps(key)}:{value.text if isinstance(value, _Verbatim) else _dumps(value)}"
-            for key, value in sorted(parts.items())
-        )
-        + "}"
-    )
+    parts: dict[str, object] = _small_parts(scenario)
+    parts["latency"] = _latency_pieces
+    parts["usage"] = _usage_pieces
+    yield "{"
+    for number, key in enumerate(sorted(parts)):
+        value = parts[key]
+        yield ("," if number else "") + _dumps(key) + ":"
+        if callable(value):
+            yield "["
+            yield from _comma_separated(value(scenario))
+            yield "]"
+        else:
+            yield _dumps(value)
+    yield "}"
 
 
-@dataclass(frozen=True)
-class _Verbatim:
-    """JSON text written as it is into `canonical_json`."""
-
-    text: str
+def _comma_separated(pieces: Iterable[str]) -> Iterator[str]:
+    """Pieces of comma-separated records as one comma-separated sequence (empty ones dropped)."""
+    first = True
+    for piece in pieces:
+        if piece:
+            yield piece if first else "," + piece
+            first = False
 
 
 def _dumps(value: object) -> str:
@@ -130,7 +144,10 @@ def _dumps(value: object) -> str:
 
 def scenario_hash(data: dict | Scenario) -> str:
     """SHA-256 (hex) of `canonical_json(data)`: pins a statement to its exact input."""
-    return hashlib.sha256(canonical_json(data).encode()).hexdigest()
+    digest = hashlib.sha256()
+    for part in canonical_json_parts(data):
+        digest.update(part.encode())
+    return digest.hexdigest()
 
 
 # --- reading ---------------------------------------------------------------------------
@@ -454,31 +471,52 @@ def _with_class(record: dict, gpu_class: str) -> dict:
     return record
 
 
-def _latency_text(scenario: Scenario) -> str:
+PIECE_RECORDS = 4096  # latency records per piece of `canonical_json_parts`
+
+
+def _latency_pieces(scenario: Scenario) -> Iterator[str]:
     """Latency records sorted by (service, interval), each `{"buckets":[[le,count],...],
     "interval":...,"service":...}` exactly as `json.dumps(sort_keys=True,
-    separators=(",", ":"))` writes it (`"+Inf"` for the infinite bound)."""
+    separators=(",", ":"))` writes it (`"+Inf"` for the infinite bound), comma-separated,
+    a few thousand a piece. A record is one `%` format of its figures, by its number of
+    buckets (a lower bound of -Infinity, which also writes "+Inf", goes the long way)."""
     quoted: dict[str, str] = {}
+    formats: dict[int, str] = {}
     parts: list[str] = []
     append = parts.append
     for row in sorted(scenario.latency, key=lambda row: (row.service, row.interval)):
         service = quoted.get(row.service)
         if service is None:
             service = quoted[row.service] = json.dumps(row.service)
-        buckets = ",".join(
-            '["' + ("+Inf" if le.is_infinite() else str(le)) + '","' + str(count) + '"]'
-            for le, count in row.buckets
-        )
-        append(
-            '{"buckets":['
-            + buckets
-            + '],"interval":"'
-            + format_interval(row.interval)
-            + '","service":'
-            + service
-            + "}"
-        )
-    return ",".join(parts)
+        buckets = row.buckets
+        when = format_interval(row.interval)
+        if len(buckets) > 1 and buckets[0][0].is_infinite():
+            append(_latency_record(buckets, when, service))
+        else:
+            text = formats.get(len(buckets))
+            if text is None:
+                text = formats[len(buckets)] = _latency_format(len(buckets))
+            append(text % (*chain.from_iterable(buckets[:-1]), buckets[-1][1], when, service))
+        if len(parts) == PIECE_RECORDS:
+            yield ",".join(parts)
+            parts.clear()
+    yield ",".join(parts)
+
+
+def _latency_format(buckets: int) -> str:
+    """The `%` format of a latency record of `buckets` buckets, the last one `+Inf`: each
+    finite bucket's le and count, the last count, the interval, the quoted service."""
+    finite = '["%s","%s"],' * (buckets - 1)
+    return '{"buckets":[' + finite + '["+Inf","%s"]],"interval":"%s","service":%s}'
+
+
+def _latency_record(buckets: tuple, when: str, service: str) -> str:
+    """One latency record written bucket by bucket (every infinite bound as "+Inf")."""
+    written = ",".join(
+        '["' + ("+Inf" if le.is_infinite() else str(le)) + '","' + str(count) + '"]'
+        for le, count in buckets
+    )
+    return '{"buckets":[' + written + '],"interval":"' + when + '","service":' + service + "}"
 
 
 def _preemption_dict(row: Preemption) -> dict:
@@ -495,40 +533,21 @@ def _preemption_dict(row: Preemption) -> dict:
     return _with_class(record, row.gpu_class)
 
 
-def _usage_text(scenario: Scenario) -> str:
+def _usage_pieces(scenario: Scenario) -> Iterator[str]:
     """Usage rows sorted by (interval, task, class), each `{"alloc_gpu_seconds":...,
     "interval":...,"task":...}` (with `"gpu_class"` after the allocation when the class is
-    not `default`) exactly as `json.dumps(sort_keys=True, separators=(",", ":"))` writes it.
+    not `default`) exactly as `json.dumps(sort_keys=True, separators=(",", ":"))` writes it,
+    comma-separated, an interval a piece.
 
     Walks the scenario's per-interval groups (sorting a few hundred task ids per interval is
-    cheaper than sorting millions of rows) and concatenates plain strings: the hot path of
-    hashing a month.
+    cheaper than sorting millions of rows); each row is one `%` format of its allocation and
+    its task's quoted id, run by `map` (no Python code per row): the hot path of hashing a
+    month. A task's rows follow each other by class name, `default` first (as its empty name
+    sorts first).
     """
-    used = [name for name, item in scenario.index.classes.items() if item.usage]
-    if used and used != [DEFAULT_CLASS]:
-        return _classed_usage_text(scenario, used)
-    quoted = {task: json.dumps(task) + "}" for task in scenario.index.tasks}
-    parts: list[str] = []
-    append = parts.append
-    for interval in sorted(scenario.index.usage):
-        group = scenario.index.usage[interval]
-        middle = f'","interval":"{format_interval(interval)}","task":'
-        for task in sorted(group):
-            append('{"alloc_gpu_seconds":"' + str(group[task]) + middle + quoted[task])
-    return ",".join(parts)
-
-
-def _classed_usage_text(scenario: Scenario, used: list[str]) -> str:
-    """`_usage_text` for usage on several classes (or one that is not `default`): a row
-    of a class but `default` has `"gpu_class":<name>` between the allocation and the
-    interval (sorted keys), and a task's rows follow each other by class name, `default`
-    first (as its empty name sorts first).
-
-    Per interval, each task's text up to the interval is kept by task (a task on two
-    classes in one interval, the rare case, keeps a list sorted by class), then written in
-    task order: the same walk as `_usage_text`, no sort of millions of rows."""
     classes = scenario.index.classes
-    intervals = sorted({interval for name in used for interval in classes[name].usage})
+    used = [name for name, item in classes.items() if item.usage]
+    ordered = sorted(used, key=lambda name: "" if name == DEFAULT_CLASS else name)
     # Between the allocation and the interval's text: the class (none for `default`).
     class_text = {
         name: '","interval":"'
@@ -536,27 +555,37 @@ def _classed_usage_text(scenario: Scenario, used: list[str]) -> str:
         else f'","gpu_class":{json.dumps(name)},"interval":"'
         for name in used
     }
-    ordered = sorted(used, key=lambda name: "" if name == DEFAULT_CLASS else name)
-    quoted = {task: '","task":' + json.dumps(task) + "}" for task in scenario.index.tasks}
-    parts: list[str] = []
-    append = parts.append
+    quoted = {task: json.dumps(task) for task in scenario.index.tasks}
+    intervals = sorted({interval for name in used for interval in classes[name].usage})
     for interval in intervals:
         when = format_interval(interval)
-        heads: dict[str, str] = {}
-        several: dict[str, list[str]] = {}
-        for name in ordered:  # by class name: a task's rows come out in that order
-            middle = class_text[name] + when
-            for task, alloc in classes[name].usage.get(interval, {}).items():
-                head = '{"alloc_gpu_seconds":"' + str(alloc) + middle
-                if task in heads:
-                    several.setdefault(task, [heads[task]]).append(head)
-                else:
-                    heads[task] = head
-        for task in sorted(heads):
-            tail = quoted[task]
-            if task in several:
-                for head in several[task]:
-                    append(head + tail)
-            else:
-                append(heads[task] + tail)
-    return ",".join(parts)
+        rows: dict[str, str] = {}
+        count = 0
+        for name in ordered:
+            group = classes[name].usage.get(interval)
+            if group:
+                middle = (class_text[name] + when).replace("%", "%%")  # a "%" in a class name
+                row = '{"alloc_gpu_seconds":"%s' + middle + '","task":%s}'
+                pairs = zip(group.values(), map(quoted.__getitem__, group), strict=True)
+                texts = map(row.__mod__, pairs)
+                rows.update(zip(group, texts, strict=True))
+                count += len(group)
+        if count == len(rows):
+            yield ",".join(map(rows.__getitem__, sorted(rows)))
+        else:  # a task on two classes in this interval (rare): its rows by class name
+            yield _interval_with_shared_tasks(classes, ordered, class_text, quoted, interval)
+
+
+def _interval_with_shared_tasks(
+    classes: dict, ordered: list[str], class_text: dict[str, str], quoted: dict, interval: int
+) -> str:
+    """One interval of `_usage_pieces` where a task has rows of several classes: each
+    task's rows in class order, the tasks in order."""
+    when = format_interval(interval)
+    by_task: dict[str, list[str]] = {}
+    for name in ordered:  # by class name: a task's rows come out in that order
+        middle = class_text[name] + when
+        for task, alloc in classes[name].usage.get(interval, {}).items():
+            text = '{"alloc_gpu_seconds":"' + str(alloc) + middle + '","task":' + quoted[task]
+            by_task.setdefault(task, []).append(text + "}")
+    return ",".join(text for task in sorted(by_task) for text in by_task[task])

@@ -45,9 +45,11 @@ from billing.scenarios import (
     SCENARIO_BUILDER_VERSION,
     BuiltScenario,
     PricedScenario,
+    gc_paused,
     scenario_build,
     scenario_digest,
     scenario_price,
+    scenario_sha256,
 )
 from billing.selectors import (
     PeriodBounds,
@@ -98,6 +100,7 @@ class PeriodCloseOutcome:
     corrections_withheld: tuple[str, ...] = ()
 
 
+@gc_paused
 def period_close(
     *,
     period: str,
@@ -247,7 +250,7 @@ def _already_closed(close: PeriodClose, bounds: PeriodBounds) -> PeriodCloseOutc
     try:
         with _metering_snapshot():
             built = _close_rebuild(close, bounds)
-        changed = scenario_digest(built)[1] != latest.scenario_sha256
+        changed = scenario_sha256(built) != latest.scenario_sha256
     except ScenarioError:
         changed = True  # the data changed into something unpriceable; verify_period says how
     return PeriodCloseOutcome(period_close=close, created=False, data_changed=changed)
@@ -546,7 +549,7 @@ def _store_scenarios(
             price_book=book,
             scenario_sha256=priced.sha256,
             pool_cost=priced.result.pool_cost_rounded,
-            scenario_zlib=PeriodScenario.compress(priced.text),
+            scenario_zlib=priced.scenario_zlib,
             created=now,
         )
     ]
@@ -558,7 +561,7 @@ def _store_scenarios(
             price_book=item.book,
             scenario_sha256=item.priced.sha256,
             pool_cost=item.priced.result.pool_cost_rounded,
-            scenario_zlib=PeriodScenario.compress(item.priced.text),
+            scenario_zlib=item.priced.scenario_zlib,
             created=now,
         )
         for item in corrections

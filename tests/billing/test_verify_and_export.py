@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import io
 import json
 
@@ -10,7 +11,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db.models import F
 
-from billing.pricing import price, result_to_dict, scenario_from_dict
+from billing.models import PeriodScenario
+from billing.pricing import canonical_json, price, result_to_dict, scenario_from_dict, scenario_hash
 from billing.selectors import period_verification
 from billing.services import period_close
 from metering.models import LatencyInterval, UsageInterval
@@ -40,6 +42,16 @@ def test_it_exports_the_scenario_to_standard_output(closed):
     assert max(intervals) == "2026-09-30T15:55:00Z"  # the last one of September, local time
     result = result_to_dict(price(scenario_from_dict(exported)))
     assert result["pool_cost"] == str(closed.pool_cost)
+
+
+def test_it_stores_the_canonical_text_whose_hash_the_close_keeps(closed):
+    """The close hashes and compresses the text piece by piece, on a thread of its own: what
+    it stores is the engine's canonical text, whole, and the hash is that text's."""
+    text = PeriodScenario.objects.get(period=SEPTEMBER, revision=0).scenario_text()
+
+    assert text == canonical_json(json.loads(text))
+    assert hashlib.sha256(text.encode()).hexdigest() == closed.scenario_sha256
+    assert scenario_hash(json.loads(text)) == closed.scenario_sha256
 
 
 def test_it_refuses_to_export_a_period_that_is_not_closed(default_book):
