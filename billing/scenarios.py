@@ -36,15 +36,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
-import gc
 import hashlib
 import json
 import queue
 import threading
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from itertools import groupby
@@ -64,6 +62,7 @@ from billing.pricing import (
     price,
     scenario_from_dict,
 )
+from kernel.collector import collector_paused
 from kernel.histogram import INFINITY, is_infinity
 from metering import selectors as metering_selectors
 from metering.models import Service, Task
@@ -100,37 +99,7 @@ class PricedScenario:
         return zlib.decompress(self.scenario_zlib).decode()
 
 
-@contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    """Hold the cyclic garbage collector while a month's records are made and priced.
-
-    They are millions of tuples, dicts and lists, none in a reference cycle (reference
-    counting frees them), and each allocation counts towards the next collection: a
-    1,000-GPU month ran ~10 full collections, each walking every object made so far.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def gc_paused(function: Callable) -> Callable:
-    """`function` run with the cyclic GC held (see `_cyclic_gc_paused`): a caller that
-    keeps a month's records until it returns (a close storing its statements) holds it too,
-    so the collector never walks them."""
-
-    @functools.wraps(function)
-    def paused(*args, **kwargs):
-        with _cyclic_gc_paused():
-            return function(*args, **kwargs)
-
-    return paused
-
-
-@gc_paused
+@collector_paused
 def scenario_digest(built: BuiltScenario) -> tuple[bytes, str]:
     """The canonical JSON text of `built`, compressed as PeriodScenario stores it, and its
     SHA-256 (equal to `scenario_hash`), both taken piece by piece: a month's text is
@@ -148,7 +117,7 @@ def scenario_digest(built: BuiltScenario) -> tuple[bytes, str]:
     return b"".join(compressed), digest.hexdigest()
 
 
-@gc_paused
+@collector_paused
 def scenario_sha256(built: BuiltScenario) -> str:
     """`scenario_digest`'s hash alone (nothing compressed): to compare with a stored one."""
     digest = hashlib.sha256()
@@ -197,7 +166,7 @@ def _feed(built: BuiltScenario, take: Callable[[bytes], object]) -> None:
         raise failed[0]
 
 
-@gc_paused
+@collector_paused
 def scenario_price(built: BuiltScenario, digest: tuple[bytes, str] | None = None) -> PricedScenario:
     """Compressed canonical text, SHA-256 and the engine's price of `built`."""
     scenario_zlib, sha256 = digest or scenario_digest(built)
@@ -206,7 +175,7 @@ def scenario_price(built: BuiltScenario, digest: tuple[bytes, str] | None = None
     )
 
 
-@gc_paused
+@collector_paused
 def scenario_build(
     *,
     start: dt.datetime,

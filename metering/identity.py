@@ -13,8 +13,9 @@ from typing import Any
 from django.db import connection, transaction
 
 from audit.services import audit_record, object_snapshot
+from kernel.collector import collector_paused
 from metering import sources
-from metering.measure import IntervalFacts, Measured, PodIdentity, PodKey, collector_paused
+from metering.measure import IntervalFacts, Measured, PodIdentity, PodKey
 from metering.models import (
     Service,
     Source,

@@ -24,6 +24,7 @@ from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
+from kernel.collector import collector_paused
 from metering import measure, querying, shards, sources
 from metering.identity import _services_upsert, _tasks_upsert
 from metering.models import (
@@ -97,7 +98,7 @@ def _consecutive_runs(windows: list[IngestWindow]) -> Iterator[list[IngestWindow
         yield run
 
 
-@measure.collector_paused  # the whole batch: see its docstring
+@collector_paused  # the whole batch: see its docstring
 def _run_ingest(
     run: list[IngestWindow],
     accept_loss: LossAcceptance | None,

@@ -15,8 +15,6 @@ exporter that failed scrapes, so a silent node lowers it by its share and is nam
 from __future__ import annotations
 
 import decimal
-import functools
-import gc
 import threading
 from bisect import bisect_left
 from collections import defaultdict
@@ -28,8 +26,9 @@ from decimal import Decimal
 from fractions import Fraction
 from functools import cache
 from itertools import pairwise
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
+from kernel.collector import collector_paused
 from kernel.histogram import is_infinity
 from metering import sources
 
@@ -175,39 +174,6 @@ class Measured:
         nearby = starts[max(0, index - 1) : index + 1]
         nearest = min(nearby, key=lambda at: (abs(at - start), at))
         return self.intervals[nearest].identity[pod]
-
-
-P = ParamSpec("P")
-R = TypeVar("R")
-_PAUSES = threading.Lock()
-_pause = {"depth": 0, "was_enabled": False}
-
-
-def collector_paused(function: Callable[P, R]) -> Callable[P, R]:
-    """Run `function` with Python's cyclic garbage collector off, and back on after.
-
-    A batch builds millions of small objects (labels, points, rationals) that live until it
-    ends, and every automatic collection walks all of them again: at 10,000 GPUs that was
-    half of a batch's time. A batch's objects are freed by their reference counts, not by the
-    collector, so the pause adds nothing to a worker's peak; the few cycles it leaves (error
-    tracebacks) are collected as usual once the outermost pause ends."""
-
-    @functools.wraps(function)
-    def paused(*args: P.args, **kwargs: P.kwargs) -> R:
-        with _PAUSES:
-            _pause["depth"] += 1
-            if _pause["depth"] == 1:
-                _pause["was_enabled"] = gc.isenabled()
-                gc.disable()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            with _PAUSES:
-                _pause["depth"] -= 1
-                if _pause["depth"] == 0 and _pause["was_enabled"]:
-                    gc.enable()
-
-    return paused
 
 
 @collector_paused

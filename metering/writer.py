@@ -23,11 +23,12 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from audit.services import audit_record
+from kernel.collector import collector_paused
 from kernel.histogram import stored_p99
 from kernel.money import half_up_rational_text
 from metering import sources
 from metering.identity import _chunked, _moment, _pod_identity
-from metering.measure import IntervalFacts, Measured, PodKey, collector_paused
+from metering.measure import IntervalFacts, Measured, PodKey
 from metering.models import (
     CapacityInterval,
     IngestWindow,

@@ -268,3 +268,11 @@ def test_it_keeps_the_kernel_free_of_django():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert answer.stdout.strip() == "[]"
+
+
+def test_it_holds_the_garbage_collector_in_one_place():
+    """Ingest and the close both pause the cyclic collector; the nesting rule is the
+    kernel's (kernel/collector.py), so a second pause never re-enables it early."""
+    assert modules_where(lambda tree: bool(calls(tree, {"disable", "enable"}))) == [
+        "kernel/collector.py"
+    ]

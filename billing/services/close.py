@@ -45,7 +45,6 @@ from billing.scenarios import (
     SCENARIO_BUILDER_VERSION,
     BuiltScenario,
     PricedScenario,
-    gc_paused,
     scenario_build,
     scenario_digest,
     scenario_price,
@@ -65,6 +64,7 @@ from billing.selectors import (
     price_book_in_force,
 )
 from billing.services.books import PERIOD_CLOSE_LOCK, BillingError, _lock
+from kernel.collector import collector_paused
 from metering.models import IngestWindow, Team
 
 ZERO = Decimal(0)
@@ -100,7 +100,7 @@ class PeriodCloseOutcome:
     corrections_withheld: tuple[str, ...] = ()
 
 
-@gc_paused
+@collector_paused
 def period_close(
     *,
     period: str,
