@@ -272,8 +272,9 @@ def node_patterns(gpus: int, shards: int) -> list[str]:
     return ["|".join(group) for group in groups[1:] if group]
 
 
-def ingest_queued(source: Source, first: int, last: int) -> tuple[list[int], float]:
-    """Queue the span as `ingest_windows` tasks of BATCH windows; the wall time until done."""
+def ingest_queued(source: Source, first: int, last: int) -> tuple[list[IngestWindow], float]:
+    """Queue the span as `ingest_windows` tasks of BATCH windows; its windows, and the wall
+    time until every one is done."""
     start = dt.datetime.fromtimestamp(first, dt.UTC)
     windows = services.windows_create(
         source=source, start=start, end=dt.datetime.fromtimestamp(last, dt.UTC)
@@ -287,7 +288,7 @@ def ingest_queued(source: Source, first: int, last: int) -> tuple[list[int], flo
         if failed:
             raise SystemExit(f"window failed: {failed.error}")
         time.sleep(0.1)
-    return ids, time.perf_counter() - began
+    return windows, time.perf_counter() - began
 
 
 def usage_totals(source: Source) -> tuple:
@@ -373,20 +374,8 @@ def run_size(
         source = Source.objects.create(
             name=f"bench-{gpus}", url=prometheus.url, scrape_interval_seconds=scrape
         )
-        start = dt.datetime.fromtimestamp(first - scrape, dt.UTC)
-        windows = services.windows_create(
-            source=source, start=start, end=dt.datetime.fromtimestamp(last, dt.UTC)
-        )
+        windows, wall = ingest_queued(source, first - scrape, last)
         ids = [w.pk for w in windows]
-        began = time.perf_counter()
-        for index in range(0, len(ids), BATCH):
-            ingest_windows.delay(ids[index : index + BATCH])
-        while IngestWindow.objects.filter(pk__in=ids, status="done").count() < len(ids):
-            failed = IngestWindow.objects.filter(pk__in=ids, status="failed").first()
-            if failed:
-                raise SystemExit(f"window failed: {failed.error}")
-            time.sleep(0.1)
-        wall = time.perf_counter() - began
         rss = peak_rss_bytes(worker.pid)
         print(f"{gpus:,} GPUs: ingested in {wall:.1f} s", flush=True)
         scan_seconds, scan_samples = reference_scan(prometheus.url, first, last)
