@@ -118,8 +118,8 @@ def store_p99() -> None:
 SQL_LOAD = """
 INSERT INTO metering_source (name, url, bearer_token, basic_auth_user, basic_auth_password,
     verify_tls, scrape_interval_seconds, label_mapping, priority_class_kinds,
-    max_concurrent_queries, enabled, created)
-VALUES (%(source)s, 'http://127.0.0.1:9', '', '', '', true, 15, '{}', '{}', 4, true, now());
+    max_concurrent_queries, shard_node_patterns, enabled, created)
+VALUES (%(source)s, 'http://127.0.0.1:9', '', '', '', true, 15, '{}', '{}', 4, '[]', true, now());
 
 INSERT INTO metering_team (name, created)
 SELECT 'team-' || lpad(n::text, 3, '0'), now() FROM generate_series(1, %(teams)s) n;

@@ -100,9 +100,9 @@ def load(*, tasks: int = TASKS) -> int:
         cursor.execute(
             "INSERT INTO metering_source (name, url, bearer_token, basic_auth_user,"
             " basic_auth_password, verify_tls, scrape_interval_seconds, label_mapping,"
-            " priority_class_kinds, max_concurrent_queries, enabled, created) VALUES"
-            " ('default', 'http://prometheus.invalid', '', '', '', true, 15, '{}', '{}', 4,"
-            " true, now()) RETURNING id"
+            " priority_class_kinds, max_concurrent_queries, shard_node_patterns, enabled,"
+            " created) VALUES ('default', 'http://prometheus.invalid', '', '', '', true, 15,"
+            " '{}', '{}', 4, '[]', true, now()) RETURNING id"
         )
         source = cursor.fetchone()[0]
         cursor.execute(

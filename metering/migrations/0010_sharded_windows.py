@@ -16,6 +16,12 @@ class Migration(migrations.Migration):
             name='shard_node_patterns',
             field=models.JSONField(blank=True, default=list, help_text='Node-name regular expressions, one per shard (a shard of the other nodes is added): e.g. ["gpu-a-.*", "gpu-b-.*"]. Empty: windows are not sharded.'),
         ),
+        # A row written by SQL without the column (a bulk loader, the benchmarks) is unsharded,
+        # as every source was before, instead of refused.
+        migrations.RunSQL(
+            "ALTER TABLE metering_source ALTER COLUMN shard_node_patterns SET DEFAULT '[]'::jsonb",
+            reverse_sql="ALTER TABLE metering_source ALTER COLUMN shard_node_patterns DROP DEFAULT",
+        ),
         migrations.CreateModel(
             name='IngestBatch',
             fields=[
