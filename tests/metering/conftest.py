@@ -15,6 +15,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from metering import services
 from metering.models import IngestWindow, Source
@@ -227,3 +228,29 @@ def start_worker(transactional_db: None, tmp_path: Path) -> Iterator[Callable[[]
     yield start
     for worker in workers:
         worker.stop()
+
+
+def source_remove(pk: int) -> None:
+    """Every row a source's ingest wrote, the source itself, and the teams left with no task
+    or service: a module-scoped pool's clean-up (its own source only, never the others')."""
+    with connection.cursor() as cursor:
+        for statement in (
+            "DELETE FROM metering_usageinterval u USING metering_task t"
+            " WHERE u.task_id = t.id AND t.source_id = %(s)s",
+            "DELETE FROM metering_preemption p USING metering_task t"
+            " WHERE p.task_id = t.id AND t.source_id = %(s)s",
+            "DELETE FROM metering_podwait w USING metering_task t"
+            " WHERE w.task_id = t.id AND t.source_id = %(s)s",
+            "DELETE FROM metering_latencyinterval l USING metering_service v"
+            " WHERE l.service_id = v.id AND v.source_id = %(s)s",
+            "DELETE FROM metering_capacityinterval WHERE source_id = %(s)s",
+            "DELETE FROM metering_ingestbatch WHERE source_id = %(s)s",
+            "DELETE FROM metering_ingestwindow WHERE source_id = %(s)s",
+            "DELETE FROM metering_task WHERE source_id = %(s)s",
+            "DELETE FROM metering_service WHERE source_id = %(s)s",
+            "DELETE FROM metering_source WHERE id = %(s)s",
+            "DELETE FROM metering_team m WHERE NOT EXISTS (SELECT 1 FROM metering_task t"
+            " WHERE t.team_id = m.id) AND NOT EXISTS (SELECT 1 FROM metering_service s"
+            " WHERE s.team_id = m.id)",
+        ):
+            cursor.execute(statement, {"s": pk})

@@ -19,7 +19,6 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
 
 from audit.models import AuditEntry
 from metering import measure
@@ -35,7 +34,7 @@ from metering.models import (
     UsageInterval,
 )
 from simulator.prometheus import PrometheusProcess
-from tests.metering.conftest import POOL, ingest_span, pool_span
+from tests.metering.conftest import POOL, ingest_span, pool_span, source_remove
 from tests.metering.rollup import rollup_drift, rollup_rows
 
 # Every test here starts Prometheus, a Celery worker or Chromium (tests/slow.py).
@@ -58,26 +57,7 @@ def pool_source(
         )
         ingest_span(source, *pool_span(pool_truth))
         yield source.pk
-        with connection.cursor() as cursor:
-            for statement in (
-                "DELETE FROM metering_usageinterval u USING metering_task t"
-                " WHERE u.task_id = t.id AND t.source_id = %(s)s",
-                "DELETE FROM metering_preemption p USING metering_task t"
-                " WHERE p.task_id = t.id AND t.source_id = %(s)s",
-                "DELETE FROM metering_podwait w USING metering_task t"
-                " WHERE w.task_id = t.id AND t.source_id = %(s)s",
-                "DELETE FROM metering_latencyinterval l USING metering_service v"
-                " WHERE l.service_id = v.id AND v.source_id = %(s)s",
-                "DELETE FROM metering_capacityinterval WHERE source_id = %(s)s",
-                "DELETE FROM metering_ingestwindow WHERE source_id = %(s)s",
-                "DELETE FROM metering_task WHERE source_id = %(s)s",
-                "DELETE FROM metering_service WHERE source_id = %(s)s",
-                "DELETE FROM metering_source WHERE id = %(s)s",
-                "DELETE FROM metering_team m WHERE NOT EXISTS (SELECT 1 FROM metering_task t"
-                " WHERE t.team_id = m.id) AND NOT EXISTS (SELECT 1 FROM metering_service s"
-                " WHERE s.team_id = m.id)",
-            ):
-                cursor.execute(statement, {"s": source.pk})
+        source_remove(source.pk)
 
 
 def per_task_interval(field: str) -> dict[str, dict[str, Decimal]]:

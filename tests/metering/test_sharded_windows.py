@@ -21,7 +21,6 @@ from pathlib import Path
 import psycopg
 import pytest
 from django.core.management import call_command
-from django.db import connection
 
 from metering import measure, services, shards, sources
 from metering.models import (
@@ -39,7 +38,13 @@ from metering.models import (
 from simulator.config import PoolConfig
 from simulator.pool import simulate
 from simulator.prometheus import PrometheusProcess, backfill
-from tests.metering.conftest import ingest_span, prometheus_over, wait_for, windows_status
+from tests.metering.conftest import (
+    ingest_span,
+    prometheus_over,
+    source_remove,
+    wait_for,
+    windows_status,
+)
 from tests.slow import starts
 
 pytestmark = pytest.mark.slow  # every test here starts Prometheus (tests/slow.py)
@@ -74,27 +79,6 @@ def gang_prometheus(gang_pool: tuple[dict, Path]) -> Iterator[PrometheusProcess]
     running = prometheus_over(gang_pool[1], POOL.scrape_interval_seconds)
     yield running
     running.stop()
-
-
-def source_remove(pk: int) -> None:
-    with connection.cursor() as cursor:
-        for statement in (
-            "DELETE FROM metering_usageinterval u USING metering_task t"
-            " WHERE u.task_id = t.id AND t.source_id = %(s)s",
-            "DELETE FROM metering_preemption p USING metering_task t"
-            " WHERE p.task_id = t.id AND t.source_id = %(s)s",
-            "DELETE FROM metering_podwait w USING metering_task t"
-            " WHERE w.task_id = t.id AND t.source_id = %(s)s",
-            "DELETE FROM metering_latencyinterval l USING metering_service v"
-            " WHERE l.service_id = v.id AND v.source_id = %(s)s",
-            "DELETE FROM metering_capacityinterval WHERE source_id = %(s)s",
-            "DELETE FROM metering_ingestbatch WHERE source_id = %(s)s",
-            "DELETE FROM metering_ingestwindow WHERE source_id = %(s)s",
-            "DELETE FROM metering_task WHERE source_id = %(s)s",
-            "DELETE FROM metering_service WHERE source_id = %(s)s",
-            "DELETE FROM metering_source WHERE id = %(s)s",
-        ):
-            cursor.execute(statement, {"s": pk})
 
 
 @pytest.fixture(scope="module")
