@@ -9,7 +9,7 @@ import pytest
 from tests.slow import starts
 from tests.soak.harness import SoakPlan, SoakResult, run_soak
 
-# One fault cycle at a 10 s step: about two and a half minutes with the check.
+# One fault cycle at a 10 s step: about three minutes with the check.
 SHORT = SoakPlan(cycles=1)
 TOOLS = ("prometheus", "redis-server")
 

@@ -8,14 +8,17 @@ Celery beat ingesting every step.
 
 While beat runs, the faults of issue 7 are injected in a cycle: a duplicate delivery of one
 window, SIGKILL of the worker while a window is running, a Redis restart, Prometheus stopped
-for several steps and restarted on the same TSDB, a PostgreSQL restart. A crashed process is
-started again, as a service manager would, and counted.
+for several steps and restarted on the same TSDB, the exporters silent for three steps (the
+simulator stopped with SIGSTOP, as a hung exporter or an overloaded node), a PostgreSQL
+restart. A crashed process is started again, as a service manager would, and counted.
 
 Afterwards beat stops, the harness waits for the stack to settle, and a second database
 ingests the same span from the same Prometheus in one process, window by window, with no
 faults: that is what Prometheus holds of what the simulator served. Every row of the soak's
 database must equal the check's row, key by key: a row only in the check was lost, a row only
-in the soak (or twice in it) was counted twice.
+in the soak (or twice in it) was counted twice; and every window outside Prometheus' outage
+must be exactly as complete as the check's (a window the exporters left short is short in
+both: the faults lost nothing).
 
     python -m tests.soak.harness --minutes 10     # `make soak`
 """
@@ -100,6 +103,11 @@ class SoakResult:
     problems: list[str] = field(default_factory=list)
     span: tuple[datetime, datetime] | None = None
     min_completeness_outside_outage: Decimal | None = None
+    max_completeness_outside_outage: Decimal | None = None
+    # Off-outage windows short of samples, each with its counts and warnings (why it is short).
+    incomplete_windows: list[str] = field(default_factory=list)
+    # Off-outage windows whose completeness is not the check's (the faults lost samples).
+    windows_completeness_differing: list[str] = field(default_factory=list)
 
     @property
     def fault_kinds(self) -> set[str]:
@@ -125,6 +133,8 @@ class SoakResult:
             ("windows retried", self.windows_retried),
             ("windows changed after 1st write", self.windows_changed_after_first_write),
             ("min completeness off-outage", self.min_completeness_outside_outage),
+            ("max completeness off-outage", self.max_completeness_outside_outage),
+            ("completeness not the check's (must be 0)", len(self.windows_completeness_differing)),
             ("rows checked", f"{self.rows_checked} ({by_table})"),
             ("rows lost (must be 0)", self.rows_lost),
             ("rows duplicated (must be 0)", self.rows_duplicated),
@@ -133,6 +143,11 @@ class SoakResult:
         width = max(len(name) for name, _ in rows)
         lines += ["", "soak: result"]
         lines += [f"  {name:<{width}}  {value if value != '' else '-'}" for name, value in rows]
+        lines += [f"  incomplete window: {window}" for window in self.incomplete_windows[:20]]
+        lines += [
+            f"  completeness differs: {window}"
+            for window in self.windows_completeness_differing[:20]
+        ]
         lines += [f"  problem: {problem}" for problem in self.problems[:40]]
         return "\n".join(lines)
 
@@ -144,6 +159,7 @@ class SoakResult:
             or self.rows_lost
             or self.rows_duplicated
             or self.rows_differing
+            or self.windows_completeness_differing
             or self.problems
         )
 
@@ -594,6 +610,22 @@ class Injector:
         self.outages.append((began, datetime.now(UTC)))
         self.note("prometheus restarted", "same TSDB, same port")
 
+    def exporter_silent(self) -> None:
+        """SIGSTOP the simulator for three steps: Prometheus' scrapes of it fail (`up` 0), as
+        when an exporter hangs or the machine is too loaded to answer in time. At least one
+        whole window falls inside (a scrape that began up to a scrape timeout before SIGCONT
+        can still succeed); it is short of samples in the soak and the check alike, and says
+        so in its warnings."""
+        process = self.stack.simulator.process
+        assert process is not None
+        seconds = 3 * self.stack.plan.step_seconds
+        os.killpg(process.pid, signal.SIGSTOP)
+        self.note("exporter silent", f"simulator stopped (SIGSTOP) for {seconds}s")
+        try:
+            time.sleep(seconds)
+        finally:
+            os.killpg(process.pid, signal.SIGCONT)
+
     def postgres_restart(self) -> None:
         self.stack.postgres.stop()
         time.sleep(1)
@@ -610,6 +642,8 @@ class Injector:
         self.redis_restart()
         self.pause(step)
         self.prometheus_outage()
+        self.pause(step)
+        self.exporter_silent()
         self.pause(step)
         self.postgres_restart()
         self.pause(step)
@@ -646,7 +680,7 @@ TABLES = {
     "waits": (
         "SELECT t.external_id, w.pod, w.created, w.scheduled, w.seconds"
         " FROM metering_podwait w JOIN metering_task t ON t.id = w.task_id",
-        2,
+        3,  # a pod's wait per incarnation (metering.models.PodWait)
     ),
 }
 
@@ -654,7 +688,8 @@ TABLES = {
 def reconcile(stack: Stack, result: SoakResult, outages: list[tuple[datetime, datetime]]) -> None:
     step = stack.plan.step_seconds
     windows = stack.query(
-        "SELECT start, status, attempts, completeness, changed_after_first_write"
+        "SELECT start, status, attempts, completeness, changed_after_first_write, warnings,"
+        " samples_seen, samples_expected"
         " FROM metering_ingestwindow ORDER BY start"
     )
     if not windows:
@@ -672,8 +707,8 @@ def reconcile(stack: Stack, result: SoakResult, outages: list[tuple[datetime, da
     result.windows_done = sum(1 for row in windows if row[1] == "done")
     result.windows_retried = sum(1 for row in windows if row[2] > 1)
     result.windows_changed_after_first_write = sum(1 for row in windows if row[4] is not None)
-    off_outage = [
-        row[3]
+    off_outage_rows = [
+        row
         for row in windows
         if row[1] == "done"
         and row[0] > first + timedelta(seconds=step)  # Prometheus began mid-window
@@ -682,7 +717,15 @@ def reconcile(stack: Stack, result: SoakResult, outages: list[tuple[datetime, da
             for began, end in outages
         )
     ]
+    off_outage = [row[3] for row in off_outage_rows]
     result.min_completeness_outside_outage = min(off_outage) if off_outage else None
+    result.max_completeness_outside_outage = max(off_outage) if off_outage else None
+    result.incomplete_windows = [
+        f"{row[0]:%H:%M:%S} completeness {row[3]} ({row[6]} of {row[7]} samples)"
+        f" attempts {row[2]}: {'; '.join(map(str, row[5] or [])) or 'no warning'}"
+        for row in off_outage_rows
+        if row[3] < 1
+    ]
 
     # The check: the same span, one window at a time, in one process, no faults.
     check_env = {**stack.env, "DATABASE_URL": stack.postgres.url("check")}
@@ -708,6 +751,18 @@ def reconcile(stack: Stack, result: SoakResult, outages: list[tuple[datetime, da
     )
     for table, (sql, key_width) in TABLES.items():
         compare_rows(result, table, stack.query(sql), stack.query(sql, database="check"), key_width)
+    # Completeness against the check's, window by window: on a loaded machine the simulator
+    # can miss scrapes (Prometheus records them failed in `up`), and a window without samples
+    # is short in both databases alike. A soak window less (or more) complete than the
+    # fault-free ingest of the same Prometheus is one the faults changed.
+    checked = dict(
+        stack.query("SELECT start, completeness FROM metering_ingestwindow", database="check")
+    )
+    result.windows_completeness_differing = [
+        f"{row[0]:%H:%M:%S} soak {row[3]}, check {checked.get(row[0])}"
+        for row in off_outage_rows
+        if checked.get(row[0]) != row[3]
+    ]
 
 
 def compare_rows(
