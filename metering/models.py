@@ -234,6 +234,11 @@ class Preemption(models.Model):
 
 
 class PodWait(models.Model):
+    """How long one pod waited to be scheduled. A pod name comes back (a StatefulSet's
+    `name-0` recreated, next month's run of the same job), each time with a new creation
+    time: each incarnation keeps its own wait, so a later one never overwrites an earlier
+    month's (health numbers of a closed month stay as closed)."""
+
     task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="waits")
     pod = models.CharField(max_length=300)
     created = models.DateTimeField()
@@ -242,7 +247,7 @@ class PodWait(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["task", "pod"], name="podwait_unique"),
+            models.UniqueConstraint(fields=["task", "pod", "created"], name="podwait_unique"),
         ]
         indexes = [models.Index(fields=["scheduled"])]
 

@@ -585,14 +585,14 @@ def _usage_copy(cursor: Any, usage: list[str]) -> None:
 
 def _waits_insert(waits: list[tuple]) -> None:
     """A wait belongs to the window in which its pod's scheduled time first shows; the row is
-    keyed by (task, pod), so writing it again replaces it."""
+    keyed by (task, pod, created), so writing it again replaces it, and a later pod of the
+    same name (created anew) gets a row of its own."""
     for chunk in _chunked(sorted(waits)):
         with connection.cursor() as cursor:
             cursor.execute(
                 "INSERT INTO metering_podwait (task_id, pod, created, scheduled, seconds)"
                 " SELECT * FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[],"
-                " %s::timestamptz[], %s::int[]) ON CONFLICT (task_id, pod) DO UPDATE SET"
-                " created = EXCLUDED.created, scheduled = EXCLUDED.scheduled,"
-                " seconds = EXCLUDED.seconds",
+                " %s::timestamptz[], %s::int[]) ON CONFLICT (task_id, pod, created) DO UPDATE SET"
+                " scheduled = EXCLUDED.scheduled, seconds = EXCLUDED.seconds",
                 [list(column) for column in zip(*chunk, strict=True)],
             )
