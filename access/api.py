@@ -24,6 +24,7 @@ from rest_framework.request import Request
 
 from access.selectors import sees_every_team, visible_teams
 from kernel.money import ROUNDING
+from kernel.numbers import whole_number
 from kernel.period import PeriodError, period_utc_range, time_zone
 from metering.models import Team
 
@@ -113,8 +114,8 @@ def visible_team(user: object, raw: str) -> Team | None:
     if not raw or "\x00" in raw:
         return None
     lookup = Q(name=raw)
-    if raw.isdigit() and len(raw) < 19:  # longer digit strings are beyond any bigint id
-        lookup |= Q(pk=int(raw))
+    if (team_id := whole_number(raw)) is not None:
+        lookup |= Q(pk=team_id)
     return visible_teams(user).filter(lookup).order_by("pk").first()
 
 

@@ -39,6 +39,7 @@ from config.embedded import (  # noqa: E402
     private_redis_start,
     var_dir_from_environment,
 )
+from kernel.numbers import whole_number  # noqa: E402
 from kernel.period import period_of_day, time_zone  # noqa: E402
 from simulator.config import PoolConfig, previous_calendar_month  # noqa: E402
 
@@ -187,7 +188,8 @@ def demo_admin_password() -> str:
 
 def web_address() -> str:
     port = os.environ.get("TANDEM_DEMO_PORT", "8000")
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
+    number = whole_number(port, max_digits=5)
+    if number is None or not 1 <= number <= 65535:
         raise SystemExit(f"TANDEM_DEMO_PORT must be a TCP port 1-65535, got {port!r}")
     return f"{WEB_HOST}:{port}"
 

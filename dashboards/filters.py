@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.db.models import Max, QuerySet
 
+from kernel.numbers import whole_number
 from kernel.period import is_period_text, time_zone
 from kernel.tasks import TASK_KINDS
 from metering.models import Team, UsageInterval
@@ -158,8 +159,8 @@ def parse_filters(params: Mapping[str, str], *, teams: QuerySet[Team]) -> Filter
     date_range = parse_range(params, errors)
     team = None
     if raw_team := params.get("team"):
-        is_id = raw_team.isdigit() and len(raw_team) < 19  # beyond bigint is no id
-        team = teams.filter(pk=int(raw_team)).first() if is_id else None
+        team_id = whole_number(raw_team)
+        team = teams.filter(pk=team_id).first() if team_id is not None else None
         if team is None:
             # One message for "no such team" and "not yours": nothing to probe.
             errors.append(f"Filter 'team': no team {raw_team!r} that you can see.")

@@ -38,6 +38,7 @@ from dashboards.tables import (
     text,
 )
 from kernel.lost_work import lost_gpu_seconds
+from kernel.numbers import whole_number
 from kernel.period import period_of_day
 from kernel.tasks import TASK_KIND_CHOICES, TASK_KINDS
 from metering.models import Preemption, Service, Task, Team
@@ -619,8 +620,8 @@ def chosen_service(
     """The service asked for (`service=<id>`), else the one furthest above its SLO."""
     known = {s.service_id for s in latencies}
     if raw:
-        if raw.isdigit() and int(raw) in known:
-            return int(raw)
+        if (service_id := whole_number(raw)) in known:
+            return service_id
         errors.append(f"Filter 'service': no key service {raw!r} that you can see.")
     measured = [s for s in latencies if s.p99_ms is not None]
     if measured:
@@ -769,8 +770,8 @@ def statement_period(request: HttpRequest, period: str) -> HttpResponse:
         drafts = pages.draft_price_books()
         context["drafts"] = drafts
         if raw := request.GET.get("draft"):
-            is_id = raw.isdigit() and len(raw) < 19
-            draft = drafts.filter(pk=int(raw)).first() if is_id else None
+            draft_id = whole_number(raw)
+            draft = drafts.filter(pk=draft_id).first() if draft_id is not None else None
             if draft is None:
                 context["draft_error"] = f"Filter 'draft': no draft price book {raw!r}."
             else:

@@ -30,6 +30,7 @@ from typing import Any
 
 from kernel.collector import collector_paused
 from kernel.histogram import is_infinity
+from kernel.numbers import whole_number
 from metering import sources
 
 PodKey = tuple[str, str]  # (namespace, pod)
@@ -855,10 +856,10 @@ def mig_share(profile: str) -> Fraction:
     """A MIG instance is slices/7 of a GPU ("3g.40gb" -> 3/7); a whole device is 1."""
     if not profile:
         return Fraction(1)
-    slices = profile.split("g.", 1)[0]
-    if not slices.isdigit() or not 1 <= int(slices) <= 7:
+    slices = whole_number(profile.split("g.", 1)[0], max_digits=1)
+    if slices is None or not 1 <= slices <= 7:
         raise ValueError(profile)
-    return Fraction(int(slices), 7)
+    return Fraction(slices, 7)
 
 
 @cache

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from access.decorators import role_required
 from access.selectors import sees_every_team, visible_teams
 from billing.models import StatementLine
+from kernel.numbers import whole_number
 from kernel.period import time_zone
 from reports import rows, services
 from reports.explain import statement_line_explain
@@ -108,8 +109,7 @@ def file_download(request: HttpRequest, run_id: int, name: str) -> FileResponse:
 
 
 def _task_param(request: HttpRequest) -> int | None:
-    value = request.GET.get("task", "")
-    return int(value) if value.isdigit() else None
+    return whole_number(request.GET.get("task", ""))
 
 
 @login_required

@@ -71,7 +71,7 @@ def parse_silent_exporter(text: str) -> SilentExporter:
         raise SimulatorConfigError(
             f"--silent-exporter start must be ISO 8601 with a zone, got {start!r}"
         )
-    if not seconds.isdigit():
+    if not (seconds.isascii() and seconds.isdigit()):
         raise SimulatorConfigError(f"--silent-exporter seconds must be whole, got {seconds!r}")
     return SilentExporter(node=node, start=int(moment.timestamp()), seconds=int(seconds))
 

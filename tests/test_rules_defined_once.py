@@ -276,3 +276,9 @@ def test_it_holds_the_garbage_collector_in_one_place():
     assert modules_where(lambda tree: bool(calls(tree, {"disable", "enable"}))) == [
         "kernel/collector.py"
     ]
+
+
+def test_it_reads_whole_numbers_from_text_in_one_place():
+    """`str.isdigit()` also accepts "¹", which `int()` refuses: a query string's id, a port or
+    a MIG slice count is read by kernel/numbers.py, so none answers a 500."""
+    assert modules_where(lambda tree: bool(calls(tree, {"isdigit"}))) == ["kernel/numbers.py"]

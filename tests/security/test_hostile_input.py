@@ -92,6 +92,9 @@ BAD_QUERIES = [
     {"page": "-1"},
     {"csv": "../../../etc/passwd"},
     {"format": "json", "task": "9" * 40},
+    # Unicode digits: str.isdigit() says yes, int() refuses (kernel/numbers.py).
+    {"team": "\u00b9"},
+    {"task": "\u00b2", "service": "\u00b3", "draft": "\u00b9"},
     {"period": "x" * 3000},
     {"ordering": "'; DROP TABLE metering_team; --"},
     {f"p{n}": "v" * 100 for n in range(200)},
