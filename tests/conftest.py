@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.test import override_settings
 
 # The pool fixtures (`api_pool`, `boundary_pool`, `report_pool`) for every area; pytester for
 # the test of the `slow` mark's enforcement (tests/test_slow_marks.py).
@@ -18,6 +20,16 @@ FIXTURES = REPO / "tests" / "fixtures"
 def fixtures_dir() -> Path:
     """tests/fixtures: the real exporters' samples and the pricing worked examples."""
     return FIXTURES
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fast_password_hashing() -> Iterator[None]:
+    """Test users' passwords hashed with MD5, not production's PBKDF2 (a third of a second a
+    hash or login on this machine, and the suite makes hundreds): what is tested is who may
+    log in and see what, not the hash's cost. Production's hashers are config/settings.py's,
+    checked by the deploy tests in their own processes."""
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
 
 
 # tryfirst: xdist's own hook turns the mark into the node id's `@group` suffix, so it must see it.
