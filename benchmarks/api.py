@@ -190,9 +190,9 @@ FROM (
     CROSS JOIN generate_series(1, 20) n
 ) waits;
 
-INSERT INTO metering_preemption (task_id, pod, at, gpus, seconds_since_start)
-SELECT k.id, k.external_id || '-p' || n, %(start)s::timestamptz + random() * interval '30 days',
-       2, (random() * 7200)::int
+INSERT INTO metering_preemption (task_id, pod, pods, at, gpus, seconds_since_start)
+SELECT k.id, k.external_id || '-p' || n, 1,
+       %(start)s::timestamptz + random() * interval '30 days', 2, (random() * 7200)::int
 FROM metering_task k
 JOIN metering_source s ON s.id = k.source_id AND s.name = %(source)s
 CROSS JOIN generate_series(1, 5) n
