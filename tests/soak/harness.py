@@ -622,7 +622,7 @@ class Injector:
         os.killpg(process.pid, signal.SIGSTOP)
         self.note("exporter silent", f"simulator stopped (SIGSTOP) for {seconds}s")
         try:
-            time.sleep(seconds)
+            self.pause(seconds)  # a stopped process is alive: pause restarts only crashed ones
         finally:
             os.killpg(process.pid, signal.SIGCONT)
 

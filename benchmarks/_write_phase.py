@@ -1,0 +1,119 @@
+"""Where an ingest's write phase goes: each part timed in one process, on a kept pool.
+
+`make bench` reports the whole write phase against a raw COPY; this says what it is made of.
+It ingests a TSDB kept by `benchmarks/ingest.py --keep` in this process, one batch of 12
+windows at a time as the worker does, with a timer around each part of the write (the task
+upsert, building the rows, the usage DELETE + COPY, the other tables, the windows' update),
+and prints the seconds of each, of the measure phase, and the write phase against a raw COPY
+of the same rows (benchmarks/ingest.py's reference). Not run by `make bench` (it needs a
+kept pool, and the bench's figures are same-run ratios; these are a breakdown).
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_ingest \\
+      .venv/bin/python benchmarks/ingest.py --gpus 1000 --hours 6 --scrape 150 --keep
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_ingest \\
+      .venv/bin/python benchmarks/_write_phase.py var/bench/ingest-<pid> --gpus 1000 --hours 6
+
+The scratch database's metering rows are TRUNCATEd first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from benchmarks.ingest import BATCH, copy_rows_per_second, truncate_metering  # noqa: E402
+from metering import ingest, services, writer  # noqa: E402
+from metering.models import Source, UsageInterval  # noqa: E402
+from simulator.prometheus import lookback_for, start_prometheus  # noqa: E402
+
+SECONDS: dict[str, float] = defaultdict(float)
+# (module, function, what a reader calls it); ingest imports the first four by name.
+PARTS = [
+    (ingest, "_measure", "measure (Prometheus and Python)"),
+    (ingest, "_tasks_upsert", "task upsert"),
+    (ingest, "_services_upsert", "service upsert"),
+    (ingest, "_run_write", "rest of the write (below)"),
+    (writer, "_window_rows", "  building the rows"),
+    (writer, "_usage_copy", "  usage COPY"),
+    (writer, "_run_rows_delete", "  DELETEs"),
+    (writer, "_rows_replace", "  every table replaced (COPY and DELETEs included)"),
+    (writer, "_windows_result_update", "  windows' update"),
+]
+
+
+def timed(function: Callable, name: str) -> Callable:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            SECONDS[name] += time.perf_counter() - began
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kept", type=Path, help="a folder kept by benchmarks/ingest.py --keep")
+    parser.add_argument("--gpus", type=int, default=1000)
+    parser.add_argument("--hours", type=int, default=6)
+    parser.add_argument("--scrape", type=int, default=150)
+    options = parser.parse_args()
+    recorded = options.kept / f"simulated-{options.gpus}x{options.hours}h-{options.scrape}s.json"
+    first = json.loads(recorded.read_text())["first"]
+    last = first + (options.hours * 3600 // options.scrape - 1) * options.scrape
+    for module, name, _ in PARTS:
+        setattr(module, name, timed(getattr(module, name), name))
+    truncate_metering()
+    prometheus = start_prometheus(
+        options.kept / f"tsdb-{options.gpus}",
+        lookback_delta=lookback_for(options.scrape),
+        scrape_interval=f"{options.scrape}s",
+    )
+    try:
+        source = Source.objects.create(
+            name="write-phase", url=prometheus.url, scrape_interval_seconds=options.scrape
+        )
+        windows = services.windows_create(
+            source=source,
+            start=dt.datetime.fromtimestamp(first - options.scrape, dt.UTC),
+            end=dt.datetime.fromtimestamp(last, dt.UTC),
+        )
+        ids = [window.pk for window in windows]
+        began = time.perf_counter()
+        for index in range(0, len(ids), BATCH):
+            ingest.windows_ingest(window_ids=ids[index : index + BATCH])
+        total = time.perf_counter() - began
+        _, copy_rate = copy_rows_per_second(source)
+    finally:
+        prometheus.stop()
+    rows = UsageInterval.objects.count()
+    write = SECONDS["_tasks_upsert"] + SECONDS["_services_upsert"] + SECONDS["_run_write"]
+    print(f"{len(ids)} windows, {rows:,} usage rows, {total:.2f} s in all")
+    for _, name, label in PARTS:
+        print(f"{label:<52} {SECONDS[name]:7.2f} s")
+    print(f"{'write phase (task and service upserts, rest of the write)':<52} {write:7.2f} s")
+    print(
+        f"write phase rows/s: {rows / write:,.0f}; raw COPY of the same rows {copy_rate:,.0f}"
+        f" rows/s; ratio {rows / write / copy_rate:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
