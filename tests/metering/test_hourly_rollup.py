@@ -162,6 +162,44 @@ def test_it_moves_a_tasks_hours_to_its_new_team_and_kind() -> None:
 
 
 @pytest.mark.django_db
+def test_it_moves_only_the_relabelled_tasks_hours_when_an_upsert_touches_every_task() -> None:
+    # Ingest's upsert updates every task of a batch (its last_seen widens) in one statement;
+    # the trigger must pick out the few whose team or kind changed (migration 0012).
+    source, (inference, training), _ = make_tasks()
+    team = inference.team
+    more = [
+        Task.objects.create(
+            source=source,
+            external_id=f"more-{n}",
+            team=team,
+            kind="training_batch",
+            first_seen=HOUR_10,
+        )
+        for n in range(30)
+    ]
+    UsageInterval.objects.bulk_create(
+        [usage(task, HOUR_10) for task in [inference, training, *more]]
+        + [usage(more[7], HOUR_10 + dt.timedelta(hours=2))]
+    )
+    other = Team.objects.create(name="other-team")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE metering_task SET last_seen = %s,"
+            " team_id = CASE WHEN id = %s THEN %s ELSE team_id END WHERE source_id = %s",
+            [HOUR_10 + dt.timedelta(hours=3), more[7].pk, other.pk, source.pk],
+        )
+    assert sorted(
+        TeamHour.objects.values_list("team__name", "kind", "hour_start", "alloc_gpu_seconds")
+    ) == [
+        ("other-team", "training_batch", HOUR_10, Decimal(300)),
+        ("other-team", "training_batch", HOUR_10 + dt.timedelta(hours=2), Decimal(300)),
+        ("rollup-team", "inference", HOUR_10, Decimal(300)),
+        ("rollup-team", "training_batch", HOUR_10, Decimal(300 * 30)),
+    ]
+    assert rollup_drift() == []
+
+
+@pytest.mark.django_db
 def test_it_empties_the_rollup_when_the_intervals_are_truncated() -> None:
     _, (task, _), _ = make_tasks()
     UsageInterval.objects.bulk_create([usage(task, HOUR_10)])
