@@ -104,26 +104,35 @@ def _tasks_upsert(
     teams = _teams_without_kube(source, seen)
     merged: dict[TaskRowKey, dict[str, Any]] = {}
     pod_tasks: dict[tuple[int, PodKey], TaskRowKey] = {}
-    for (start, pod), (task, identity) in sorted(seen.items()):
-        key = (task.namespace, task.external_id, teams.get((start, pod), task.team))
-        pod_tasks[(start, pod)] = key
-        row = merged.get(key)
-        if row is None or (task.from_kube and not row["from_kube"]):
-            row = merged[key] = {
-                **task.__dict__,
-                "team": key[2],
-                "first_seen": start,
-                "last_seen": start,
-                "created": None,
-                "first_started": None,
-                "ended": None,
-            }
-        row["first_seen"] = min(row["first_seen"], start)
-        row["last_seen"] = max(row["last_seen"], start)
-        row["created"] = _least(row["created"], identity.created)
-        row["first_started"] = _least(row["first_started"], identity.scheduled)
-        if identity.ended:
-            row["ended"] = max(row["ended"] or 0, start + step)
+    # In (interval, pod) order, so the first view of a row wins, as in every run; interval
+    # by interval rather than one sort of every (interval, pod) pair (53,000 of them at
+    # 10,000 GPUs). Intervals come in ascending order: a row's first_seen is the interval
+    # that made it, its last_seen the latest one.
+    by_interval: dict[int, list[PodKey]] = defaultdict(list)
+    for start, pod in seen:
+        by_interval[start].append(pod)
+    for start in sorted(by_interval):
+        for pod in sorted(by_interval[start]):
+            task, identity = seen[(start, pod)]
+            key = (task.namespace, task.external_id, teams.get((start, pod), task.team))
+            pod_tasks[(start, pod)] = key
+            row = merged.get(key)
+            if row is None or (task.from_kube and not row["from_kube"]):
+                row = merged[key] = {
+                    **task.__dict__,
+                    "team": key[2],
+                    "first_seen": start,
+                    "created": None,
+                    "first_started": None,
+                    "ended": None,
+                }
+            row["last_seen"] = start
+            if identity.created is not None:
+                row["created"] = _least(row["created"], identity.created)
+            if identity.scheduled is not None:
+                row["first_started"] = _least(row["first_started"], identity.scheduled)
+            if identity.ended:
+                row["ended"] = max(row["ended"] or 0, start + step)
     team_ids = _teams_upsert({row["team"] for row in merged.values()}, source=source)
     _legacy_tasks_adopt(source, merged, team_ids)
     pks, inserted = _task_rows_upsert(source, merged, team_ids)

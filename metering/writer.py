@@ -161,6 +161,7 @@ def _usage_lines(
         for index, meter in enumerate(io_meters, start=4):
             row[index] += counters.get(meter, 0)
     moment = window.start.isoformat()
+    models = {model: _copy_text(model) for _, model in usage}  # a few names, many rows
     lines = []
     for (task_id, model), row in sorted(usage.items()):
         if not (row[0] or row[1] or row[3] or any(row[4:])):
@@ -170,7 +171,7 @@ def _usage_lines(
         lines.append(
             f"{task_id}\t{moment}\t{_six_places(row[0])}\t{_six_places(row[1])}\t"
             f"{round(sum(memory) / len(memory))}\t{row[3]}\t"
-            f"{row[4]}\t{row[5]}\t{row[6]}\t{row[7]}\t{_copy_text(model)}\n"
+            f"{row[4]}\t{row[5]}\t{row[6]}\t{row[7]}\t{models[model]}\n"
         )
     return lines
 
