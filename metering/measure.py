@@ -439,6 +439,9 @@ def describe(labels: dict[str, str]) -> str:
     return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()) if k != "meter") + "}"
 
 
+_UNREAD: Any = object()  # a text not read yet (None is an answer: NaN, infinity, negative)
+
+
 def _points(
     result: sources.QueryRun,
     observed: dict[int, Observed],
@@ -446,12 +449,16 @@ def _points(
     *,
     needs_pod: bool = True,
     required: tuple[str, ...] = (),
-) -> Iterator[tuple[Observed, dict[str, str], Decimal, str]]:
-    """(interval, labels, value, its text) for every usable point; the rest are warnings."""
+) -> Iterator[tuple[Observed, dict[str, str], PodKey, Decimal, str]]:
+    """(interval, labels, (namespace, pod), value, its text) for every usable point; the rest
+    are warnings. The pod is read once per series, and each distinct text once per answer:
+    answers repeat a few values ("1", "0", tick counts) over a million points a batch."""
     step = plan.step_seconds
+    numbers: dict[str, Decimal | None] = {}
     for series in result.series:
         labels = series.labels
-        namespace, pod = pod_of(labels)
+        key = pod_of(labels)
+        namespace, pod = key
         missing = [name for name in required if not labels.get(name)]
         if needs_pod and not (namespace and pod):
             missing = ["namespace" if pod else "pod", *missing]
@@ -464,13 +471,15 @@ def _points(
                     f"{result.name}: series {describe(labels)} has no {', '.join(missing)} label"
                 )
                 continue
-            value = sources.finite_non_negative(text)
+            value = numbers.get(text, _UNREAD)
+            if value is _UNREAD:
+                value = numbers[text] = sources.finite_non_negative(text)
             if value is None:
                 interval.warnings.append(
                     f"{result.name}: series {describe(labels)} has value {text}"
                 )
                 continue
-            yield interval, labels, value, text
+            yield interval, labels, key, value, text
 
 
 def _series_key(labels: dict[str, str]) -> SeriesKey:
@@ -495,6 +504,7 @@ def _parse_devices(
     result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
 ) -> None:
     step = plan.step_seconds
+    numbers: dict[str, Decimal | None] = {}  # each distinct text read once, as in _points
     for series in result.series:
         labels = series.labels
         meter = labels.get("meter")
@@ -518,7 +528,9 @@ def _parse_devices(
                 ticks.fault_domain, ticks.target, ticks.node = domain, target, node
                 ticks.model = model
                 continue
-            value = sources.finite_non_negative(text)
+            value = numbers.get(text, _UNREAD)
+            if value is _UNREAD:
+                value = numbers[text] = sources.finite_non_negative(text)
             if value is None:
                 ticks.bad = True
                 interval.warnings.append(f"devices: series {describe(labels)} has value {text}")
@@ -543,7 +555,7 @@ def _parse_busy(
             series.values[:] = [
                 [at, _percent(text)] for at, text in series.values if at not in taken
             ]
-    for interval, labels, value, _ in _points(result, observed, plan, required=("UUID",)):
+    for interval, labels, _, value, _ in _points(result, observed, plan, required=("UUID",)):
         # A sum of ratios Prometheus wrote as a float: its decimal text is what it measured
         # (sums of 2-decimal ratios cannot sit on a rounding boundary at 6 places).
         _series(interval, _series_key(labels)).busy = value
@@ -559,12 +571,12 @@ def _parse_shared(
     result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
 ) -> None:
     present = [s for s in result.series if s.labels.get("meter") == "present"]
-    for interval, labels, value, _ in _points(
+    for interval, labels, _, value, _ in _points(
         replace(result, series=present), observed, plan, needs_pod=False, required=("UUID",)
     ):
         interval.present[(labels["UUID"], labels.get("GPU_I_ID", ""))] = round(value)
     pods = [s for s in result.series if s.labels.get("meter") != "present"]
-    for interval, labels, _, text in _points(
+    for interval, labels, _, _, text in _points(
         replace(result, series=pods), observed, plan, required=("UUID",)
     ):
         series = _series(interval, _series_key(labels))
@@ -577,7 +589,7 @@ def _parse_shared(
 def _parse_targets(
     result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
 ) -> None:
-    for interval, labels, value, _ in _points(
+    for interval, labels, _, value, _ in _points(
         result, observed, plan, needs_pod=False, required=("meter", "instance")
     ):
         counts = interval.targets.setdefault((labels.get("job", ""), labels["instance"]), [0, 0])
@@ -587,7 +599,7 @@ def _parse_targets(
 def _parse_silent(
     result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
 ) -> None:
-    for interval, labels, _, _ in _points(
+    for interval, labels, _, _, _ in _points(
         result, observed, plan, needs_pod=False, required=("UUID", "instance")
     ):
         interval.silent_gpus[labels["UUID"]] = GpuInfo(
@@ -618,22 +630,21 @@ def _parse_io(
             if taken:
                 series.values[:] = [v for v in series.values if v[0] not in taken]
         joined = replace(result, series=levels[True].series + levels[False].series)
-        for interval, labels, value, _ in _points(joined, observed, plan, required=("meter",)):
-            interval.io_last[pod_of(labels)][labels["meter"]] = value
+        for interval, labels, pod, value, _ in _points(joined, observed, plan, required=("meter",)):
+            interval.io_last[pod][labels["meter"]] = value
 
 
 def _parse_latency(
     result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
 ) -> None:
     required = (plan.service_label, "le")
-    for interval, labels, value, _ in _points(result, observed, plan, required=required):
+    for interval, labels, pod, value, _ in _points(result, observed, plan, required=required):
         try:
             bound = canonical_le(labels["le"])
         except ValueError:
             interval.warnings.append(f"latency: series {describe(labels)} has a bad le")
             continue
-        namespace, pod = pod_of(labels)
-        replica = (namespace, labels[plan.service_label], pod)
+        replica = (pod[0], labels[plan.service_label], pod[1])
         interval.latency_last[replica][bound] = value
 
 
@@ -654,8 +665,7 @@ def _le_order(bound: str) -> Decimal:
 def _parse_identity(
     result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
 ) -> None:
-    for interval, labels, value, _ in _points(result, observed, plan, required=("meter",)):
-        pod = pod_of(labels)
+    for interval, labels, pod, value, _ in _points(result, observed, plan, required=("meter",)):
         if labels["meter"] == "preempted":
             # Read over the interval, unlike the rest: the pod may be gone by its end.
             if value == 1:
@@ -671,8 +681,7 @@ def _parse_pod_history(
     result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
 ) -> None:
     """Fill in what the interval-end view lacks; never overwrite it."""
-    for interval, labels, value, _ in _points(result, observed, plan, required=("meter",)):
-        pod = pod_of(labels)
+    for interval, labels, pod, value, _ in _points(result, observed, plan, required=("meter",)):
         meter = labels["meter"].split(":", 1)[0]  # "<part>:<pod label spelling>"
         identity = interval.identity.get(pod)
         if identity is None:
@@ -706,8 +715,8 @@ def _identity_set(
 def _parse_pod_details(
     result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
 ) -> None:
-    for interval, labels, value, text in _points(result, observed, plan, required=("meter",)):
-        identity = interval.identity.get(pod_of(labels))
+    for interval, labels, pod, value, text in _points(result, observed, plan, required=("meter",)):
+        identity = interval.identity.get(pod)
         if identity is None:
             continue  # not alive in kube-state-metrics' view of this interval
         if labels["meter"].startswith("created"):
@@ -719,8 +728,8 @@ def _parse_pod_details(
 def _parse_preemption_ticks(
     result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
 ) -> None:
-    for interval, labels, value, _ in _points(result, observed, plan):
-        interval.preempted_at[pod_of(labels)] = round(value)
+    for interval, _, pod, value, _ in _points(result, observed, plan):
+        interval.preempted_at[pod] = round(value)
 
 
 PARSERS: dict[str, Callable[[sources.QueryRun, dict[int, Observed], sources.QueryPlan], None]] = {
