@@ -1,0 +1,125 @@
+"""What one ingest batch (12 windows) costs before it writes: each meter query's answer, and
+the worker's CPU to observe and derive it, on a pool kept by `benchmarks/ingest.py --keep`.
+
+`make bench` reports whole-run figures; this says where a batch's measure phase goes. Prints
+per meter query: JSON bytes, series, points, Prometheus' evaluation time (`stats=all`) and
+the time the standard library's `json` takes to decode the answer (fastest of 3); then the
+CPU seconds (`time.process_time`, every thread) of `querying.observe_batch` + `measure.derive`
+for the same batch, `--runs` times. Not run by `make bench` (it needs a kept pool).
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_ingest \\
+      .venv/bin/python benchmarks/ingest.py --gpus 10000 --hours 24 --scrape 150 --keep
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_ingest \\
+      .venv/bin/python benchmarks/_batch_cost.py var/bench/ingest-<pid> --gpus 10000 --hours 24
+
+The batch starts `--at` hours into the pool (default 5). A source row named `batch-cost` is
+created in the scratch database and deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from benchmarks.ingest import BATCH, STEP  # noqa: E402
+from metering import measure, querying, sources  # noqa: E402
+from metering.models import Source  # noqa: E402
+from simulator.prometheus import lookback_for, start_prometheus  # noqa: E402
+
+
+def answers(url: str, plan: sources.QueryPlan, start: int, end: int) -> None:
+    """One line per meter query of the batch, and their total."""
+    total = {"bytes": 0, "points": 0, "evaluation": 0.0, "decode": 0.0}
+    print("meter | part | bytes | series | points | eval s | json decode s")
+    for name, build in sources.METER_PARTS.items():
+        for part_name, part in build(plan).items():
+            for promql in part.queries:
+                data = {"query": promql, "start": start, "end": end, "step": STEP, "stats": "all"}
+                body = requests.post(f"{url}/api/v1/query_range", data=data, timeout=600).content
+                decode = min(_seconds(json.loads, body) for _ in range(3))
+                answer = json.loads(body)["data"]
+                points = sum(len(series["values"]) for series in answer["result"])
+                evaluation = answer["stats"]["timings"]["evalTotalTime"]
+                print(
+                    f"{name} | {part_name} | {len(body):,} | {len(answer['result']):,} |"
+                    f" {points:,} | {evaluation:.3f} | {decode:.3f}"
+                )
+                total["bytes"] += len(body)
+                total["points"] += points
+                total["evaluation"] += evaluation
+                total["decode"] += decode
+    print(
+        f"all | | {total['bytes']:,} | | {total['points']:,} | {total['evaluation']:.3f} |"
+        f" {total['decode']:.3f}"
+    )
+
+
+def _seconds(function, *arguments) -> float:
+    began = time.perf_counter()
+    function(*arguments)
+    return time.perf_counter() - began
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kept", type=Path, help="a folder kept by benchmarks/ingest.py --keep")
+    parser.add_argument("--gpus", type=int, default=10000)
+    parser.add_argument("--hours", type=int, default=24, help="the kept pool's length")
+    parser.add_argument("--scrape", type=int, default=150)
+    parser.add_argument("--at", type=int, default=5, help="hours into the pool")
+    parser.add_argument("--runs", type=int, default=3)
+    options = parser.parse_args()
+    recorded = options.kept / f"simulated-{options.gpus}x{options.hours}h-{options.scrape}s.json"
+    first = json.loads(recorded.read_text())["first"]
+    start = first + options.at * 3600
+    start -= start % STEP  # a window on the metering grid
+    last = start + (BATCH - 1) * STEP  # the batch's last window start
+    prometheus = start_prometheus(
+        options.kept / f"tsdb-{options.gpus}",
+        lookback_delta=lookback_for(options.scrape),
+        scrape_interval=f"{options.scrape}s",
+    )
+    source = None
+    try:
+        source = Source.objects.create(
+            name="batch-cost", url=prometheus.url, scrape_interval_seconds=options.scrape
+        )
+        plan = sources.query_plan_for(source, step_seconds=STEP)
+        # Evaluated at each window's end, as the ingest's range queries are.
+        answers(prometheus.url, plan, start + STEP, last + STEP)
+        first_at = dt.datetime.fromtimestamp(start, dt.UTC)
+        last_at = dt.datetime.fromtimestamp(last, dt.UTC)
+        querying.observe_batch(source, plan, first_at, last_at)  # Prometheus' caches warm
+        cpu = []
+        for _ in range(options.runs):
+            began = time.process_time()
+            observation = querying.observe_batch(source, plan, first_at, last_at)
+            measure.derive(observation, plan, start, last)
+            cpu.append(time.process_time() - began)
+        print(
+            f"worker CPU of one batch (observe + derive), {options.runs} runs:"
+            f" {', '.join(f'{seconds:.2f} s' for seconds in cpu)}"
+        )
+    finally:
+        if source is not None:
+            source.delete()
+        prometheus.stop()
+
+
+if __name__ == "__main__":
+    main()
