@@ -4,8 +4,8 @@ the worker's CPU to observe and derive it, on a pool kept by `benchmarks/ingest.
 `make bench` reports whole-run figures; this says where a batch's measure phase goes. Prints
 per meter query: JSON bytes, series, points, Prometheus' evaluation time (`stats=all`) and
 the time the standard library's `json` takes to decode the answer (fastest of 3); then the
-CPU seconds (`time.process_time`, every thread) of `querying.observe_batch` + `measure.derive`
-for the same batch, `--runs` times. Not run by `make bench` (it needs a kept pool).
+CPU seconds (`time.process_time`, every thread) of `querying.observe_batch` and of
+`measure.derive` for the same batch, `--runs` times. Not run by `make bench` (it needs a kept pool).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_ingest \\
       .venv/bin/python benchmarks/ingest.py --gpus 10000 --hours 24 --scrape 150 --keep
@@ -105,16 +105,17 @@ def main() -> None:
         first_at = dt.datetime.fromtimestamp(start, dt.UTC)
         last_at = dt.datetime.fromtimestamp(last, dt.UTC)
         querying.observe_batch(source, plan, first_at, last_at)  # Prometheus' caches warm
-        cpu = []
         for _ in range(options.runs):
             began = time.process_time()
             observation = querying.observe_batch(source, plan, first_at, last_at)
+            observed = time.process_time()
             measure.derive(observation, plan, start, last)
-            cpu.append(time.process_time() - began)
-        print(
-            f"worker CPU of one batch (observe + derive), {options.runs} runs:"
-            f" {', '.join(f'{seconds:.2f} s' for seconds in cpu)}"
-        )
+            derived = time.process_time()
+            print(
+                f"worker CPU of one batch: {derived - began:.2f} s (observe, i.e. requests,"
+                f" JSON decoding and parsing: {observed - began:.2f} s; derive:"
+                f" {derived - observed:.2f} s)"
+            )
     finally:
         if source is not None:
             source.delete()
