@@ -1,9 +1,10 @@
-"""Helpers shared by the billing tests (not fixtures)."""
+"""Helpers shared by the tests (not fixtures)."""
 
 from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 from django.core.management import call_command
@@ -53,3 +54,17 @@ def exported_and_repriced(period: str, tmp_path: Path) -> dict:
     call_command("export_scenario", "--period", period, "--out", str(scenario_file),
                  stderr=io.StringIO())  # fmt: skip
     return json.loads(command_output("price_scenario", str(scenario_file)))
+
+
+# src= and href= values a browser would fetch or follow: scripts, styles, images, links.
+_ASSET_URL = re.compile(r"""\b(?:src|href)\s*=\s*["']([^"']*)["']""", re.IGNORECASE)
+# A scheme then "//", or a protocol-relative "//": either leaves the site.
+_OFF_SITE = re.compile(r"([a-z][a-z0-9+.-]*:)?//", re.IGNORECASE)
+
+
+def off_site_urls(html: str) -> list[str]:
+    """The src/href values of a page that leave the site (a CDN, another host).
+
+    Tests look at URLs, not for the text "cdn": a random CSRF token holds "cdn" now and then.
+    """
+    return [url for url in _ASSET_URL.findall(html) if _OFF_SITE.match(url)]

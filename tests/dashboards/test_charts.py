@@ -9,6 +9,7 @@ from decimal import Decimal
 import pytest
 
 from reports import charts
+from tests.helpers import off_site_urls
 
 ZONE = "Asia/Shanghai"
 T0 = dt.datetime(2026, 10, 1, 1, 0, tzinfo=dt.UTC)  # 09:00 in Shanghai
@@ -206,6 +207,18 @@ def test_it_embeds_a_figure_without_plotly_js_or_a_cdn() -> None:
     assert "plotly-graph-div" in html
     assert "cdn.plot.ly" not in html and "cdn.jsdelivr" not in html
     assert len(html) < 20_000  # plotly.js itself (megabytes) comes from our static files
+
+
+def test_it_tells_an_off_site_url_from_the_letters_cdn_in_a_token() -> None:
+    page = (
+        '<script src="https://cdn.plot.ly/plotly.js"></script><link href="//cdn.example/a.css">'
+        '<img SRC="HTTP://host/x.png"><a href="/reports/">reports</a>'
+        '<input name="csrfmiddlewaretoken" value="g0ookjinxpcdnvm88">'
+    )
+    assert off_site_urls(page) == [
+        "https://cdn.plot.ly/plotly.js", "//cdn.example/a.css", "HTTP://host/x.png"
+    ]  # fmt: skip
+    assert off_site_urls('<a href="/reports/">x</a> cdn') == []
 
 
 def test_it_breaks_a_line_where_data_is_missing() -> None:
