@@ -200,6 +200,55 @@ def test_it_moves_only_the_relabelled_tasks_hours_when_an_upsert_touches_every_t
 
 
 @pytest.mark.django_db
+def test_it_adds_one_copy_of_several_teams_and_models_to_the_hours_already_there() -> None:
+    # Ingest's path: one COPY a batch, onto hours earlier batches began. The trigger groups
+    # the new rows once and sums the team level from those groups (migration 0013).
+    source, (inference, training), _ = make_tasks()
+    other = Team.objects.create(name="other-team")
+    elsewhere = Task.objects.create(
+        source=source, external_id="elsewhere", team=other, kind="inference", first_seen=HOUR_10
+    )
+    UsageInterval.objects.bulk_create([usage(inference, HOUR_10), usage(elsewhere, HOUR_10)])
+    lines = [
+        (task, HOUR_10 + n * STEP, model, alloc)
+        for n in range(1, 14)  # into the next hour too
+        for task, model, alloc in (
+            (inference, "H100", "300"),
+            (inference, "A100", "150.5"),
+            (training, "H100", "99.999999"),
+            (elsewhere, "A100", "0.000001"),
+        )
+    ]
+    with connection.cursor() as cursor:
+        with cursor.cursor.copy(
+            "COPY metering_usageinterval (task_id, interval_start, gpu_model, alloc_gpu_seconds,"
+            " busy_gpu_seconds, memory_avg_bytes, memory_peak_bytes, read_operations,"
+            " write_operations, read_bytes, write_bytes) FROM STDIN"
+        ) as copy:
+            for task, start, model, alloc in lines:
+                copy.write_row((task.pk, start, model, alloc, alloc, 1, 2, 3, 4, 5, 6))
+    next_hour = HOUR_10 + dt.timedelta(hours=1)
+    assert sorted(
+        TeamHour.objects.values_list("team__name", "kind", "hour_start", "alloc_gpu_seconds")
+    ) == [
+        ("other-team", "inference", HOUR_10, Decimal("300.000011")),
+        ("other-team", "inference", next_hour, Decimal("0.000002")),
+        ("rollup-team", "inference", HOUR_10, Decimal(300) + 11 * Decimal("450.5")),
+        ("rollup-team", "inference", next_hour, 2 * Decimal("450.5")),
+        ("rollup-team", "training_batch", HOUR_10, 11 * Decimal("99.999999")),
+        ("rollup-team", "training_batch", next_hour, 2 * Decimal("99.999999")),
+    ]
+    assert sorted(
+        UsageHour.objects.filter(task=inference).values_list("hour_start", "gpu_model", "intervals")
+    ) == [(HOUR_10, "", 1), (HOUR_10, "A100", 11), (HOUR_10, "H100", 11),
+          (next_hour, "A100", 2), (next_hour, "H100", 2)]  # fmt: skip
+    assert sorted(TeamHour.objects.values_list("busy_gpu_seconds", flat=True)) == sorted(
+        [Decimal("150.000011"), Decimal("0.000002"), Decimal(150) + 11 * Decimal("450.5"),
+         2 * Decimal("450.5"), 11 * Decimal("99.999999"), 2 * Decimal("99.999999")]
+    )  # fmt: skip
+
+
+@pytest.mark.django_db
 def test_it_empties_the_rollup_when_the_intervals_are_truncated() -> None:
     _, (task, _), _ = make_tasks()
     UsageInterval.objects.bulk_create([usage(task, HOUR_10)])
