@@ -170,8 +170,13 @@ class SoakResult:
 def _as_postgres(command: list[str]) -> list[str]:
     """PostgreSQL refuses to run as root: run its tools as the `postgres` user then."""
     if os.geteuid() == 0:
-        return ["runuser", "-u", "postgres", "--", *command]
+        return [_runuser(), "-u", "postgres", "--", *command]
     return command
+
+
+def _runuser() -> str:
+    """runuser lives in /usr/sbin, which a root shell's PATH may lack (`env -i`, cron)."""
+    return shutil.which("runuser") or shutil.which("runuser", path="/usr/sbin:/sbin") or "runuser"
 
 
 def _pg_tool(name: str) -> str:
