@@ -241,14 +241,16 @@ def with_children(main_pid: int) -> list[int]:
 
 
 def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU seconds these processes have used so far (/proc/<pid>/stat)."""
+    """User + system CPU seconds these processes have used so far, and the children they have
+    reaped (a pool process the worker replaced), from /proc/<pid>/stat."""
     ticks = 0
     for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+        # utime, stime, cutime, cstime: fields 14 to 17 of proc(5)
+        ticks += sum(int(value) for value in fields[11:15])
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
