@@ -3,7 +3,8 @@ the worker's CPU to observe and derive it, on a pool kept by `benchmarks/ingest.
 
 `make bench` reports whole-run figures; this says where a batch's measure phase goes. Prints
 per meter query: JSON bytes, series, points, Prometheus' evaluation time (`stats=all`) and
-the time the standard library's `json` takes to decode the answer (fastest of 3); then the
+the time the standard library's `json` takes to decode the answer (fastest of 3); Prometheus'
+CPU to answer them uncompressed and gzip-compressed (`compression`); then the
 CPU seconds (`time.process_time`, every thread) of `querying.observe_batch` and of
 `measure.derive` for the same batch, `--runs` times. Not run by `make bench` (it needs a kept pool).
 
@@ -36,7 +37,7 @@ import django  # noqa: E402
 
 django.setup()
 
-from benchmarks.ingest import BATCH, STEP  # noqa: E402
+from benchmarks.ingest import BATCH, STEP, cpu_seconds  # noqa: E402
 from metering import measure, querying, sources  # noqa: E402
 from metering.models import Source  # noqa: E402
 from simulator.prometheus import lookback_for, start_prometheus  # noqa: E402
@@ -67,6 +68,34 @@ def answers(url: str, plan: sources.QueryPlan, start: int, end: int) -> None:
         f"all | | {total['bytes']:,} | | {total['points']:,} | {total['evaluation']:.3f} |"
         f" {total['decode']:.3f}"
     )
+
+
+def compression(url: str, pid: int, plan: sources.QueryPlan, start: int, end: int) -> None:
+    """Prometheus' CPU (/proc) to answer the batch's meter queries, uncompressed as Tandem asks
+    by default and gzip-compressed as TANDEM_PROMETHEUS_COMPRESSED asks, interleaved, 3 runs."""
+    queries = [
+        promql
+        for build in sources.METER_PARTS.values()
+        for part in build(plan).values()
+        for promql in part.queries
+    ]
+    spent: dict[str, list[float]] = {"identity": [], "gzip": []}
+    received = 0
+    for _ in range(3):
+        for encoding in spent:
+            session = requests.Session()
+            session.headers["Accept-Encoding"] = encoding
+            before = cpu_seconds([pid])
+            for promql in queries:
+                data = {"query": promql, "start": start, "end": end, "step": STEP}
+                answer = session.post(f"{url}/api/v1/query_range", data=data, timeout=600)
+                received += len(answer.content)
+            spent[encoding].append(cpu_seconds([pid]) - before)
+            session.close()
+    for encoding, seconds in spent.items():
+        runs = ", ".join(f"{value:.2f}" for value in seconds)
+        print(f"Prometheus CPU for the batch's answers, Accept-Encoding {encoding}: {runs} s")
+    print(f"({received / 6:,.0f} bytes a pass once decoded)")
 
 
 def _seconds(function, *arguments) -> float:
@@ -102,6 +131,7 @@ def main() -> None:
         plan = sources.query_plan_for(source, step_seconds=STEP)
         # Evaluated at each window's end, as the ingest's range queries are.
         answers(prometheus.url, plan, start + STEP, last + STEP)
+        compression(prometheus.url, prometheus.pid, plan, start + STEP, last + STEP)
         first_at = dt.datetime.fromtimestamp(start, dt.UTC)
         last_at = dt.datetime.fromtimestamp(last, dt.UTC)
         querying.observe_batch(source, plan, first_at, last_at)  # Prometheus' caches warm

@@ -5,8 +5,10 @@ It ingests a TSDB kept by `benchmarks/ingest.py --keep` in this process, one bat
 windows at a time as the worker does, with a timer around each part of the write (the task
 upsert, building the rows, the usage DELETE + COPY, the other tables, the windows' update),
 and prints the seconds of each, of the measure phase, and the write phase against a raw COPY
-of the same rows (benchmarks/ingest.py's reference). Not run by `make bench` (it needs a
-kept pool, and the bench's figures are same-run ratios; these are a breakdown).
+of the same rows (benchmarks/ingest.py's reference). Then what the usage table's rollup
+trigger and foreign key add to a COPY of those rows (`usage_copy_parts`). Not run by `make
+bench` (it needs a kept pool, and the bench's figures are same-run ratios; these are a
+breakdown).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_ingest \\
       .venv/bin/python benchmarks/ingest.py --gpus 1000 --hours 6 --scrape 150 --keep
@@ -37,8 +39,10 @@ import django  # noqa: E402
 
 django.setup()
 
+from django.db import connection, transaction  # noqa: E402
+
 from benchmarks.ingest import BATCH, copy_rows_per_second, truncate_metering  # noqa: E402
-from metering import ingest, services, writer  # noqa: E402
+from metering import identity, ingest, services, writer  # noqa: E402
 from metering.models import Source, UsageInterval  # noqa: E402
 from simulator.prometheus import lookback_for, start_prometheus  # noqa: E402
 
@@ -47,6 +51,7 @@ SECONDS: dict[str, float] = defaultdict(float)
 PARTS = [
     (ingest, "_measure", "measure (Prometheus and Python)"),
     (ingest, "_tasks_upsert", "task upsert"),
+    (identity, "_task_rows_upsert", "  its INSERT ... ON CONFLICT and the rows for it"),
     (ingest, "_services_upsert", "service upsert"),
     (ingest, "_run_write", "rest of the write (below)"),
     (writer, "_window_rows", "  building the rows"),
@@ -101,6 +106,7 @@ def main() -> None:
             ingest.windows_ingest(window_ids=ids[index : index + BATCH])
         total = time.perf_counter() - began
         _, copy_rate = copy_rows_per_second(source)
+        usage_copy = usage_copy_parts(source)
     finally:
         prometheus.stop()
     rows = UsageInterval.objects.count()
@@ -113,6 +119,42 @@ def main() -> None:
         f"write phase rows/s: {rows / write:,.0f}; raw COPY of the same rows {copy_rate:,.0f}"
         f" rows/s; ratio {rows / write / copy_rate:.2f}"
     )
+    print("the same usage rows COPYed again in one statement, into the empty usage table:")
+    for label, seconds in usage_copy.items():
+        print(f"  {label:<50} {seconds:7.2f} s")
+    print(f"  {'into a plain table with the same indexes':<50} {rows / copy_rate:7.2f} s")
+
+
+def usage_copy_parts(source: Source) -> dict[str, float]:
+    """What the usage table's triggers and foreign key add to a COPY of the source's usage
+    rows: COPYed into the emptied table in one statement, with its triggers and with its
+    rollup trigger off, and the foreign-key checks a commit would run; each in a transaction
+    that is rolled back, so the rows stay as the ingest wrote them."""
+    columns = ", ".join(writer.USAGE_COLUMNS)
+    data = bytearray()
+    with connection.cursor() as cursor:
+        with cursor.cursor.copy(
+            f"COPY (SELECT {columns} FROM metering_usageinterval u JOIN metering_task t"
+            f" ON t.id = u.task_id WHERE t.source_id = {int(source.pk)}) TO STDOUT"
+        ) as copy:
+            for block in copy:
+                data += block
+    seconds: dict[str, float] = {}
+    for label, rollup in (("with its triggers", True), ("without the rollup trigger", False)):
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("TRUNCATE metering_usageinterval")
+            if not rollup:
+                cursor.execute("ALTER TABLE metering_usageinterval DISABLE TRIGGER USER")
+            began = time.perf_counter()
+            with cursor.cursor.copy(f"COPY metering_usageinterval ({columns}) FROM STDIN") as copy:
+                copy.write(bytes(data))
+            seconds[label] = time.perf_counter() - began
+            if rollup:
+                began = time.perf_counter()
+                cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+                seconds["then the foreign-key checks of the commit"] = time.perf_counter() - began
+            transaction.set_rollback(True)
+    return seconds
 
 
 if __name__ == "__main__":

@@ -194,7 +194,7 @@ if TANDEM_PROMETHEUS_DEADLINE_SECONDS <= 0:
         f"got {TANDEM_PROMETHEUS_DEADLINE_SECONDS}"
     )
 # Ask Prometheus for gzip-compressed answers: fewer bytes on the wire, more CPU on both ends
-# (a third of Prometheus' CPU for a 10,000-GPU batch). For a Prometheus across a slow link;
+# (about 30% of Prometheus' CPU for a 10,000-GPU batch). For a Prometheus across a slow link;
 # off when the workers sit next to it, as in the cluster.
 TANDEM_PROMETHEUS_COMPRESSED = env_bool("TANDEM_PROMETHEUS_COMPRESSED", False)
 # Pages, reports and the health numbers sum the hourly rollup (kept by triggers) where a range

@@ -840,10 +840,10 @@ class PrometheusClient:
         session = _LimitedSession(max_response_bytes, deadline_seconds)
         session.verify = verify_tls
         if not compressed:
-            # requests asks for gzip by default, and compressing is then a third of
-            # Prometheus' CPU for a batch: 2.2 s against 1.4 s for the 63 MB a 10,000-GPU
-            # batch's meter queries answer (benchmarks/ingest.py's pool). Worth it only over a
-            # slow link (TANDEM_PROMETHEUS_COMPRESSED).
+            # requests asks for gzip by default, and compressing is then about 30% of
+            # Prometheus' CPU for a batch: 2.07-2.20 s against 1.47-1.56 s for the 55 MB a
+            # 10,000-GPU batch's meter queries answer (benchmarks/_batch_cost.py). Worth it
+            # only over a slow link (TANDEM_PROMETHEUS_COMPRESSED).
             session.headers["Accept-Encoding"] = "identity"
         headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else None
         self._session = session

@@ -1,5 +1,5 @@
 """Prometheus' answers come uncompressed unless a source is told otherwise: gzip costs
-Prometheus a third of its CPU for a large batch, and saves only bandwidth.
+Prometheus about 30% of its CPU for a large batch, and saves only bandwidth.
 
 The Prometheus is a tiny http.server on 127.0.0.1 that records what the client accepts and
 compresses as a real one does when asked (Content-Encoding: gzip)."""
