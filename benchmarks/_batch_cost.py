@@ -37,7 +37,7 @@ import django  # noqa: E402
 
 django.setup()
 
-from benchmarks.ingest import BATCH, STEP, cpu_seconds  # noqa: E402
+from benchmarks.ingest import BATCH, STEP, cpu_seconds, meter_queries  # noqa: E402
 from metering import measure, querying, sources  # noqa: E402
 from metering.models import Source  # noqa: E402
 from simulator.prometheus import lookback_for, start_prometheus  # noqa: E402
@@ -73,12 +73,7 @@ def answers(url: str, plan: sources.QueryPlan, start: int, end: int) -> None:
 def compression(url: str, pid: int, plan: sources.QueryPlan, start: int, end: int) -> None:
     """Prometheus' CPU (/proc) to answer the batch's meter queries, uncompressed as Tandem asks
     by default and gzip-compressed as TANDEM_PROMETHEUS_COMPRESSED asks, interleaved, 3 runs."""
-    queries = [
-        promql
-        for build in sources.METER_PARTS.values()
-        for part in build(plan).values()
-        for promql in part.queries
-    ]
+    queries = meter_queries(plan)
     spent: dict[str, list[float]] = {"identity": [], "gzip": []}
     received = 0
     for _ in range(3):

@@ -307,6 +307,16 @@ def metric_names(url: str, promql: list[str]) -> list[str]:
     return sorted({word for text in promql for word in TOKEN.findall(text)} & set(known))
 
 
+def meter_queries(plan: sources.QueryPlan) -> list[str]:
+    """Every meter query a batch sends under `plan` (the narrowed ones aside)."""
+    return [
+        promql
+        for build in sources.METER_PARTS.values()
+        for part in build(plan).values()
+        for promql in part.queries
+    ]
+
+
 def stats_of(answer: requests.Response) -> dict:
     """The `stats` of a Prometheus answer, read from its tail: they follow the result, and
     decoding tens of megabytes of points to reach them would time the client, not the server."""
@@ -492,7 +502,7 @@ def run_size(
         print(f"{gpus:,} GPUs: ingested in {wall:.1f} s", flush=True)
         scan_seconds, scan_samples = reference_scan(prometheus.url, first, last)
         plan = sources.QueryPlan(scrape_seconds=scrape, step_seconds=STEP)
-        parts = [p.promql for build in sources.METER_PARTS.values() for p in build(plan).values()]
+        parts = meter_queries(plan)
         batch_end = int(windows[min(BATCH, len(windows)) - 1].end.timestamp())
         replay = replay_batch(
             prometheus.url, parts, start=int(windows[0].start.timestamp()), end=batch_end

@@ -439,7 +439,13 @@ def describe(labels: dict[str, str]) -> str:
     return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()) if k != "meter") + "}"
 
 
-_UNREAD: Any = object()  # a text not read yet (None is an answer: NaN, infinity, negative)
+class _Numbers(dict[str, Decimal | None]):
+    """`sources.finite_non_negative` of each distinct value text, read once per answer:
+    answers repeat a few values ("1", "0", tick counts) over a million points a batch."""
+
+    def __missing__(self, text: str) -> Decimal | None:
+        value = self[text] = sources.finite_non_negative(text)
+        return value
 
 
 def _points(
@@ -454,7 +460,7 @@ def _points(
     are warnings. The pod is read once per series, and each distinct text once per answer:
     answers repeat a few values ("1", "0", tick counts) over a million points a batch."""
     step = plan.step_seconds
-    numbers: dict[str, Decimal | None] = {}
+    numbers = _Numbers()
     for series in result.series:
         labels = series.labels
         key = pod_of(labels)
@@ -471,9 +477,7 @@ def _points(
                     f"{result.name}: series {describe(labels)} has no {', '.join(missing)} label"
                 )
                 continue
-            value = numbers.get(text, _UNREAD)
-            if value is _UNREAD:
-                value = numbers[text] = sources.finite_non_negative(text)
+            value = numbers[text]
             if value is None:
                 interval.warnings.append(
                     f"{result.name}: series {describe(labels)} has value {text}"
@@ -504,7 +508,7 @@ def _parse_devices(
     result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
 ) -> None:
     step = plan.step_seconds
-    numbers: dict[str, Decimal | None] = {}  # each distinct text read once, as in _points
+    numbers = _Numbers()
     for series in result.series:
         labels = series.labels
         meter = labels.get("meter")
@@ -528,9 +532,7 @@ def _parse_devices(
                 ticks.fault_domain, ticks.target, ticks.node = domain, target, node
                 ticks.model = model
                 continue
-            value = numbers.get(text, _UNREAD)
-            if value is _UNREAD:
-                value = numbers[text] = sources.finite_non_negative(text)
+            value = numbers[text]
             if value is None:
                 ticks.bad = True
                 interval.warnings.append(f"devices: series {describe(labels)} has value {text}")
