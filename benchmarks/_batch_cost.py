@@ -37,7 +37,13 @@ import django  # noqa: E402
 
 django.setup()
 
-from benchmarks.ingest import BATCH, STEP, cpu_seconds, meter_queries  # noqa: E402
+from benchmarks.ingest import (  # noqa: E402
+    BATCH,
+    STEP,
+    cpu_seconds,
+    meter_requests,
+    part_requests,
+)
 from metering import measure, querying, sources  # noqa: E402
 from metering.models import Source  # noqa: E402
 from simulator.prometheus import lookback_for, start_prometheus  # noqa: E402
@@ -47,17 +53,25 @@ def answers(url: str, plan: sources.QueryPlan, start: int, end: int) -> None:
     """One line per meter query of the batch, and their total."""
     total = {"bytes": 0, "points": 0, "evaluation": 0.0, "decode": 0.0}
     print("meter | part | bytes | series | points | eval s | json decode s")
+    sent = set()
     for name, build in sources.METER_PARTS.items():
         for part_name, part in build(plan).items():
-            for promql in part.queries:
-                data = {"query": promql, "start": start, "end": end, "step": STEP, "stats": "all"}
-                body = requests.post(f"{url}/api/v1/query_range", data=data, timeout=600).content
+            # Raw samples: one request for every part taking a function of them.
+            for path, data in part_requests(part, start=start, end=end):
+                if data["query"] in sent:
+                    continue
+                sent.add(data["query"])
+                reply = requests.post(
+                    f"{url}/api/v1/{path}", data={**data, "stats": "all"}, timeout=600
+                )
+                body = reply.content
                 decode = min(_seconds(json.loads, body) for _ in range(3))
                 answer = json.loads(body)["data"]
                 points = sum(len(series["values"]) for series in answer["result"])
                 evaluation = answer["stats"]["timings"]["evalTotalTime"]
+                label = f"{part_name} (raw samples)" if path == "query" else part_name
                 print(
-                    f"{name} | {part_name} | {len(body):,} | {len(answer['result']):,} |"
+                    f"{name} | {label} | {len(body):,} | {len(answer['result']):,} |"
                     f" {points:,} | {evaluation:.3f} | {decode:.3f}"
                 )
                 total["bytes"] += len(body)
@@ -73,7 +87,7 @@ def answers(url: str, plan: sources.QueryPlan, start: int, end: int) -> None:
 def compression(url: str, pid: int, plan: sources.QueryPlan, start: int, end: int) -> None:
     """Prometheus' CPU (/proc) to answer the batch's meter queries, uncompressed as Tandem asks
     by default and gzip-compressed as TANDEM_PROMETHEUS_COMPRESSED asks, interleaved, 3 runs."""
-    queries = meter_queries(plan)
+    meter = meter_requests(plan, start=start, end=end)
     spent: dict[str, list[float]] = {"identity": [], "gzip": []}
     received = 0
     for _ in range(3):
@@ -81,9 +95,8 @@ def compression(url: str, pid: int, plan: sources.QueryPlan, start: int, end: in
             session = requests.Session()
             session.headers["Accept-Encoding"] = encoding
             before = cpu_seconds([pid])
-            for promql in queries:
-                data = {"query": promql, "start": start, "end": end, "step": STEP}
-                answer = session.post(f"{url}/api/v1/query_range", data=data, timeout=600)
+            for path, data in meter:
+                answer = session.post(f"{url}/api/v1/{path}", data=data, timeout=600)
                 received += len(answer.content)
             spent[encoding].append(cpu_seconds([pid]) - before)
             session.close()

@@ -307,14 +307,32 @@ def metric_names(url: str, promql: list[str]) -> list[str]:
     return sorted({word for text in promql for word in TOKEN.findall(text)} & set(known))
 
 
-def meter_queries(plan: sources.QueryPlan) -> list[str]:
-    """Every meter query a batch sends under `plan` (the narrowed ones aside)."""
+def part_requests(part: sources.Part, *, start: int, end: int) -> list[tuple[str, dict]]:
+    """The requests one meter part needs for a batch, as (API path, form data): its range
+    queries evaluated at start, start + step, ..., end, or, where the part is taken from raw
+    samples, one instant query per selector holding [start - step, end) (as
+    `measure._Runner.samples` asks, on a Prometheus 2.x whose ranges hold both ends)."""
+    width = (end - start + STEP) * 1000 - 1
+    if part.samples:
+        return [
+            ("query", {"query": f"{selected}[{width}ms] offset 1ms", "time": end})
+            for selected in part.samples
+        ]
     return [
-        promql
-        for build in sources.METER_PARTS.values()
-        for part in build(plan).values()
+        ("query_range", {"query": promql, "start": start, "end": end, "step": STEP})
         for promql in part.queries
     ]
+
+
+def meter_requests(plan: sources.QueryPlan, *, start: int, end: int) -> list[tuple[str, dict]]:
+    """Every meter request a batch sends under `plan` (the narrowed ones aside), each once
+    (parts taking functions of the same raw samples share their request)."""
+    found: dict[str, tuple[str, dict]] = {}
+    for build in sources.METER_PARTS.values():
+        for part in build(plan).values():
+            for path, data in part_requests(part, start=start, end=end):
+                found.setdefault(data["query"], (path, data))
+    return list(found.values())
 
 
 def stats_of(answer: requests.Response) -> dict:
@@ -327,22 +345,22 @@ def stats_of(answer: requests.Response) -> dict:
     return json.JSONDecoder().raw_decode(body[at + len(b'"stats":') :].decode())[0]
 
 
-def replay_batch(url: str, promql: list[str], *, start: int, end: int) -> dict:
-    """One batch's per-batch meter queries (12 windows and the one before) and the raw scan
+def replay_batch(url: str, plan: sources.QueryPlan, *, start: int, end: int) -> dict:
+    """One batch's per-batch meter requests (12 windows and the one before) and the raw scan
     of the metrics they name over the same span, interleaved, each the fastest of 3 runs."""
-    names = metric_names(url, promql)
+    meter = meter_requests(plan, start=start, end=end)
+    names = metric_names(url, [data["query"] for _, data in meter])
     span = end - start + STEP
     scans = [f"sum by (namespace, pod) (sum_over_time({n}[{span}s] offset 1ms))" for n in names]
     best: dict[str, float] = {}
     for _ in range(3):
-        for key, query, instant in [
-            *((f"q{i}", q, False) for i, q in enumerate(promql)),
-            *((f"s{i}", q, True) for i, q in enumerate(scans)),
+        for key, (path, data) in [
+            *((f"q{i}", request) for i, request in enumerate(meter)),
+            *((f"s{i}", ("query", {"query": q, "time": end})) for i, q in enumerate(scans)),
         ]:
-            data = {"query": query, "stats": "all"}
-            data.update({"time": end} if instant else {"start": start, "end": end, "step": STEP})
-            path = "query" if instant else "query_range"
-            answer = requests.post(f"{url}/api/v1/{path}", data=data, timeout=600)
+            answer = requests.post(
+                f"{url}/api/v1/{path}", data={**data, "stats": "all"}, timeout=600
+            )
             seconds = stats_of(answer)["timings"]["evalTotalTime"]
             best[key] = min(best.get(key, seconds), seconds)
     meters = sum(v for k, v in best.items() if k.startswith("q"))
@@ -502,10 +520,9 @@ def run_size(
         print(f"{gpus:,} GPUs: ingested in {wall:.1f} s", flush=True)
         scan_seconds, scan_samples = reference_scan(prometheus.url, first, last)
         plan = sources.QueryPlan(scrape_seconds=scrape, step_seconds=STEP)
-        parts = meter_queries(plan)
         batch_end = int(windows[min(BATCH, len(windows)) - 1].end.timestamp())
         replay = replay_batch(
-            prometheus.url, parts, start=int(windows[0].start.timestamp()), end=batch_end
+            prometheus.url, plan, start=int(windows[0].start.timestamp()), end=batch_end
         )
         replay["ingest"] = replay_ingest(source, windows)
         sharded = None

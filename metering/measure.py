@@ -15,11 +15,12 @@ exporter that failed scrapes, so a silent node lowers it by its share and is nam
 from __future__ import annotations
 
 import decimal
+import math
 import threading
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -48,6 +49,9 @@ MAX_DENOMINATOR = 1_000_000
 # fewer, wider ones cost less: a 10,000-GPU batch asked 42 queries of 100 pods for the pods
 # it saw scheduled. A few hundred names keep a request a sensible size.
 NARROWED_BATCH = 250
+# Raw samples per series a request may answer (see _Runner.samples): as many points as a range
+# query's chunk (sources.MAX_POINTS_PER_QUERY), so neither kind of request answers more.
+MAX_SAMPLES_PER_SERIES = sources.MAX_POINTS_PER_QUERY
 
 
 @dataclass
@@ -219,29 +223,49 @@ def observe(
     step = plan.step_seconds
     observed = {start: Observed() for start in range(first - step, last + 1, step)}
     runner = _Runner(client, plan, first - step, last)
-    answered: dict[tuple[str, str], list[sources.QueryRun]] = defaultdict(list)
     grouped: dict[str, dict[str, sources.QueryRun]] = defaultdict(dict)
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        pending = {}
+        # One request per range query, and one per raw-sample selector however many parts
+        # take a function of it; a part is grouped once all of its requests are in.
+        asked: dict[tuple[bool, str], Future] = {}
+        waiting: dict[Future, list[tuple[str, str, sources.Part, dict]]] = defaultdict(list)
         for name, build in sources.METER_PARTS.items():
             if not plan.pod_meters and name in sources.POD_METERS:
                 continue  # another shard reads them for the whole pool
             parts = build(plan)
             for part_name, part in parts.items():
-                for promql in part.queries:
-                    future = pool.submit(runner.run, name, promql, record=False)
-                    pending[future] = (name, part_name, part, parts)
-        for done in as_completed(pending):
-            name, part_name, part, parts = pending[done]
-            runs = answered[(name, part_name)]
-            runs.append(done.result())
-            if len(runs) < len(part.queries):
-                continue
-            grouped[name][part_name] = _grouped(_concatenated(runs), part_name, part)
-            if len(grouped[name]) == len(parts):  # every part of the meter is in
-                joined = _joined(name, grouped.pop(name))
-                runner.record(name, sources.tagged_parts(parts), joined)
-                PARSERS[name](joined, observed, plan)
+                for key in _requests_of(part):
+                    if key not in asked:
+                        samples, text = key
+                        ask = runner.samples if samples else runner.run
+                        asked[key] = pool.submit(ask, name, text, record=False)
+                    waiting[asked[key]].append((name, part_name, part, parts))
+        costed: set[Future] = set()
+        finished: set[tuple[str, str]] = set()
+        # Per raw-sample request, the functions its parts take, all in one pass over it.
+        taken: dict[Future, dict[str, sources.QueryRun]] = {}
+        for done in as_completed(waiting):
+            for name, part_name, part, parts in waiting[done]:
+                futures = [asked[key] for key in _requests_of(part)]
+                if (name, part_name) in finished or not all(f.done() for f in futures):
+                    continue  # grouped already, or a request of it still out
+                finished.add((name, part_name))
+                runs = []
+                for future in futures:
+                    run = future.result()
+                    if part.samples:
+                        if future not in taken:
+                            functions = {p.function for _, _, p, _ in waiting[future]}
+                            taken[future] = _over_time(run, functions, first - step, step)
+                        run = taken[future][part.function]
+                    # A request shared by several parts counts its cost once.
+                    runs.append(run if future not in costed else _costless(run))
+                    costed.add(future)
+                grouped[name][part_name] = _grouped(_concatenated(runs), part_name, part)
+                if len(grouped[name]) == len(parts):  # every part of the meter is in
+                    joined = _joined(name, grouped.pop(name))
+                    runner.record(name, sources.tagged_parts(parts), joined)
+                    PARSERS[name](joined, observed, plan)
     for pods in _batches(_without_identity(observed) | _disappeared(observed)):
         result = runner.run("pod_history", sources.pod_history_query(plan, pods))
         _parse_pod_history(result, observed, plan)
@@ -278,6 +302,17 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
     return Measured(intervals, observation.queries, observation.evaluation_seconds, plan)
 
 
+def _requests_of(part: sources.Part) -> list[tuple[bool, str]]:
+    """(raw samples?, the selector or the query) of each request a part's answer needs."""
+    if part.samples:
+        return [(True, selected) for selected in part.samples]
+    return [(False, promql) for promql in part.queries]
+
+
+def _costless(run: sources.QueryRun) -> sources.QueryRun:
+    return replace(run, seconds=0.0, evaluation_seconds=0.0, samples=0)
+
+
 def _concatenated(runs: list[sources.QueryRun]) -> sources.QueryRun:
     """The answers of one part's queries as one (a shard's two node selectors never hold the
     same series), so grouping sees them together as it would one query's."""
@@ -300,11 +335,44 @@ class _Runner:
         self, client: sources.PrometheusClient, plan: sources.QueryPlan, first: int, last: int
     ) -> None:
         self.client, self.plan = client, plan
+        self.first, self.last = first, last
         self.start = datetime.fromtimestamp(first + plan.step_seconds, UTC)
         self.end = datetime.fromtimestamp(last + plan.step_seconds, UTC)
         self.queries: list[dict[str, Any]] = []
         self.evaluation_seconds = 0.0
         self.lock = threading.Lock()
+
+    def samples(self, name: str, selected: str, *, record: bool = True) -> sources.QueryRun:
+        """The raw samples of `selected` in [first, last + step): instant queries of a range
+        vector, each over as many intervals as hold MAX_SAMPLES_PER_SERIES samples a series,
+        each interval [S, S + step) as `QueryPlan.window` holds it, so each sample is read
+        once and falls in one interval."""
+        step = self.plan.step_seconds
+        per_request = max(1, MAX_SAMPLES_PER_SERIES * self.plan.scrape_seconds // step)
+        series: dict[tuple[tuple[str, str], ...], sources.Series] = {}
+        seconds = evaluation = 0.0
+        scanned = 0
+        for start in range(self.first, self.last + 1, step * per_request):
+            end = min(self.last + step, start + step * per_request)
+            width = (end - start) * 1000 - (1 if self.plan.closed_ranges else 0)
+            promql = f"{selected}[{width}ms] offset 1ms"
+            run = self.client.query_samples(name, promql, at=datetime.fromtimestamp(end, UTC))
+            seconds += run.seconds
+            evaluation += run.evaluation_seconds
+            scanned += run.samples
+            for item in run.series:
+                key = tuple(sorted(item.labels.items()))
+                if key in series:
+                    series[key].values.extend(item.values)
+                else:
+                    series[key] = item
+        answered = list(series.values())
+        result = sources.QueryRun(
+            name, selected, self.start, self.end, seconds, evaluation, answered, scanned
+        )
+        if record:
+            self.record(name, selected, result)
+        return result
 
     def run(self, name: str, promql: str, *, record: bool = True) -> sources.QueryRun:
         result = self.client.query_range(
@@ -387,9 +455,10 @@ def _grouped(result: sources.QueryRun, name: str, part: sources.Part) -> sources
 def _max_text(texts: list[str]) -> str:
     """The largest of the samples as Prometheus' `max` picks it: NaN gives way to any value.
     Compared as Decimals (exact, as every sample Tandem keeps; "+Inf" and "NaN" read too)."""
-    if len(texts) == 1:
-        return texts[0]
-    best, best_value = texts[0], Decimal(texts[0])
+    first = texts[0]
+    if len(texts) == 1 or all(text == first for text in texts):
+        return first
+    best, best_value = first, Decimal(first)
     for text in texts[1:]:
         value = Decimal(text)
         if best_value.is_nan() or (not value.is_nan() and value > best_value):
@@ -404,6 +473,96 @@ def _sum_text(texts: list[str]) -> str:
         return str(sum(Decimal(text) for text in texts))
     except (ArithmeticError, ValueError):  # +Inf + -Inf: as Prometheus, NaN
         return "NaN"
+
+
+def _over_time(
+    run: sources.QueryRun, functions: set[str], first: int, step: int
+) -> dict[str, sources.QueryRun]:
+    """What each range function `f(<series>[S, S + step))` answers at the ends S + step of the
+    intervals on the grid of `first`, from the raw samples in `run` (in time order, as
+    Prometheus sends them): per series and interval, the texts a range query would answer,
+    in one pass over the samples."""
+    reducers = [OVER_TIME[function] for function in sorted(functions)]
+    answers: list[list[sources.Series]] = [[] for _ in reducers]
+    width = len(reducers)
+    for series in run.series:
+        points: list[list[list]] = [[] for _ in reducers]
+        texts: list[str] = []
+        end: float = -math.inf  # the end of the interval `texts` belong to
+        for at, text in series.values:
+            if at < end:
+                texts.append(text)
+                continue
+            if texts:
+                _reduced(texts, end, reducers, points, width)
+            # Interval starts are whole seconds and sample times whole milliseconds: the
+            # float division falls on the right side of every boundary.
+            end = first + (int((at - first) // step) + 1) * step
+            texts = [text]
+        if texts:
+            _reduced(texts, end, reducers, points, width)
+        for into, values in zip(answers, points, strict=True):
+            into.append(sources.Series(labels=series.labels, values=values))
+    return {
+        function: replace(run, series=series)
+        for function, series in zip(sorted(functions), answers, strict=True)
+    }
+
+
+def _reduced(
+    texts: list[str],
+    end: float,
+    reducers: list[Callable[[list[str]], str]],
+    points: list[list[list]],
+    width: int,
+) -> None:
+    """Each function's text for one interval's samples. Most intervals read the same value
+    at each tick: its max and mean are that text, and only the count needs working out."""
+    first = texts[0]
+    same = len(texts) == 1 or all(text == first for text in texts)
+    for index in range(width):
+        reduce = reducers[index]
+        text = first if same and reduce is not _count_text else reduce(texts)
+        points[index].append([end, text])
+
+
+def _mean_text(texts: list[str]) -> str:
+    """avg_over_time of the samples: exact where they are numbers (Prometheus' float mean
+    differs from it by far less than the half byte at which a mean in MiB rounds), NaN or an
+    infinity as Prometheus writes them otherwise."""
+    first = texts[0]
+    if all(text == first for text in texts):
+        return first  # most intervals: the same reading at every tick
+    values = [Decimal(text) for text in texts]
+    if all(value.is_finite() for value in values):
+        return str(sum(values) / len(values))
+    return _special_text(values)
+
+
+def _special_text(values: list[Decimal]) -> str:
+    """A sum or mean of samples holding NaN or an infinity, as Prometheus writes it."""
+    infinities = {value for value in values if value.is_infinite()}
+    if any(value.is_nan() for value in values) or len(infinities) > 1:
+        return "NaN"
+    return "+Inf" if infinities.pop() > 0 else "-Inf"
+
+
+# Counts as text, for the counts an interval's samples can make.
+_COUNT_TEXTS = [str(count) for count in range(sources.RAW_SAMPLES_PER_STEP * 4 + 1)]
+
+
+def _count_text(texts: list[str]) -> str:
+    count = len(texts)
+    return _COUNT_TEXTS[count] if count < len(_COUNT_TEXTS) else str(count)
+
+
+# The range functions taken from raw samples (the device meter's parts), as Prometheus computes
+# them; texts as it writes them (the largest is one of the samples' own texts).
+OVER_TIME: dict[str, Callable[[list[str]], str]] = {
+    "count_over_time": _count_text,
+    "max_over_time": _max_text,
+    "avg_over_time": _mean_text,
+}
 
 
 def _joined(name: str, parts: dict[str, sources.QueryRun]) -> sources.QueryRun:

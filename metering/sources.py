@@ -36,7 +36,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
@@ -58,6 +58,9 @@ from metering.models import DEFAULT_LABEL_MAPPING, DEFAULT_PRIORITY_CLASS_KINDS,
 RANGE_PROBE = "count_over_time(vector(1)[2s:1s])"
 RANGE_PROBE_AT = 1_000_000_000  # any whole second
 MAX_POINTS_PER_QUERY = 10_000
+# The most samples per series an interval may hold for the device meter to read raw samples
+# (QueryPlan.reads_raw_samples): its three answers are three points an interval.
+RAW_SAMPLES_PER_STEP = 3
 DEFAULT_TIMEOUT_SECONDS = 120  # per read
 DEFAULT_DEADLINE_SECONDS = 300  # per request, headers and body (TANDEM_PROMETHEUS_DEADLINE_SECONDS)
 DEFAULT_MAX_RESPONSE_BYTES = 512 * 1024 * 1024
@@ -199,6 +202,9 @@ class QueryPlan:
     # Whether this plan reads the pod-level meters that no GPU series narrows (I/O, latency):
     # one shard of a sharded window reads them for the whole pool, the others do not.
     pod_meters: bool = True
+    # Whether the device meter reads its series' raw samples (see `reads_raw_samples`); None
+    # decides by the scrape interval.
+    raw_samples: bool | None = None
 
     @property
     def range_ms(self) -> int:
@@ -213,6 +219,23 @@ class QueryPlan:
     def ticks_window(self) -> str:
         """The same interval as a subquery: one point per scrape tick S, S + scrape, ..."""
         return f"[{self.range_ms}ms:{self.scrape}] offset 1ms"
+
+    @property
+    def reads_raw_samples(self) -> bool:
+        """Whether the device meter fetches DCGM_FI_DEV_FB_USED's raw samples once and takes
+        its three range functions (ticks, peak, mean) per interval in Python
+        (`measure._over_time`) instead of asking Prometheus for each.
+
+        Prometheus evaluates a range function series by series at every step, at a cost per
+        series and step whatever the samples. Where an interval holds at most
+        RAW_SAMPLES_PER_STEP samples (a scrape of a third of the step or sparser), its samples
+        are fewer points than the three answers and are read once: the same numbers, a third
+        of the evaluation. Denser scrapes would send the workers more points than the answers,
+        and the workers are the larger part of an ingest's CPU (benchmarks/ingest.py).
+        """
+        if self.raw_samples is not None:
+            return self.raw_samples
+        return self.step_seconds // self.scrape_seconds <= RAW_SAMPLES_PER_STEP
 
     @property
     def scrape(self) -> str:
@@ -343,6 +366,11 @@ class Part:
     # More queries whose series join this one's answer before it is grouped: a shard's node
     # set needs two selectors (see NodeSet), which never hold the same series.
     also: tuple[str, ...] = ()
+    # Where set, the part is not asked of Prometheus: `function` (the range function of
+    # `promql`) is taken in Python from these selectors' raw samples, fetched once for every
+    # part that names them (see QueryPlan.reads_raw_samples); `promql` says what it means.
+    samples: tuple[str, ...] = ()
+    function: str = ""
 
     @property
     def queries(self) -> tuple[str, ...]:
@@ -367,14 +395,20 @@ def devices_parts(plan: QueryPlan) -> dict[str, Part]:
     its bare series beside its pods' ones: see `shared_devices_query`.
     """
     by = device_series_labels(plan)
-    frame_buffers = [f"{series}{plan.window}" for series in gpu_series(plan, "DCGM_FI_DEV_FB_USED")]
+    series = gpu_series(plan, "DCGM_FI_DEV_FB_USED")
+    frame_buffers = [f"{selected}{plan.window}" for selected in series]
+    samples = series if plan.reads_raw_samples else ()
     # The GPU model (dcgm-exporter's `modelName`, the same on every series of a physical GPU
     # and its MIG instances) rides along with the ticks: it never splits a series.
     by_target = (*by, *_labels(TARGET_LABELS), *_labels(NODE_LABELS), MODEL_LABEL)
     return {
-        "ticks": _gpu_part("count_over_time", frame_buffers, by_target),
-        "memory_peak": _gpu_part("max_over_time", frame_buffers, by, pods_only=True),
-        "memory_avg": _gpu_part("avg_over_time", frame_buffers, by, pods_only=True),
+        "ticks": _gpu_part("count_over_time", frame_buffers, by_target, samples=samples),
+        "memory_peak": _gpu_part(
+            "max_over_time", frame_buffers, by, pods_only=True, samples=samples
+        ),
+        "memory_avg": _gpu_part(
+            "avg_over_time", frame_buffers, by, pods_only=True, samples=samples
+        ),
     }
 
 
@@ -388,7 +422,7 @@ def gpu_series(plan: QueryPlan, metric: str, *matchers: str) -> tuple[str, ...]:
 
 def _gpu_part(function: str, ranges: Iterable[str], by: tuple[str, ...], **options: Any) -> Part:
     first, *more = (f"{function}({series})" for series in ranges)
-    return Part(first, by, also=tuple(more), **options)
+    return Part(first, by, also=tuple(more), function=function, **options)
 
 
 def busy_parts(plan: QueryPlan) -> dict[str, Part]:
@@ -909,13 +943,9 @@ class PrometheusClient:
             began = time.perf_counter()
             result = self._run(promql, chunk_start, chunk_end, step_seconds)
             seconds += time.perf_counter() - began
-            payload = getattr(self._session.local, "payload", None) or {}
-            stats = _object(_object(_object(payload).get("data")).get("stats"))
-            reported = _object(stats.get("timings")).get("evalTotalTime")
-            # A JSON number already; anything else (a hostile or broken server) counts 0.
-            evaluation += reported if isinstance(reported, int | float) else 0.0
-            scanned = _object(stats.get("samples")).get("totalQueryableSamples")
-            samples += scanned if isinstance(scanned, int) else 0
+            reported, scanned = self._stats()
+            evaluation += reported
+            samples += scanned
             for item in result:
                 labels = item.get("metric", {})
                 key = tuple(sorted(labels.items()))
@@ -930,11 +960,41 @@ class PrometheusClient:
             name, promql, start, end, seconds, evaluation, list(series.values()), samples
         )
 
+    def query_samples(self, name: str, promql: str, *, at: datetime) -> QueryRun:
+        """An instant query of a range vector: each series' raw samples, [time, "value"]."""
+        began = time.perf_counter()
+        result = self._ask(
+            lambda: self._connect.custom_query(
+                promql, params={"time": f"{at.timestamp():.3f}", "stats": "all"}
+            )
+        )
+        seconds = time.perf_counter() - began
+        evaluation, samples = self._stats()
+        series = [Series(item.get("metric", {}), item.get("values", [])) for item in result]
+        return QueryRun(name, promql, at, at, seconds, evaluation, series, samples)
+
+    def _stats(self) -> tuple[float, int]:
+        """The last answer's evaluation seconds and samples scanned (`stats=all`)."""
+        payload = getattr(self._session.local, "payload", None) or {}
+        stats = _object(_object(_object(payload).get("data")).get("stats"))
+        reported = _object(stats.get("timings")).get("evalTotalTime")
+        scanned = _object(stats.get("samples")).get("totalQueryableSamples")
+        # JSON numbers already; anything else (a hostile or broken server) counts 0.
+        return (
+            reported if isinstance(reported, int | float) else 0.0,
+            scanned if isinstance(scanned, int) else 0,
+        )
+
     def _run(self, promql: str, start: datetime, end: datetime, step: int) -> list[dict]:
-        try:
-            result = self._connect.custom_query_range(
+        return self._ask(
+            lambda: self._connect.custom_query_range(
                 promql, start_time=start, end_time=end, step=str(step), params={"stats": "all"}
             )
+        )
+
+    def _ask(self, call: Callable[[], Any]) -> list[dict]:
+        try:
+            result = call()
         except PrometheusError:
             raise
         except (requests.ConnectionError, requests.Timeout) as error:
