@@ -456,7 +456,7 @@ def _max_text(texts: list[str]) -> str:
     """The largest of the samples as Prometheus' `max` picks it: NaN gives way to any value.
     Compared as Decimals (exact, as every sample Tandem keeps; "+Inf" and "NaN" read too)."""
     first = texts[0]
-    if len(texts) == 1 or all(text == first for text in texts):
+    if texts.count(first) == len(texts):  # one text, or the same one at every tick
         return first
     best, best_value = first, Decimal(first)
     for text in texts[1:]:
@@ -480,50 +480,28 @@ def _over_time(
 ) -> dict[str, sources.QueryRun]:
     """What each range function `f(<series>[S, S + step))` answers at the ends S + step of the
     intervals on the grid of `first`, from the raw samples in `run` (in time order, as
-    Prometheus sends them): per series and interval, the texts a range query would answer,
-    in one pass over the samples."""
-    reducers = [OVER_TIME[function] for function in sorted(functions)]
-    answers: list[list[sources.Series]] = [[] for _ in reducers]
-    width = len(reducers)
+    Prometheus sends them): per series and interval, the texts a range query would answer.
+    Each series' samples are grouped by interval once, for every function."""
+    answers: dict[str, list[sources.Series]] = {function: [] for function in functions}
+    taken = [(OVER_TIME[function], answers[function]) for function in functions]
     for series in run.series:
-        points: list[list[list]] = [[] for _ in reducers]
+        groups: list[tuple[int, list[str]]] = []
+        end: float = -math.inf  # the end of the interval the last group holds
         texts: list[str] = []
-        end: float = -math.inf  # the end of the interval `texts` belong to
         for at, text in series.values:
             if at < end:
                 texts.append(text)
                 continue
-            if texts:
-                _reduced(texts, end, reducers, points, width)
             # Interval starts are whole seconds and sample times whole milliseconds: the
             # float division falls on the right side of every boundary.
             end = first + (int((at - first) // step) + 1) * step
             texts = [text]
-        if texts:
-            _reduced(texts, end, reducers, points, width)
-        for into, values in zip(answers, points, strict=True):
-            into.append(sources.Series(labels=series.labels, values=values))
-    return {
-        function: replace(run, series=series)
-        for function, series in zip(sorted(functions), answers, strict=True)
-    }
-
-
-def _reduced(
-    texts: list[str],
-    end: float,
-    reducers: list[Callable[[list[str]], str]],
-    points: list[list[list]],
-    width: int,
-) -> None:
-    """Each function's text for one interval's samples. Most intervals read the same value
-    at each tick: its max and mean are that text, and only the count needs working out."""
-    first = texts[0]
-    same = len(texts) == 1 or all(text == first for text in texts)
-    for index in range(width):
-        reduce = reducers[index]
-        text = first if same and reduce is not _count_text else reduce(texts)
-        points[index].append([end, text])
+            groups.append((end, texts))
+        labels = series.labels
+        for reduce, into in taken:
+            values = [[at, reduce(texts)] for at, texts in groups]
+            into.append(sources.Series(labels=labels, values=values))
+    return {function: replace(run, series=answers[function]) for function in functions}
 
 
 def _mean_text(texts: list[str]) -> str:
@@ -531,7 +509,7 @@ def _mean_text(texts: list[str]) -> str:
     differs from it by far less than the half byte at which a mean in MiB rounds), NaN or an
     infinity as Prometheus writes them otherwise."""
     first = texts[0]
-    if all(text == first for text in texts):
+    if texts.count(first) == len(texts):
         return first  # most intervals: the same reading at every tick
     values = [Decimal(text) for text in texts]
     if all(value.is_finite() for value in values):
@@ -799,13 +777,25 @@ def _parse_latency(
     result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
 ) -> None:
     required = (plan.service_label, "le")
+    # Each `le` text once per answer (a few bucket bounds over every point), and the bound
+    # and replica once per series (its points come one after the other).
+    bounds: dict[str, str | None] = {}
+    current: dict[str, str] | None = None
+    bound: str | None = None
+    replica: tuple[str, str, str] = ("", "", "")
     for interval, labels, pod, value, _ in _points(result, observed, plan, required=required):
-        try:
-            bound = canonical_le(labels["le"])
-        except ValueError:
+        if labels is not current:
+            current, text = labels, labels["le"]
+            if text not in bounds:
+                try:
+                    bounds[text] = canonical_le(text)
+                except ValueError:
+                    bounds[text] = None
+            bound = bounds[text]
+            replica = (pod[0], labels[plan.service_label], pod[1])
+        if bound is None:
             interval.warnings.append(f"latency: series {describe(labels)} has a bad le")
             continue
-        replica = (pod[0], labels[plan.service_label], pod[1])
         interval.latency_last[replica][bound] = value
 
 
