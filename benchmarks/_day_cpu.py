@@ -51,7 +51,9 @@ def main() -> None:
     import django
 
     django.setup()
-    # The checkout's own code, imported once Django is set up.
+    # The checkout's own code, imported once Django is set up. Only what every checkout has
+    # (services, ingest, the bench's BATCH): the pool's windows are made here, not by a helper
+    # of this checkout's benchmarks that the other checkout may lack.
     from benchmarks.ingest import BATCH, cpu_seconds, truncate_metering
     from metering import ingest, services
     from metering.models import Source
