@@ -57,7 +57,7 @@ def answers(url: str, plan: sources.QueryPlan, start: int, end: int) -> None:
     for name, build in sources.METER_PARTS.items():
         for part_name, part in build(plan).items():
             # Raw samples: one request for every part taking a function of them.
-            for path, data in part_requests(part, start=start, end=end):
+            for path, data in part_requests(part, plan, start=start, end=end):
                 if data["query"] in sent:
                     continue
                 sent.add(data["query"])

@@ -307,16 +307,17 @@ def metric_names(url: str, promql: list[str]) -> list[str]:
     return sorted({word for text in promql for word in TOKEN.findall(text)} & set(known))
 
 
-def part_requests(part: sources.Part, *, start: int, end: int) -> list[tuple[str, dict]]:
+def part_requests(
+    part: sources.Part, plan: sources.QueryPlan, *, start: int, end: int
+) -> list[tuple[str, dict]]:
     """The requests one meter part needs for a batch, as (API path, form data): its range
     queries evaluated at start, start + step, ..., end, or, where the part is taken from raw
-    samples, one instant query per selector holding [start - step, end) (as
-    `measure._Runner.samples` asks, on a Prometheus 2.x whose ranges hold both ends)."""
-    width = (end - start + STEP) * 1000 - 1
+    samples, one instant query per selector holding [start - step, end), as
+    `measure._Runner.samples` asks."""
     if part.samples:
+        window = plan.samples_window(start - STEP, end)
         return [
-            ("query", {"query": f"{selected}[{width}ms] offset 1ms", "time": end})
-            for selected in part.samples
+            ("query", {"query": f"{selected}{window}", "time": end}) for selected in part.samples
         ]
     return [
         ("query_range", {"query": promql, "start": start, "end": end, "step": STEP})
@@ -330,7 +331,7 @@ def meter_requests(plan: sources.QueryPlan, *, start: int, end: int) -> list[tup
     found: dict[str, tuple[str, dict]] = {}
     for build in sources.METER_PARTS.values():
         for part in build(plan).values():
-            for path, data in part_requests(part, start=start, end=end):
+            for path, data in part_requests(part, plan, start=start, end=end):
                 found.setdefault(data["query"], (path, data))
     return list(found.values())
 

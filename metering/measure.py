@@ -49,9 +49,6 @@ MAX_DENOMINATOR = 1_000_000
 # fewer, wider ones cost less: a 10,000-GPU batch asked 42 queries of 100 pods for the pods
 # it saw scheduled. A few hundred names keep a request a sensible size.
 NARROWED_BATCH = 250
-# Raw samples per series a request may answer (see _Runner.samples): as many points as a range
-# query's chunk (sources.MAX_POINTS_PER_QUERY), so neither kind of request answers more.
-MAX_SAMPLES_PER_SERIES = sources.MAX_POINTS_PER_QUERY
 
 
 @dataclass
@@ -237,8 +234,11 @@ def observe(
                 for key in _requests_of(part):
                     if key not in asked:
                         samples, text = key
-                        ask = runner.samples if samples else runner.run
-                        asked[key] = pool.submit(ask, name, text, record=False)
+                        asked[key] = (
+                            pool.submit(runner.samples, name, text)
+                            if samples
+                            else pool.submit(runner.run, name, text, record=False)
+                        )
                     waiting[asked[key]].append((name, part_name, part, parts))
         costed: set[Future] = set()
         finished: set[tuple[str, str]] = set()
@@ -342,37 +342,30 @@ class _Runner:
         self.evaluation_seconds = 0.0
         self.lock = threading.Lock()
 
-    def samples(self, name: str, selected: str, *, record: bool = True) -> sources.QueryRun:
+    def samples(self, name: str, selected: str) -> sources.QueryRun:
         """The raw samples of `selected` in [first, last + step): instant queries of a range
-        vector, each over as many intervals as hold MAX_SAMPLES_PER_SERIES samples a series,
-        each interval [S, S + step) as `QueryPlan.window` holds it, so each sample is read
-        once and falls in one interval."""
+        vector, each over as many intervals as hold sources.MAX_POINTS_PER_QUERY samples a
+        series (a range query's chunk: neither kind of request answers more), each interval
+        [S, S + step) as `QueryPlan.window` holds it, so each sample is read once and falls
+        in one interval."""
         step = self.plan.step_seconds
-        per_request = max(1, MAX_SAMPLES_PER_SERIES * self.plan.scrape_seconds // step)
+        per_request = max(1, sources.MAX_POINTS_PER_QUERY * self.plan.scrape_seconds // step)
         series: dict[tuple[tuple[str, str], ...], sources.Series] = {}
         seconds = evaluation = 0.0
         scanned = 0
         for start in range(self.first, self.last + 1, step * per_request):
             end = min(self.last + step, start + step * per_request)
-            width = (end - start) * 1000 - (1 if self.plan.closed_ranges else 0)
-            promql = f"{selected}[{width}ms] offset 1ms"
+            promql = f"{selected}{self.plan.samples_window(start, end)}"
             run = self.client.query_samples(name, promql, at=datetime.fromtimestamp(end, UTC))
             seconds += run.seconds
             evaluation += run.evaluation_seconds
             scanned += run.samples
             for item in run.series:
-                key = tuple(sorted(item.labels.items()))
-                if key in series:
-                    series[key].values.extend(item.values)
-                else:
-                    series[key] = item
+                sources.series_merge(series, item.labels, item.values)
         answered = list(series.values())
-        result = sources.QueryRun(
+        return sources.QueryRun(
             name, selected, self.start, self.end, seconds, evaluation, answered, scanned
         )
-        if record:
-            self.record(name, selected, result)
-        return result
 
     def run(self, name: str, promql: str, *, record: bool = True) -> sources.QueryRun:
         result = self.client.query_range(
@@ -518,26 +511,17 @@ def _mean_text(texts: list[str]) -> str:
 
 
 def _special_text(values: list[Decimal]) -> str:
-    """A sum or mean of samples holding NaN or an infinity, as Prometheus writes it."""
+    """The mean of samples holding NaN or an infinity, as Prometheus writes it."""
     infinities = {value for value in values if value.is_infinite()}
     if any(value.is_nan() for value in values) or len(infinities) > 1:
         return "NaN"
     return "+Inf" if infinities.pop() > 0 else "-Inf"
 
 
-# Counts as text, for the counts an interval's samples can make.
-_COUNT_TEXTS = [str(count) for count in range(sources.RAW_SAMPLES_PER_STEP * 4 + 1)]
-
-
-def _count_text(texts: list[str]) -> str:
-    count = len(texts)
-    return _COUNT_TEXTS[count] if count < len(_COUNT_TEXTS) else str(count)
-
-
 # The range functions taken from raw samples (the device meter's parts), as Prometheus computes
 # them; texts as it writes them (the largest is one of the samples' own texts).
 OVER_TIME: dict[str, Callable[[list[str]], str]] = {
-    "count_over_time": _count_text,
+    "count_over_time": lambda texts: str(len(texts)),
     "max_over_time": _max_text,
     "avg_over_time": _mean_text,
 }

@@ -215,6 +215,11 @@ class QueryPlan:
         """The range of an interval's samples, [S, S + step), for a query evaluated at S + step."""
         return f"[{self.range_ms}ms] offset 1ms"
 
+    def samples_window(self, start: int, end: int) -> str:
+        """The range of the samples in [start, end) for an instant query evaluated at `end`
+        (Unix seconds), as `window` holds one interval's."""
+        return f"[{(end - start) * 1000 - (1 if self.closed_ranges else 0)}ms] offset 1ms"
+
     @property
     def ticks_window(self) -> str:
         """The same interval as a subquery: one point per scrape tick S, S + scrape, ..."""
@@ -947,15 +952,9 @@ class PrometheusClient:
             evaluation += reported
             samples += scanned
             for item in result:
-                labels = item.get("metric", {})
-                key = tuple(sorted(labels.items()))
                 # [evaluation time, "value"] pairs as Prometheus sent them: whole seconds here,
                 # since every range query starts on the step grid.
-                values = item.get("values", [])
-                if key in series:
-                    series[key].values.extend(values)
-                else:
-                    series[key] = Series(labels=labels, values=values)
+                series_merge(series, item.get("metric", {}), item.get("values", []))
         return QueryRun(
             name, promql, start, end, seconds, evaluation, list(series.values()), samples
         )
@@ -1011,6 +1010,18 @@ class PrometheusClient:
                 f"Prometheus answered a result that is not a list of series: {str(result)[:200]}"
             )
         return result
+
+
+def series_merge(
+    found: dict[tuple[tuple[str, str], ...], Series], labels: dict[str, str], values: list
+) -> None:
+    """Add one answer's points of a series to those of the same labels from earlier answers
+    (the chunks of one query, in time order)."""
+    key = tuple(sorted(labels.items()))
+    if key in found:
+        found[key].values.extend(values)
+    else:
+        found[key] = Series(labels=labels, values=values)
 
 
 def _object(value: Any) -> dict:
