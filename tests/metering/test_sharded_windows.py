@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
@@ -379,9 +380,15 @@ def test_it_runs_shards_and_the_combiner_as_tasks_and_survives_a_killed_worker(
     )
     tasks.ingest_windows.delay(ids)
     worker = start_worker()
-    wait_for(lambda: IngestBatch.objects.exists(), timeout=60, what="the batch to start")
-    # Hold the batch row: the first shard to stage then waits inside its transaction.
-    blocker.execute("SELECT 1 FROM metering_ingestbatch FOR UPDATE")
+    # Hold the batch row from the moment it is committed: the first shard to stage then waits
+    # inside its transaction. Asked every 10 ms by the locking statement itself: polling for
+    # the row and then locking it let all three shards of this small pool stage, and the
+    # combiner delete the batch, in between (it failed 1 run in 3).
+    deadline = time.monotonic() + 60
+    while not blocker.execute("SELECT 1 FROM metering_ingestbatch FOR UPDATE").fetchone():
+        blocker.rollback()
+        assert time.monotonic() < deadline, "timed out after 60s waiting for the batch to start"
+        time.sleep(0.01)
     try:
         wait_for(
             lambda: watcher.execute(waiting).fetchone() is not None,
