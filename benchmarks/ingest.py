@@ -79,11 +79,13 @@ from benchmarks._table import Row, report, within  # noqa: E402
 from metering import querying, services, sources  # noqa: E402
 from metering.models import IngestWindow, Source  # noqa: E402
 from metering.tasks import ingest_windows  # noqa: E402
+from metering.windows import catchup_windows_per_task  # noqa: E402
 from simulator.layout import node_sizes  # noqa: E402
 from simulator.prometheus import backfill_parts, lookback_for, start_prometheus  # noqa: E402
 
-BATCH = 12
-TIMINGS = re.compile(r"ingested \d+ windows of .*?: (\{.*\})")
+BATCH = 12  # replay_batch's batch: an hour of windows and its scan
+# A worker's line per batch: how many windows, from when, and the batch's timings.
+TIMINGS = re.compile(r"ingested (\d+) windows of .*? from (\S+ \S+): (\{.*\})")
 TOKEN = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 STEP = 300
 START = dt.date(2026, 10, 12)
@@ -369,21 +371,44 @@ def replay_batch(url: str, plan: sources.QueryPlan, *, start: int, end: int) -> 
     return {"meters": meters, "scan": scan, "ratio": meters / scan}
 
 
-def replay_ingest(source: Source, windows: list[IngestWindow]) -> float:
+def replay_ingest(
+    source: Source, windows: list[IngestWindow], batches: list[tuple[str, int]]
+) -> float:
     """Prometheus' evaluation time of the ingest's queries, sent again batch by batch, once the
     workers have stopped, by the code the workers ran (`querying.observe_batch`: the meter
     queries and the narrowed ones their answers call for, one query at a time).
 
     During the ingest a query's evalTotalTime is wall time on 2 cores shared with two workers'
     Python and the other worker's query: it counts the waits for a core. Replayed alone, it is
-    what the PromQL costs, under the conditions the reference scan is timed in."""
+    what the PromQL costs, under the conditions the reference scan is timed in.
+
+    `batches`: (first window start, windows) as the workers logged them, as they sized them."""
     plan = sources.query_plan_for(source, step_seconds=STEP)
+    at_start = {str(window.start): at for at, window in enumerate(windows)}
     seconds = 0.0
-    for at in range(0, len(windows), BATCH):
-        batch = windows[at : at + BATCH]
+    for first, count in batches:
+        at = at_start[first]
+        batch = windows[at : at + count]
         observation = querying.observe_batch(source, plan, batch[0].start, batch[-1].start)
         seconds += observation.evaluation_seconds
     return seconds
+
+
+def logged_batches(log: Path, windows: int) -> list[tuple[int, str, dict]]:
+    """(windows, first window start, timings) of each batch the workers logged, in time
+    order, once the lines name all `windows` (a batch logs just after its commit)."""
+    deadline = time.monotonic() + 60
+    while True:
+        found = [
+            (int(n), start, ast.literal_eval(timings))
+            for n, start, timings in TIMINGS.findall(log.read_text(errors="replace"))
+        ]
+        if sum(n for n, _, _ in found) >= windows or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    if sum(n for n, _, _ in found) != windows:
+        print(f"warning: the worker log names {sum(n for n, _, _ in found)} of {windows} windows")
+    return sorted(found, key=lambda batch: batch[1])
 
 
 def node_patterns(gpus: int, shards: int) -> list[str]:
@@ -395,16 +420,18 @@ def node_patterns(gpus: int, shards: int) -> list[str]:
 
 
 def ingest_queued(source: Source, first: int, last: int) -> tuple[list[IngestWindow], float]:
-    """Queue the span as `ingest_windows` tasks of BATCH windows; its windows, and the wall
-    time until every one is done."""
+    """Queue the span as `ingest_windows` tasks as beat's catch-up does (72 windows, each
+    task measuring them in batches sized to the pool); its windows, and the wall time until
+    every one is done."""
     start = dt.datetime.fromtimestamp(first, dt.UTC)
     windows = services.windows_create(
         source=source, start=start, end=dt.datetime.fromtimestamp(last, dt.UTC)
     )
     ids = [w.pk for w in windows]
     began = time.perf_counter()
-    for index in range(0, len(ids), BATCH):
-        ingest_windows.delay(ids[index : index + BATCH])
+    per_task = catchup_windows_per_task(source)
+    for index in range(0, len(ids), per_task):
+        ingest_windows.delay(ids[index : index + per_task])
     while IngestWindow.objects.filter(pk__in=ids, status="done").count() < len(ids):
         failed = IngestWindow.objects.filter(pk__in=ids, status="failed").first()
         if failed:
@@ -525,7 +552,8 @@ def run_size(
         replay = replay_batch(
             prometheus.url, plan, start=int(windows[0].start.timestamp()), end=batch_end
         )
-        replay["ingest"] = replay_ingest(source, windows)
+        logged = logged_batches(log, len(ids))
+        replay["ingest"] = replay_ingest(source, windows, [(start, n) for n, start, _ in logged])
         sharded = None
         if shards > 1:
             sharded_source = Source.objects.create(
@@ -551,10 +579,12 @@ def run_size(
         if not keep:
             shutil.rmtree(simulated, ignore_errors=True)
             shutil.rmtree(tsdb, ignore_errors=True)
-    timings = [ast.literal_eval(m) for m in TIMINGS.findall(log.read_text(errors="replace"))]
-    logged_windows = sum(t["windows"] for t in timings)
-    if logged_windows != len(ids):
-        print(f"warning: the worker log names {logged_windows} of {len(ids)} windows", flush=True)
+    timings = [t for _, _, t in logged]
+    print(
+        f"{gpus:,} GPUs: {len(timings)} batches of"
+        f" {', '.join(sorted({str(n) for n, _, _ in logged}, key=int))} windows",
+        flush=True,
+    )
     usage_rows = sum(t["usage_rows"] for t in timings)
     # From the windows themselves (each holds its share of its batch's evaluation), so a
     # log line lost cannot shrink it.

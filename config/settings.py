@@ -202,7 +202,17 @@ TANDEM_PROMETHEUS_COMPRESSED = env_bool("TANDEM_PROMETHEUS_COMPRESSED", False)
 TANDEM_READ_HOURLY_ROLLUP = env_bool("TANDEM_READ_HOURLY_ROLLUP", True)
 TANDEM_INGEST_LAG_SECONDS = env_int("TANDEM_INGEST_LAG_SECONDS", 60)
 TANDEM_SCRAPE_INTERVAL_SECONDS = env_int("TANDEM_SCRAPE_INTERVAL_SECONDS", 15)  # `default` source
+# A batch of windows shares one range query per meter and one transaction. Its length follows
+# the pool: at most BATCH_GPU_WINDOWS GPUs x windows (the GPUs the source's latest window
+# expected), which bounds a worker's memory (peak RSS 532 MB for 10,000 GPUs x 24 windows,
+# benchmarks/ingest.py --gpus 10000 --hours 3 --scrape 150), while a 1,000-GPU pool gets 20
+# hours a batch; BATCH_WINDOWS windows while a source has none yet, and per task of
+# `manage.py ingest`.
 TANDEM_INGEST_BATCH_WINDOWS = env_int("TANDEM_INGEST_BATCH_WINDOWS", 12)
+TANDEM_INGEST_BATCH_GPU_WINDOWS = env_int("TANDEM_INGEST_BATCH_GPU_WINDOWS", 240_000)
+for _name in ("TANDEM_INGEST_BATCH_WINDOWS", "TANDEM_INGEST_BATCH_GPU_WINDOWS"):
+    if globals()[_name] < 1:
+        raise ImproperlyConfigured(f"{_name} must be at least 1, got {globals()[_name]}")
 # Beat catches up a source's missing or lost windows (an outage, a killed worker, a broker
 # restart), however far back: at most this many in flight per source, oldest first.
 TANDEM_INGEST_CATCHUP_WINDOWS = env_int("TANDEM_INGEST_CATCHUP_WINDOWS", 288)

@@ -25,7 +25,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from kernel.collector import collector_paused
-from metering import measure, querying, shards, sources
+from metering import measure, querying, selectors, shards, sources
 from metering.identity import _services_upsert, _tasks_upsert
 from metering.models import (
     IngestWindow,
@@ -73,10 +73,16 @@ def windows_ingest(
     )
     unavailable: sources.PrometheusUnavailable | None = None
     for run in _consecutive_runs(windows):
-        try:
-            _run_ingest(run, accept_loss, shard_dispatch, sharded=sharded)
-        except sources.PrometheusUnavailable as error:
-            unavailable = error
+        for batch in _batches(run):
+            try:
+                _run_ingest(batch, accept_loss, shard_dispatch, sharded=sharded)
+            except sources.PrometheusUnavailable as error:
+                unavailable = error
+                # The run's later batches would wait on the same Prometheus: they stay
+                # pending, with the error, for the retry.
+                rest = [w.pk for w in run if w.start > batch[-1].start]
+                _windows_mark(rest, IngestWindow.Status.PENDING, str(error))
+                break
     if unavailable is not None:
         raise unavailable
     return list(
@@ -96,6 +102,34 @@ def _consecutive_runs(windows: list[IngestWindow]) -> Iterator[list[IngestWindow
         run.append(window)
     if run:
         yield run
+
+
+# The longest batch: a day of five-minute windows, one transaction.
+MAX_BATCH_WINDOWS = 288
+
+
+def _batches(run: list[IngestWindow]) -> Iterator[list[IngestWindow]]:
+    """The run in batches, each measured with one range query per meter and written in one
+    transaction: as many windows as TANDEM_INGEST_BATCH_GPU_WINDOWS allows for the GPUs the
+    source's latest ingested window expected (asked again before each batch, so the run's
+    own first batch sizes the rest), TANDEM_INGEST_BATCH_WINDOWS while none has been.
+
+    Fewer, longer range queries cost Prometheus less (it decodes each chunk of a series
+    once per query that touches it, and a chunk holds hours of samples) and the workers
+    less; the worker holds a batch's answers and facts, so their size is bounded by GPUs x
+    windows, not by how many windows a task carries (beat's catch-up: 72)."""
+    source = run[0].source
+    ticks = max(1, settings.TANDEM_STEP_SECONDS // max(1, source.scrape_interval_seconds))
+    at = 0
+    while at < len(run):
+        gpus = selectors.source_gpus_latest(source=source, ticks_per_window=ticks)
+        if gpus is None:
+            size = settings.TANDEM_INGEST_BATCH_WINDOWS
+        else:
+            size = settings.TANDEM_INGEST_BATCH_GPU_WINDOWS // max(1, gpus)
+        size = min(max(1, size), MAX_BATCH_WINDOWS)
+        yield run[at : at + size]
+        at += size
 
 
 @collector_paused  # the whole batch: see its docstring

@@ -20,7 +20,7 @@ import threading
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -221,47 +221,68 @@ def observe(
     observed = {start: Observed() for start in range(first - step, last + 1, step)}
     runner = _Runner(client, plan, first - step, last)
     grouped: dict[str, dict[str, sources.QueryRun]] = defaultdict(dict)
-    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        # One request per range query, and one per raw-sample selector however many parts
-        # take a function of it; a part is grouped once all of its requests are in.
-        asked: dict[tuple[bool, str], Future] = {}
-        waiting: dict[Future, list[tuple[str, str, sources.Part, dict]]] = defaultdict(list)
-        for name, build in sources.METER_PARTS.items():
-            if not plan.pod_meters and name in sources.POD_METERS:
-                continue  # another shard reads them for the whole pool
-            parts = build(plan)
-            for part_name, part in parts.items():
-                for key in _requests_of(part):
-                    if key not in asked:
-                        samples, text = key
-                        asked[key] = (
-                            pool.submit(runner.samples, name, text)
-                            if samples
-                            else pool.submit(runner.run, name, text, record=False)
-                        )
-                    waiting[asked[key]].append((name, part_name, part, parts))
-        costed: set[Future] = set()
+    # One request per range query, and one per raw-sample selector however many parts take a
+    # function of it, in the meters' order; each with the parts that read it.
+    readers: dict[_Request, list[tuple[str, str, sources.Part, dict]]] = defaultdict(list)
+    meter_of: dict[_Request, str] = {}
+    for name, build in sources.METER_PARTS.items():
+        if not plan.pod_meters and name in sources.POD_METERS:
+            continue  # another shard reads them for the whole pool
+        parts = build(plan)
+        for part_name, part in parts.items():
+            for key in _requests_of(part):
+                meter_of.setdefault(key, name)
+                readers[key].append((name, part_name, part, parts))
+    order = list(readers)
+    ahead = max(1, parallel)
+    with ThreadPoolExecutor(max_workers=ahead) as pool:
+
+        def ask(key: _Request) -> Future:
+            samples, text = key
+            if samples:
+                return pool.submit(runner.samples, meter_of[key], text)
+            return pool.submit(runner.run, meter_of[key], text, record=False)
+
+        # An answer is the batch's largest object (up to ~1 M points at 10,000 GPUs x 12
+        # windows). They are read in order while the next `ahead` are fetched, and each is let
+        # go once the last part reading it is grouped: a worker holds a few answers at a time,
+        # not every answer fetched ahead of a slower parse (which set its peak memory).
+        answers = {key: ask(key) for key in order[:ahead]}
+        left = {key: len(parts) for key, parts in readers.items()}
+        costed: set[_Request] = set()
         finished: set[tuple[str, str]] = set()
         # Per raw-sample request, the functions its parts take, all in one pass over it.
-        taken: dict[Future, dict[str, sources.QueryRun]] = {}
-        for done in as_completed(waiting):
-            for name, part_name, part, parts in waiting[done]:
-                futures = [asked[key] for key in _requests_of(part)]
-                if (name, part_name) in finished or not all(f.done() for f in futures):
+        taken: dict[_Request, dict[str, sources.QueryRun]] = {}
+        for at, key in enumerate(order):
+            if at + ahead < len(order):
+                answers[order[at + ahead]] = ask(order[at + ahead])
+            if key not in answers:
+                continue  # its parts were grouped with an answer read before it
+            answers[key].result()  # a failed request raises here
+            for name, part_name, part, parts in readers[key]:
+                keys = _requests_of(part)
+                if (name, part_name) in finished or not all(
+                    k in answers and answers[k].done() for k in keys
+                ):
                     continue  # grouped already, or a request of it still out
                 finished.add((name, part_name))
                 runs = []
-                for future in futures:
-                    run = future.result()
+                for k in keys:
+                    run = answers[k].result()
                     if part.samples:
-                        if future not in taken:
-                            functions = {p.function for _, _, p, _ in waiting[future]}
-                            taken[future] = _over_time(run, functions, first - step, step)
-                        run = taken[future][part.function]
+                        if k not in taken:
+                            functions = {p.function for _, _, p, _ in readers[k]}
+                            taken[k] = _over_time(run, functions, first - step, step)
+                        run = taken[k][part.function]
                     # A request shared by several parts counts its cost once.
-                    runs.append(run if future not in costed else _costless(run))
-                    costed.add(future)
+                    runs.append(run if k not in costed else _costless(run))
+                    costed.add(k)
                 grouped[name][part_name] = _grouped(_concatenated(runs), part_name, part)
+                for k in keys:
+                    left[k] -= 1
+                    if not left[k]:
+                        del answers[k]
+                        taken.pop(k, None)
                 if len(grouped[name]) == len(parts):  # every part of the meter is in
                     joined = _joined(name, grouped.pop(name))
                     runner.record(name, sources.tagged_parts(parts), joined)
@@ -302,7 +323,10 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
     return Measured(intervals, observation.queries, observation.evaluation_seconds, plan)
 
 
-def _requests_of(part: sources.Part) -> list[tuple[bool, str]]:
+_Request = tuple[bool, str]  # (raw samples?, the selector or the query)
+
+
+def _requests_of(part: sources.Part) -> list[_Request]:
     """(raw samples?, the selector or the query) of each request a part's answer needs."""
     if part.samples:
         return [(True, selected) for selected in part.samples]

@@ -48,6 +48,22 @@ def source_get(*, name: str) -> Source:
     return source
 
 
+def source_gpus_latest(*, source: Source, ticks_per_window: int) -> int | None:
+    """How many GPUs the source's latest ingested window expected samples from (its
+    `samples_expected` over the scrapes a window holds); None before its first such window."""
+    expected = (
+        IngestWindow.objects.filter(
+            source=source, status=IngestWindow.Status.DONE, samples_expected__gt=0
+        )
+        .order_by("-start")
+        .values_list("samples_expected", flat=True)
+        .first()
+    )
+    if expected is None:
+        return None
+    return -(-expected // max(1, ticks_per_window))
+
+
 def windows_not_done(*, start: datetime, end: datetime) -> list[IngestWindow]:
     return list(
         IngestWindow.objects.filter(start__gte=start, start__lt=end)

@@ -124,9 +124,16 @@ def windows_due_create(*, source: Source, now: datetime | None = None) -> list[l
     backlog = sorted([*lost, *_windows_add(source, missing)], key=lambda w: w.start)
     # Touched now: until the retry horizon passes they count as in flight, not lost again.
     IngestWindow.objects.filter(pk__in=[w.pk for w in backlog]).update(updated=now)
-    tasks = max(1, source.max_concurrent_queries)
-    per_task = max(1, -(-settings.TANDEM_INGEST_CATCHUP_WINDOWS // tasks))
+    per_task = catchup_windows_per_task(source)
     return [[newest]] + [backlog[i : i + per_task] for i in range(0, len(backlog), per_task)]
+
+
+def catchup_windows_per_task(source: Source) -> int:
+    """The windows of a catch-up task: TANDEM_INGEST_CATCHUP_WINDOWS over the source's query
+    slots (72 with the default 4). Each task measures its windows in batches sized to the
+    pool (metering.ingest._batches)."""
+    tasks = max(1, source.max_concurrent_queries)
+    return max(1, -(-settings.TANDEM_INGEST_CATCHUP_WINDOWS // tasks))
 
 
 _IN_FLIGHT = (IngestWindow.Status.PENDING, IngestWindow.Status.RUNNING)

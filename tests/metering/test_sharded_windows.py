@@ -278,11 +278,12 @@ def test_it_round_trips_an_observation_exactly(gang_prometheus) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_it_leaves_nothing_partial_when_a_shard_fails_and_completes_on_retry(
-    gang_prometheus, gang_truth
+    gang_prometheus, gang_truth, settings
 ) -> None:
     """A shard whose Prometheus is unreachable half-way through the batch (one shard staged,
     the next failing) leaves the windows pending and no rows; its retry completes the batch,
     and a combiner that dies inside its transaction writes nothing until it runs again."""
+    settings.TANDEM_INGEST_BATCH_WINDOWS = 24  # the two hours in one batch: one set of shards
     source = Source.objects.create(
         name="flaky",
         url=gang_prometheus.url,

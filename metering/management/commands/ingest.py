@@ -35,7 +35,8 @@ class Command(BaseCommand):
             "--batch",
             type=int,
             default=settings.TANDEM_INGEST_BATCH_WINDOWS,
-            help="consecutive windows per range query (default 12)",
+            help="consecutive windows per task (default 12); a task measures them in batches"
+            " of one range query per meter, sized to the pool",
         )
         parser.add_argument(
             "--accept-loss",
