@@ -122,6 +122,9 @@ def _batches(run: list[IngestWindow]) -> Iterator[list[IngestWindow]]:
     ticks = max(1, settings.TANDEM_STEP_SECONDS // max(1, source.scrape_interval_seconds))
     at = 0
     while at < len(run):
+        if at == len(run) - 1:  # one window (beat's newest, every step): nothing to size
+            yield run[at:]
+            return
         gpus = selectors.source_gpus_latest(source=source, ticks_per_window=ticks)
         if gpus is None:
             size = settings.TANDEM_INGEST_BATCH_WINDOWS

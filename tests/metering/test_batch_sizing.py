@@ -12,6 +12,8 @@ from datetime import datetime, timedelta
 from http.server import ThreadingHTTPServer
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from metering import ingest, measure, selectors, services, sources
 from metering.models import IngestWindow, Source
@@ -73,6 +75,9 @@ def test_it_bounds_a_batch_by_the_budget_by_a_day_and_by_one_window(settings) ->
     assert [len(b) for b in ingest._batches(run)] == [288, 12]  # a day at most
     settings.TANDEM_INGEST_BATCH_GPU_WINDOWS = 1
     assert {len(b) for b in ingest._batches(run)} == {1}  # a window at least
+    with CaptureQueriesContext(connection) as queries:  # beat's newest window, every step
+        assert [len(b) for b in ingest._batches(run[:1])] == [1]
+    assert not queries.captured_queries
 
 
 @pytest.mark.django_db
