@@ -205,9 +205,9 @@ TANDEM_SCRAPE_INTERVAL_SECONDS = env_int("TANDEM_SCRAPE_INTERVAL_SECONDS", 15)  
 # A batch of windows shares one range query per meter and one transaction. Its length follows
 # the pool: at most BATCH_GPU_WINDOWS GPUs x windows (the GPUs the source's latest window
 # expected), which bounds a worker's memory (peak RSS 532 MB for 10,000 GPUs x 24 windows,
-# benchmarks/ingest.py --gpus 10000 --hours 3 --scrape 150), while a 1,000-GPU pool gets 20
-# hours a batch; BATCH_WINDOWS windows while a source has none yet, and per task of
-# `manage.py ingest`.
+# benchmarks/ingest.py --gpus 10000 --hours 3 --scrape 150), while a 1,000-GPU pool may take
+# 20 hours (of a task's windows; a day at most). BATCH_WINDOWS windows while a source has none
+# yet, and per task of `manage.py ingest`.
 TANDEM_INGEST_BATCH_WINDOWS = env_int("TANDEM_INGEST_BATCH_WINDOWS", 12)
 TANDEM_INGEST_BATCH_GPU_WINDOWS = env_int("TANDEM_INGEST_BATCH_GPU_WINDOWS", 240_000)
 for _name in ("TANDEM_INGEST_BATCH_WINDOWS", "TANDEM_INGEST_BATCH_GPU_WINDOWS"):

@@ -104,10 +104,6 @@ def _consecutive_runs(windows: list[IngestWindow]) -> Iterator[list[IngestWindow
         yield run
 
 
-# The longest batch: a day of five-minute windows, one transaction.
-MAX_BATCH_WINDOWS = 288
-
-
 def _batches(run: list[IngestWindow]) -> Iterator[list[IngestWindow]]:
     """The run in batches, each measured with one range query per meter and written in one
     transaction: as many windows as TANDEM_INGEST_BATCH_GPU_WINDOWS allows for the GPUs the
@@ -119,18 +115,18 @@ def _batches(run: list[IngestWindow]) -> Iterator[list[IngestWindow]]:
     less; the worker holds a batch's answers and facts, so their size is bounded by GPUs x
     windows, not by how many windows a task carries (beat's catch-up: 72)."""
     source = run[0].source
-    ticks = max(1, settings.TANDEM_STEP_SECONDS // max(1, source.scrape_interval_seconds))
+    day = max(1, 86_400 // settings.TANDEM_STEP_SECONDS)  # the longest batch, one transaction
     at = 0
     while at < len(run):
         if at == len(run) - 1:  # one window (beat's newest, every step): nothing to size
             yield run[at:]
             return
-        gpus = selectors.source_gpus_latest(source=source, ticks_per_window=ticks)
+        gpus = selectors.source_gpus_latest(source=source)
         if gpus is None:
             size = settings.TANDEM_INGEST_BATCH_WINDOWS
         else:
-            size = settings.TANDEM_INGEST_BATCH_GPU_WINDOWS // max(1, gpus)
-        size = min(max(1, size), MAX_BATCH_WINDOWS)
+            size = settings.TANDEM_INGEST_BATCH_GPU_WINDOWS // gpus
+        size = min(max(1, size), day)
         yield run[at : at + size]
         at += size
 

@@ -48,7 +48,7 @@ def source_get(*, name: str) -> Source:
     return source
 
 
-def source_gpus_latest(*, source: Source, ticks_per_window: int) -> int | None:
+def source_gpus_latest(*, source: Source) -> int | None:
     """How many GPUs the source's latest ingested window expected samples from (its
     `samples_expected` over the scrapes a window holds); None before its first such window."""
     expected = (
@@ -61,7 +61,8 @@ def source_gpus_latest(*, source: Source, ticks_per_window: int) -> int | None:
     )
     if expected is None:
         return None
-    return -(-expected // max(1, ticks_per_window))
+    ticks = settings.TANDEM_STEP_SECONDS // max(1, source.scrape_interval_seconds)
+    return -(-expected // max(1, ticks))
 
 
 def windows_not_done(*, start: datetime, end: datetime) -> list[IngestWindow]:

@@ -45,7 +45,7 @@ def test_it_measures_a_long_run_in_batches_sized_to_the_pool_and_exactly(
     with caplog.at_level(logging.INFO, logger="metering.ingest"):
         services.windows_ingest(window_ids=ids)
 
-    assert selectors.source_gpus_latest(source=source, ticks_per_window=TICKS) == POOL.gpus
+    assert selectors.source_gpus_latest(source=source) == POOL.gpus
     assert batch_sizes(caplog.records) == [4, 10, 10, 6]
     assert windows_status(ids) == {"done": 30}
     # Every batch boundary falls inside the span: the sums are the simulator's to the unit.
