@@ -158,5 +158,5 @@ class IngestWindowAdmin(admin.ModelAdmin):
     ]
     list_filter = ["status", "source"]
     date_hierarchy = "start"
-    readonly_fields = [f.name for f in models.IngestWindow._meta.fields]
+    readonly_fields = [*(f.name for f in models.IngestWindow._meta.fields), "recorded_queries"]
     actions = [ingest_again, replace_accepting_loss]

@@ -259,6 +259,30 @@ class PodWait(models.Model):
 COMPLETENESS_WARNING = "completeness:"
 
 
+class IngestQueries(models.Model):
+    """The PromQL a run of consecutive windows was measured with, recorded once for the run:
+    a batch sends one range query per meter for all its windows (metering.querying), so each
+    window of it was measured with all of them. `reports.explain` shows them behind a charge.
+
+    Recorded once because a batch's narrowed queries name the pods they read: at 1,000 GPUs a
+    72-window batch's are about 200 KB, which every window used to store a copy of (a sixth
+    of the write phase, and ~60 MB a day). A run ingested again records its queries anew and
+    the record its windows no longer use is deleted in the same transaction."""
+
+    source = models.ForeignKey(Source, on_delete=models.PROTECT, related_name="ingest_queries")
+    first_start = models.DateTimeField()
+    last_start = models.DateTimeField()
+    queries = models.JSONField(default=list)  # [{"meter", "promql", "samples", "seconds", ...}]
+    recorded = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["source", "first_start"])]
+        verbose_name_plural = "ingest queries"
+
+    def __str__(self) -> str:
+        return f"{self.source} {self.first_start:%Y-%m-%d %H:%M}-{self.last_start:%H:%M} queries"
+
+
 class IngestWindow(models.Model):
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -272,7 +296,12 @@ class IngestWindow(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     rows_written = models.PositiveIntegerField(default=0)
+    # Windows written before migration 0014 hold their own copy of the queries; later ones
+    # point at their run's record (use `recorded_queries`, which reads either).
     queries = models.JSONField(default=list, blank=True)  # [{"promql", "seconds"}]
+    measured_with = models.ForeignKey(
+        IngestQueries, null=True, blank=True, on_delete=models.SET_NULL, related_name="windows"
+    )
     prometheus_seconds = models.DecimalField(max_digits=12, decimal_places=6, default=0)
     samples_seen = models.BigIntegerField(default=0)
     samples_expected = models.BigIntegerField(default=0)
@@ -295,6 +324,13 @@ class IngestWindow(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source} {self.start:%Y-%m-%d %H:%M}-{self.end:%H:%M}"
+
+    @property
+    def recorded_queries(self) -> list[dict]:
+        """The PromQL this window was measured with (its run's, or its own copy if older)."""
+        if self.measured_with_id is not None:
+            return self.measured_with.queries
+        return self.queries
 
     @property
     def completeness_warnings(self) -> list[str]:

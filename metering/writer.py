@@ -405,7 +405,7 @@ def _run_write(
                 )
             )
         usage_seconds = _rows_replace(replaced)
-        _windows_result_update(results, measured.queries, prometheus_seconds, now)
+        _windows_result_update(run, results, measured.queries, prometheus_seconds, now)
         if losses:
             _losses_audit(losses, accept_loss)
     return sum(len(rows.usage) for _, rows in replaced), usage_seconds
@@ -515,15 +515,30 @@ def _losses_audit(losses: list[tuple], accept_loss: LossAcceptance) -> None:
 
 
 def _windows_result_update(
-    results: list[tuple], queries: list[dict], prometheus_seconds: Decimal, now: datetime
+    run: list[IngestWindow],
+    results: list[tuple],
+    queries: list[dict],
+    prometheus_seconds: Decimal,
+    now: datetime,
 ) -> None:
-    """One UPDATE for all windows of a run (the ORM's bulk_update builds a CASE per field)."""
+    """One UPDATE for all windows of a run (the ORM's bulk_update builds a CASE per field),
+    pointing them at one record of the run's queries (`IngestQueries`); the records of earlier
+    runs over these windows that no window points at any more go."""
     row = "(%s::bigint, %s::int, %s::bigint, %s::bigint, %s::numeric, %s::jsonb, %s::text,"
     row += " %s::timestamptz, %s::timestamptz)"
+    bounds = {"source": run[0].source_id, "first": run[0].start, "last": run[-1].start}
     with connection.cursor() as cursor:
         cursor.execute(
+            "INSERT INTO metering_ingestqueries (source_id, first_start, last_start, queries,"
+            " recorded) VALUES (%(source)s, %(first)s, %(last)s, %(queries)s::jsonb, %(now)s)"
+            " RETURNING id",
+            {**bounds, "queries": json.dumps(queries), "now": now},
+        )
+        (record,) = cursor.fetchone()
+        cursor.execute(
             "UPDATE metering_ingestwindow w SET status = %s, rows_written = v.rows,"
-            " queries = %s::jsonb, prometheus_seconds = %s, samples_seen = v.seen,"
+            " queries = '[]', measured_with_id = %s, prometheus_seconds = %s,"
+            " samples_seen = v.seen,"
             " samples_expected = v.expected, completeness = v.completeness,"
             " warnings = v.warnings, error = '', content_hash = v.hash,"
             " first_written = v.first_written, changed_after_first_write = v.changed,"
@@ -533,11 +548,20 @@ def _windows_result_update(
             " WHERE w.id = v.id",
             [
                 IngestWindow.Status.DONE,
-                json.dumps(queries),
+                record,
                 prometheus_seconds,
                 now,
                 *(value for result in results for value in result),
             ],
+        )
+        # Windows are written under their advisory locks, so a run that overlaps this one
+        # has committed its windows (or not started them): no live record is taken for dead.
+        cursor.execute(
+            "DELETE FROM metering_ingestqueries q WHERE q.source_id = %(source)s"
+            " AND q.first_start <= %(last)s AND q.last_start >= %(first)s AND q.id <> %(record)s"
+            " AND NOT EXISTS (SELECT 1 FROM metering_ingestwindow w"
+            " WHERE w.measured_with_id = q.id)",
+            {**bounds, "record": record},
         )
 
 

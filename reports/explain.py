@@ -7,8 +7,9 @@ intervals, at the off-peak rate from off-peak intervals; an SLA penalty from the
 breach intervals; compensation from the task's preemptions. A correction line is explained by
 the month it corrects.
 
-The PromQL is what the ingest windows recorded when they ran (IngestWindow.queries); for
-windows that recorded none, the meter's query is rebuilt from the source's mapping.
+The PromQL is what the ingest windows recorded when they ran (IngestQueries, one per run of
+windows; IngestWindow.queries for windows written before); for windows that recorded none,
+the meter's query is rebuilt from the source's mapping.
 `query_range` names the evaluation times: a value at T covers the interval (T - step, T] and
 is stored under T - step (docs/telemetry.md), so the range runs from the first interval's end to
 the last one's.
@@ -29,7 +30,7 @@ from billing.models import LineKind, SlaBreach, StatementLine, StatementLineTask
 from kernel.period import time_zone
 from kernel.tasks import TRAINING_KINDS
 from metering import sources
-from metering.models import IngestWindow, Preemption, Source, UsageInterval
+from metering.models import IngestQueries, IngestWindow, Preemption, Source, UsageInterval
 from reports.rows import Period, close_period_bounds, period_bounds
 
 # Which meters produce the numbers behind each line kind.
@@ -251,7 +252,14 @@ def _queries(line: StatementLine, period: Period, source_ids: set[int], step: in
     )
     count = windows.count()
     recorded: dict[str, str] = {}
-    for queries in windows.exclude(queries=[]).values_list("queries", flat=True)[:50]:
+    runs = IngestQueries.objects.filter(pk__in=windows.values("measured_with")).order_by(
+        "first_start"
+    )
+    older = windows.exclude(queries=[])  # written before runs recorded their queries once
+    for queries in [
+        *runs.values_list("queries", flat=True)[:50],
+        *older.values_list("queries", flat=True)[:50],
+    ]:
         for query in queries or []:
             name, promql = query.get("name") or query.get("meter"), query.get("promql")
             if name in meters and promql and name not in recorded:

@@ -432,7 +432,7 @@ def test_it_ingests_a_sharded_source_from_the_command_in_shards_or_not(
         call_command("ingest", *span, "--now", *extra, stdout=io.StringIO())
         windows = IngestWindow.objects.filter(source=source)
         assert set(windows.values_list("status", flat=True)) == {"done"}
-        named = {query.get("shard") for window in windows for query in window.queries}
+        named = {query.get("shard") for window in windows for query in window.recorded_queries}
         assert named - {None} == shards_named
         assert stored_alloc(source.pk) == truth_alloc(gang_truth, start, end)
     assert not IngestBatch.objects.exists()

@@ -17,6 +17,7 @@ from decimal import Decimal
 
 from metering.models import (
     CapacityInterval,
+    IngestQueries,
     LatencyInterval,
     PodWait,
     Preemption,
@@ -54,7 +55,7 @@ FAST = [[le, c] for le, c in zip(BOUNDS, [150, 197, 199, 200, 200, 200, 200], st
 SLOW = [[le, c] for le, c in zip(BOUNDS, [20, 60, 120, 170, 185, 198, 200], strict=True)]
 
 
-# The windows record the PromQL they ran, for the report's "how was this measured" page.
+# The windows' runs record the PromQL they ran, for the report's "how was this measured" page.
 QUERIES = [
     {"meter": "devices", "promql": "sum by (namespace, pod) (recorded_allocation)"},
     {"meter": "latency", "promql": "sum by (le) (recorded_latency)"},
@@ -62,7 +63,11 @@ QUERIES = [
 
 
 def _window(pool: ReportPool, start: dt.datetime) -> None:
-    IngestWindowFactory(source=pool.source, start=start, queries=QUERIES)
+    """A done window, measured by a run of its own that recorded QUERIES."""
+    run = IngestQueries.objects.create(
+        source=pool.source, first_start=start, last_start=start, queries=QUERIES, recorded=start
+    )
+    IngestWindowFactory(source=pool.source, start=start, measured_with=run)
 
 
 @dataclass

@@ -8,6 +8,7 @@ from decimal import Decimal
 from django.urls import reverse
 
 from billing.models import StatementLine
+from metering.models import IngestQueries, IngestWindow
 from tests.pools import reports as pools
 
 
@@ -46,6 +47,19 @@ def test_it_lists_the_tasks_intervals_and_promql_behind_an_offpeak_line(
     assert (query["start"], query["end"]) == ("2026-09-30T16:05:00Z", "2026-10-31T16:00:00Z")
     assert query["step_seconds"] == 300
     assert data["ingest_windows"] == 31 * 24  # the pool's 12 hours and the rest of October
+
+
+def test_it_reads_the_promql_windows_written_before_runs_recorded_it_once_kept(
+    people, report_pool
+) -> None:
+    windows = IngestWindow.objects.filter(source=report_pool.source)
+    windows.update(queries=pools.QUERIES, measured_with=None)  # as migration 0014 found them
+    IngestQueries.objects.filter(source=report_pool.source).delete()
+
+    data = explain(people["finance"], line_of("vision", "offpeak"), format="json").json()
+    (query,) = data["queries"]
+    assert query["recorded"] is True
+    assert query["promql"] == "sum by (namespace, pod) (recorded_allocation)"
 
 
 def test_it_shows_one_task_interval_by_interval(people, report_pool) -> None:
