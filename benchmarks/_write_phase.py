@@ -1,10 +1,10 @@
 """Where an ingest's write phase goes: each part timed in one process, on a kept pool.
 
 `make bench` reports the whole write phase against a raw COPY; this says what it is made of.
-It ingests a TSDB kept by `benchmarks/ingest.py --keep` in this process, one batch of 12
-windows at a time as the worker does, with a timer around each part of the write (the task
-upsert, building the rows, the usage DELETE + COPY, the other tables, the windows' update),
-and prints the seconds of each, of the measure phase, and the write phase against a raw COPY
+It ingests a TSDB kept by `benchmarks/ingest.py --keep` in this process, a task of 12 windows
+at a time (`--task-windows 72` as beat's catch-up queues them), each measured in batches as the
+worker does, with a timer around each part of the write (the task upsert, building the rows,
+the usage DELETE + COPY, the other tables, the windows' update), and prints the seconds of each, of the measure phase, and the write phase against a raw COPY
 of the same rows (benchmarks/ingest.py's reference). Then what the usage table's rollup
 trigger and foreign key add to a COPY of those rows (`usage_copy_parts`). Not run by `make
 bench` (it needs a kept pool, and the bench's figures are same-run ratios; these are a
@@ -79,6 +79,9 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=1000)
     parser.add_argument("--hours", type=int, default=6)
     parser.add_argument("--scrape", type=int, default=150)
+    parser.add_argument(
+        "--task-windows", type=int, default=BATCH, help="windows per ingest call (a task's)"
+    )
     options = parser.parse_args()
     recorded = options.kept / f"simulated-{options.gpus}x{options.hours}h-{options.scrape}s.json"
     first = json.loads(recorded.read_text())["first"]
@@ -102,8 +105,9 @@ def main() -> None:
         )
         ids = [window.pk for window in windows]
         began = time.perf_counter()
-        for index in range(0, len(ids), BATCH):
-            ingest.windows_ingest(window_ids=ids[index : index + BATCH])
+        per_task = options.task_windows
+        for index in range(0, len(ids), per_task):
+            ingest.windows_ingest(window_ids=ids[index : index + per_task])
         total = time.perf_counter() - began
         _, copy_rate = copy_rows_per_second(source)
         usage_copy = usage_copy_parts(source)
