@@ -38,8 +38,12 @@ import datetime as dt
 import functools
 import hashlib
 import json
+import os
 import queue
+import signal
+import tempfile
 import threading
+import traceback
 import zlib
 from collections import Counter
 from collections.abc import Callable
@@ -168,11 +172,65 @@ def _feed(built: BuiltScenario, take: Callable[[bytes], object]) -> None:
 
 @collector_paused
 def scenario_price(built: BuiltScenario, digest: tuple[bytes, str] | None = None) -> PricedScenario:
-    """Compressed canonical text, SHA-256 and the engine's price of `built`."""
-    scenario_zlib, sha256 = digest or scenario_digest(built)
-    return PricedScenario(
-        built=built, scenario_zlib=scenario_zlib, sha256=sha256, result=price(built.scenario)
-    )
+    """Compressed canonical text, SHA-256 and the engine's price of `built`: the digest taken
+    in a forked process while this one prices (`TANDEM_SCENARIO_DIGEST_FORKED`)."""
+    if digest is not None:
+        return PricedScenario(
+            built=built, scenario_zlib=digest[0], sha256=digest[1], result=price(built.scenario)
+        )
+    digest_wait = _digest_started(built)
+    try:
+        result = price(built.scenario)
+    except BaseException:
+        digest_wait(abandon=True)
+        raise
+    scenario_zlib, sha256 = digest_wait()
+    return PricedScenario(built=built, scenario_zlib=scenario_zlib, sha256=sha256, result=result)
+
+
+class ScenarioDigestError(RuntimeError):
+    """The forked process that hashes and compresses a scenario failed (its traceback says why)."""
+
+
+def _digest_started(built: BuiltScenario) -> Callable[..., tuple[bytes, str]]:
+    """Start `scenario_digest(built)` in a forked child and return the call that waits for it
+    (`abandon=True` stops it instead). The child shares the built scenario with this process
+    (copy on write), touches neither the database nor anything else the parent holds, writes
+    its result to an unnamed temporary file and leaves by `os._exit`, running none of the
+    parent's exit handlers. Without fork, or with the setting off, the call digests here."""
+    if not settings.TANDEM_SCENARIO_DIGEST_FORKED or not hasattr(os, "fork"):
+        return lambda abandon=False: (b"", "") if abandon else scenario_digest(built)
+    out = tempfile.TemporaryFile()
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            scenario_zlib, sha256 = scenario_digest(built)
+            out.write(sha256.encode() + b"\n" + scenario_zlib)
+            out.flush()
+            code = 0
+        except BaseException:
+            out.write(b"!" + traceback.format_exc().encode())
+            out.flush()
+        finally:
+            os._exit(code)
+
+    def wait(abandon: bool = False) -> tuple[bytes, str]:
+        if abandon:
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        with out:
+            out.seek(0)
+            data = out.read()
+        if abandon:
+            return b"", ""
+        if os.waitstatus_to_exitcode(status) != 0:
+            reason = data[1:].decode(errors="replace")[-4000:] or f"wait status {status}"
+            raise ScenarioDigestError(f"the scenario digest's process failed: {reason}")
+        sha256, _, scenario_zlib = data.partition(b"\n")
+        return scenario_zlib, sha256.decode()
+
+    return wait
 
 
 @collector_paused

@@ -197,6 +197,10 @@ if TANDEM_PROMETHEUS_DEADLINE_SECONDS <= 0:
 # (about 30% of Prometheus' CPU for a 10,000-GPU batch). For a Prometheus across a slow link;
 # off when the workers sit next to it, as in the cluster.
 TANDEM_PROMETHEUS_COMPRESSED = env_bool("TANDEM_PROMETHEUS_COMPRESSED", False)
+# A month's scenario text (hundreds of MB) is hashed and compressed in a forked process while
+# this one prices it: the two take about as long, on two cores at once. Off where a second
+# process of the worker's size is unwelcome, or there is no fork(): then one after the other.
+TANDEM_SCENARIO_DIGEST_FORKED = env_bool("TANDEM_SCENARIO_DIGEST_FORKED", True)
 # Pages, reports and the health numbers sum the hourly rollup (kept by triggers) where a range
 # allows it; off, they sum the metering intervals themselves (same numbers, slower).
 TANDEM_READ_HOURLY_ROLLUP = env_bool("TANDEM_READ_HOURLY_ROLLUP", True)
