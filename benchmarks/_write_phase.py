@@ -4,11 +4,11 @@
 It ingests a TSDB kept by `benchmarks/ingest.py --keep` in this process, a task of 12 windows
 at a time (`--task-windows 72` as beat's catch-up queues them), each measured in batches as the
 worker does, with a timer around each part of the write (the task upsert, building the rows,
-the usage DELETE + COPY, the other tables, the windows' update), and prints the seconds of each, of the measure phase, and the write phase against a raw COPY
-of the same rows (benchmarks/ingest.py's reference). Then what the usage table's rollup
-trigger and foreign key add to a COPY of those rows (`usage_copy_parts`). Not run by `make
-bench` (it needs a kept pool, and the bench's figures are same-run ratios; these are a
-breakdown).
+the usage DELETE + COPY, the other tables, the windows' update), and prints the seconds of
+each, of the measure phase, and the write phase against a raw COPY of the same rows
+(benchmarks/ingest.py's reference). Then what the usage table's rollup trigger and foreign key
+add to a COPY of those rows (`usage_copy_parts`). Not run by `make bench` (it needs a kept
+pool, and the bench's figures are same-run ratios; these are a breakdown).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_ingest \\
       .venv/bin/python benchmarks/ingest.py --gpus 1000 --hours 6 --scrape 150 --keep
