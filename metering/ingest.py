@@ -73,7 +73,7 @@ def windows_ingest(
     )
     unavailable: sources.PrometheusUnavailable | None = None
     for run in _consecutive_runs(windows):
-        for batch in _batches(run):
+        for batch in _batches(run, sharded=sharded):
             try:
                 _run_ingest(batch, accept_loss, shard_dispatch, sharded=sharded)
             except sources.PrometheusUnavailable as error:
@@ -104,29 +104,40 @@ def _consecutive_runs(windows: list[IngestWindow]) -> Iterator[list[IngestWindow
         yield run
 
 
-def _batches(run: list[IngestWindow]) -> Iterator[list[IngestWindow]]:
+# A sharded batch's combiner holds every shard's staged observation (its text, then parsed)
+# besides the facts: about four times an unsharded batch's memory per GPU-window
+# (benchmarks/ingest.py --shards 2, 10,000 GPUs: 986 MB at 12 windows, 1,935 MB at 24;
+# unsharded 515-747 MB at 24). It grows with the pods as well (1,000 GPUs: 409 MB at 12
+# windows, 920 MB at 60), so a sharded batch is also no longer than the default.
+SHARDED_BUDGET_SHARE = 4
+
+
+def _batches(run: list[IngestWindow], *, sharded: bool = True) -> Iterator[list[IngestWindow]]:
     """The run in batches, each measured with one range query per meter and written in one
     transaction: as many windows as TANDEM_INGEST_BATCH_GPU_WINDOWS allows for the GPUs the
     source's latest ingested window expected (asked again before each batch, so the run's
-    own first batch sizes the rest), TANDEM_INGEST_BATCH_WINDOWS while none has been.
+    own first batch sizes the rest), TANDEM_INGEST_BATCH_WINDOWS while none has been. A
+    source measured in shards gets a quarter of that budget (`SHARDED_BUDGET_SHARE`) and
+    never more than TANDEM_INGEST_BATCH_WINDOWS windows.
 
     Fewer, longer range queries cost Prometheus less (it decodes each chunk of a series
     once per query that touches it, and a chunk holds hours of samples) and the workers
     less; the worker holds a batch's answers and facts, so their size is bounded by GPUs x
     windows, not by how many windows a task carries (beat's catch-up: 72)."""
     source = run[0].source
-    day = max(1, 86_400 // settings.TANDEM_STEP_SECONDS)  # the longest batch, one transaction
+    default = settings.TANDEM_INGEST_BATCH_WINDOWS
+    budget = settings.TANDEM_INGEST_BATCH_GPU_WINDOWS
+    longest = max(1, 86_400 // settings.TANDEM_STEP_SECONDS)  # a day, one transaction
+    if source.shard_node_patterns and sharded:
+        budget, longest = budget // SHARDED_BUDGET_SHARE, default
     at = 0
     while at < len(run):
         if at == len(run) - 1:  # one window (beat's newest, every step): nothing to size
             yield run[at:]
             return
         gpus = selectors.source_gpus_latest(source=source)
-        if gpus is None:
-            size = settings.TANDEM_INGEST_BATCH_WINDOWS
-        else:
-            size = settings.TANDEM_INGEST_BATCH_GPU_WINDOWS // gpus
-        size = min(max(1, size), day)
+        size = default if gpus is None else budget // gpus
+        size = min(max(1, size), longest)
         yield run[at : at + size]
         at += size
 

@@ -81,6 +81,37 @@ def test_it_bounds_a_batch_by_the_budget_by_a_day_and_by_one_window(settings) ->
 
 
 @pytest.mark.django_db
+def test_it_gives_a_sharded_source_a_quarter_of_the_budget_and_the_default_at_most(
+    settings,
+) -> None:
+    """A combiner holds every shard's staged observation: about four times an unsharded
+    batch's memory per GPU-window, and more with many pods per GPU."""
+    source = Source.objects.create(
+        name="sharded sizes",
+        url="http://127.0.0.1:9",
+        scrape_interval_seconds=60,
+        shard_node_patterns=["^node-a"],
+    )
+    start = datetime.fromisoformat("2026-10-01T00:00:00Z")
+    run = [IngestWindow(source=source, start=start + timedelta(minutes=5 * i)) for i in range(72)]
+    settings.TANDEM_INGEST_BATCH_WINDOWS = 12
+    settings.TANDEM_INGEST_BATCH_GPU_WINDOWS = 240_000
+    assert [len(b) for b in ingest._batches(run)] == [12] * 6  # no window yet: the default
+    latest = IngestWindow.objects.create(
+        source=source,
+        start=start - timedelta(minutes=5),
+        end=start,
+        status=IngestWindow.Status.DONE,
+        samples_expected=1000 * TICKS,
+    )
+    assert [len(b) for b in ingest._batches(run)] == [12] * 6  # 60 allowed, the default caps
+    assert [len(b) for b in ingest._batches(run, sharded=False)] == [72]  # as any source
+    IngestWindow.objects.filter(pk=latest.pk).update(samples_expected=10_000 * TICKS)
+    assert [len(b) for b in ingest._batches(run)] == [6] * 12  # 240,000 / 4 / 10,000
+    assert [len(b) for b in ingest._batches(run, sharded=False)] == [24] * 3
+
+
+@pytest.mark.django_db
 def test_it_leaves_the_rest_of_a_run_pending_when_a_batch_finds_prometheus_down(
     settings,
 ) -> None:
