@@ -761,6 +761,19 @@ def print_meters(r: dict) -> None:
     )
 
 
+def rss_row(figure: str, peaks: list[int]) -> Row:
+    """The largest of these peaks (bytes) against the 1 GB goal."""
+    peak = max(peaks) / 2**20
+    return Row(
+        figure=figure,
+        value=f"{peak:,.0f} MB",
+        reference="",
+        ratio=None,
+        goal="<= 1024 MB",
+        ok=within(peak, at_most=1024),
+    )
+
+
 def rows_for(results: list[dict], *, hours: int) -> list[Row]:
     """The headline rows: every size for the day's costs, the largest for rates and scaling."""
     biggest, smallest = results[-1], results[0]
@@ -853,17 +866,7 @@ def rows_for(results: list[dict], *, hours: int) -> list[Row]:
             goal="reported",
         )
     )
-    peak = max(r["rss"] for r in results) / 2**20
-    rows.append(
-        Row(
-            figure="worker peak RSS (largest process, any size)",
-            value=f"{peak:,.0f} MB",
-            reference="",
-            ratio=None,
-            goal="<= 1024 MB",
-            ok=within(peak, at_most=1024),
-        )
-    )
+    rows.append(rss_row("worker peak RSS (largest process, any size)", [r["rss"] for r in results]))
     sharded = [r for r in results if r["sharded"]]
     for r in sharded:
         shard = r["sharded"]
@@ -883,17 +886,8 @@ def rows_for(results: list[dict], *, hours: int) -> list[Row]:
             )
         )
     if sharded:
-        peak = max(r["sharded"]["rss"] for r in sharded) / 2**20
-        rows.append(
-            Row(
-                figure="worker peak RSS in shards (largest process, any size)",
-                value=f"{peak:,.0f} MB",
-                reference="",
-                ratio=None,
-                goal="<= 1024 MB",
-                ok=within(peak, at_most=1024),
-            )
-        )
+        peaks = [r["sharded"]["rss"] for r in sharded]
+        rows.append(rss_row("worker peak RSS in shards (largest process, any size)", peaks))
     if len(results) > 1:
         scaling = biggest["per_gpu_day"] / smallest["per_gpu_day"]
         rows.append(
