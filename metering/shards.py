@@ -33,7 +33,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -155,8 +155,9 @@ def shards_combine(*, batch_id: int) -> list[IngestWindow]:
     `IngestBatch.DoesNotExist` for a batch that no longer exists (written already, or
     started again)."""
     batch = IngestBatch.objects.select_related("source").get(pk=batch_id)
-    rows = list(batch.shard_rows.order_by("index"))
-    if len(rows) != batch.shards or any(r.status != IngestShard.Status.STAGED for r in rows):
+    # Their staged text is read one shard at a time, below.
+    rows = list(batch.shard_rows.order_by("index").values_list("pk", "status"))
+    if len(rows) != batch.shards or any(status != IngestShard.Status.STAGED for _, status in rows):
         logger.warning("ingest batch %s is not fully staged; not combined", batch_id)
         return []
     run = list(IngestWindow.objects.filter(pk__in=batch.window_ids).order_by("start"))
@@ -166,13 +167,13 @@ def shards_combine(*, batch_id: int) -> list[IngestWindow]:
     step = settings.TANDEM_STEP_SECONDS
     plan = sources.query_plan_for(batch.source, step_seconds=step)
     try:
-        observations = [observation_load(row.observation) for row in rows]
+        merged = observations_merge(_staged_observations([pk for pk, _ in rows]), plan)
     except StagedFormatError as error:
         _batch_fail(batch, f"staged shards unreadable, ingest the windows again: {error}")
         return run
-    merged = observations_merge(observations, plan)
     first, last = int(batch.first_start.timestamp()), int(batch.last_start.timestamp())
     measured = measure.derive(merged, plan, first, last)
+    del merged  # what Prometheus answered: the write needs the facts only
     accept_loss = LossAcceptance(**batch.accept_loss) if batch.accept_loss else None
     began = time.perf_counter()
     task_ids = _tasks_upsert(batch.source, plan, measured)
@@ -192,6 +193,18 @@ def shards_combine(*, batch_id: int) -> list[IngestWindow]:
         time.perf_counter() - began,
     )
     return list(IngestWindow.objects.filter(pk__in=batch.window_ids).order_by("start"))
+
+
+def _staged_observations(shard_ids: list[int]) -> Iterator[Observation]:
+    """The shards' staged observations, read and parsed one at a time, each let go once the
+    caller has merged it: a combiner holds the merged batch, not every shard's text and
+    parsed copy at once."""
+    for pk in shard_ids:
+        text = IngestShard.objects.filter(pk=pk).values_list("observation", flat=True).get()
+        observation = observation_load(text)
+        del text
+        yield observation
+        del observation
 
 
 def run_sharded(
@@ -231,7 +244,7 @@ def _batch_fail(batch: IngestBatch, error: str) -> None:
 # --- Merging shards ---------------------------------------------------------------------
 
 
-def observations_merge(shards: Sequence[Observation], plan: sources.QueryPlan) -> Observation:
+def observations_merge(shards: Iterable[Observation], plan: sources.QueryPlan) -> Observation:
     """One observation of the whole pool from its shards' (see the module docstring).
 
     Device series, GPUs, per-tick presence and silent GPUs come from one shard each (node
@@ -239,18 +252,22 @@ def observations_merge(shards: Sequence[Observation], plan: sources.QueryPlan) -
     scrape targets are the same pool-wide answers in every shard, except what each shard's
     narrowed follow-ups filled in (its pods' history, its pods' creation times), which the
     merge unites. Warnings: shard 0's, then the others' not already among them."""
-    starts = sorted({start for shard in shards for start in shard.observed})
-    merged = {start: Observed() for start in starts}
-    for start, interval in merged.items():
-        parts = [shard.observed[start] for shard in shards if start in shard.observed]
-        for part in parts:
-            _observed_add(interval, part)
+    # Shard by shard (each is parsed only when the merge reaches it), which adds the parts of
+    # every interval in shard order, as the docstring says.
+    merged: dict[int, Observed] = {}
+    shared: set[str] = set()
+    queries: list[dict[str, Any]] = []
+    evaluation_seconds = 0.0
+    for shard in shards:
+        for start, part in shard.observed.items():
+            _observed_add(merged.setdefault(start, Observed()), part)
+        shared |= shard.shared
+        queries.extend(shard.queries)
+        evaluation_seconds += shard.evaluation_seconds
+    merged = {start: merged[start] for start in sorted(merged)}
     _details_trim(merged)
     return Observation(
-        observed=merged,
-        shared=set().union(*(shard.shared for shard in shards)),
-        queries=[query for shard in shards for query in shard.queries],
-        evaluation_seconds=sum(shard.evaluation_seconds for shard in shards),
+        observed=merged, shared=shared, queries=queries, evaluation_seconds=evaluation_seconds
     )
 
 
