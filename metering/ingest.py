@@ -104,12 +104,11 @@ def _consecutive_runs(windows: list[IngestWindow]) -> Iterator[list[IngestWindow
         yield run
 
 
-# A sharded batch's combiner holds every shard's staged observation (its text, then parsed)
-# besides the facts: about four times an unsharded batch's memory per GPU-window
-# (benchmarks/ingest.py --shards 2, 10,000 GPUs: 986 MB at 12 windows, 1,935 MB at 24;
-# unsharded 515-747 MB at 24). It grows with the pods as well (1,000 GPUs: 409 MB at 12
-# windows, 920 MB at 60), so a sharded batch is also no longer than the default.
-SHARDED_BUDGET_SHARE = 4
+# A sharded batch's combiner holds the shards' merged observation besides the facts: about
+# twice an unsharded batch's memory per GPU-window (benchmarks/ingest.py --shards 2, a
+# 10,000-GPU day: 791 MB at 12 windows, 1,275 MB at 24; unsharded 756 MB at 24), so it gets
+# half the budget, and no more windows than the default (24-window batches took 5% less time).
+SHARDED_BUDGET_SHARE = 2
 
 
 def _batches(run: list[IngestWindow], *, sharded: bool = True) -> Iterator[list[IngestWindow]]:
@@ -117,8 +116,8 @@ def _batches(run: list[IngestWindow], *, sharded: bool = True) -> Iterator[list[
     transaction: as many windows as TANDEM_INGEST_BATCH_GPU_WINDOWS allows for the GPUs the
     source's latest ingested window expected (asked again before each batch, so the run's
     own first batch sizes the rest), TANDEM_INGEST_BATCH_WINDOWS while none has been. A
-    source measured in shards gets a quarter of that budget (`SHARDED_BUDGET_SHARE`) and
-    never more than TANDEM_INGEST_BATCH_WINDOWS windows.
+    source measured in shards gets half that budget (`SHARDED_BUDGET_SHARE`) and never more
+    than TANDEM_INGEST_BATCH_WINDOWS windows.
 
     Fewer, longer range queries cost Prometheus less (it decodes each chunk of a series
     once per query that touches it, and a chunk holds hours of samples) and the workers

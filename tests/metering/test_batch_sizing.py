@@ -81,11 +81,9 @@ def test_it_bounds_a_batch_by_the_budget_by_a_day_and_by_one_window(settings) ->
 
 
 @pytest.mark.django_db
-def test_it_gives_a_sharded_source_a_quarter_of_the_budget_and_the_default_at_most(
-    settings,
-) -> None:
-    """A combiner holds every shard's staged observation: about four times an unsharded
-    batch's memory per GPU-window, and more with many pods per GPU."""
+def test_it_gives_a_sharded_source_half_the_budget_and_the_default_at_most(settings) -> None:
+    """A combiner holds the shards' merged observation besides the facts: about twice an
+    unsharded batch's memory per GPU-window."""
     source = Source.objects.create(
         name="sharded sizes",
         url="http://127.0.0.1:9",
@@ -104,11 +102,11 @@ def test_it_gives_a_sharded_source_a_quarter_of_the_budget_and_the_default_at_mo
         status=IngestWindow.Status.DONE,
         samples_expected=1000 * TICKS,
     )
-    assert [len(b) for b in ingest._batches(run)] == [12] * 6  # 60 allowed, the default caps
+    assert [len(b) for b in ingest._batches(run)] == [12] * 6  # 120 allowed, the default caps
     assert [len(b) for b in ingest._batches(run, sharded=False)] == [72]  # as any source
-    IngestWindow.objects.filter(pk=latest.pk).update(samples_expected=10_000 * TICKS)
-    assert [len(b) for b in ingest._batches(run)] == [6] * 12  # 240,000 / 4 / 10,000
-    assert [len(b) for b in ingest._batches(run, sharded=False)] == [24] * 3
+    IngestWindow.objects.filter(pk=latest.pk).update(samples_expected=20_000 * TICKS)
+    assert [len(b) for b in ingest._batches(run)] == [6] * 12  # 240,000 / 2 / 20,000
+    assert [len(b) for b in ingest._batches(run, sharded=False)] == [12] * 6
 
 
 @pytest.mark.django_db
