@@ -106,8 +106,9 @@ def _consecutive_runs(windows: list[IngestWindow]) -> Iterator[list[IngestWindow
 
 # A sharded batch's combiner holds the shards' merged observation besides the facts: about
 # twice an unsharded batch's memory per GPU-window (benchmarks/ingest.py --shards 2, a
-# 10,000-GPU day: 791 MB at 12 windows, 1,275 MB at 24; unsharded 756 MB at 24), so it gets
-# half the budget, and no more windows than the default (24-window batches took 5% less time).
+# 10,000-GPU day: 791 MB at 12 windows, 1,275 MB at 24 with TANDEM_INGEST_BATCH_WINDOWS=24;
+# unsharded 756 MB at 24), so it gets half the budget, and no more windows than the default
+# (24-window batches took 5% less time).
 SHARDED_BUDGET_SHARE = 2
 
 

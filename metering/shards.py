@@ -167,7 +167,7 @@ def shards_combine(*, batch_id: int) -> list[IngestWindow]:
     step = settings.TANDEM_STEP_SECONDS
     plan = sources.query_plan_for(batch.source, step_seconds=step)
     try:
-        merged = observations_merge(_staged_observations([pk for pk, _ in rows]), plan)
+        merged = observations_merge(_staged_observations([pk for pk, _ in rows]))
     except StagedFormatError as error:
         _batch_fail(batch, f"staged shards unreadable, ingest the windows again: {error}")
         return run
@@ -244,7 +244,7 @@ def _batch_fail(batch: IngestBatch, error: str) -> None:
 # --- Merging shards ---------------------------------------------------------------------
 
 
-def observations_merge(shards: Iterable[Observation], plan: sources.QueryPlan) -> Observation:
+def observations_merge(shards: Iterable[Observation]) -> Observation:
     """One observation of the whole pool from its shards' (see the module docstring).
 
     Device series, GPUs, per-tick presence and silent GPUs come from one shard each (node
