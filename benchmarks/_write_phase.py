@@ -20,16 +20,11 @@ The scratch database's metering rows are TRUNCATEd first.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
-import json
 import os
 import sys
 import time
-from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -41,12 +36,18 @@ django.setup()
 
 from django.db import connection, transaction  # noqa: E402
 
+from benchmarks._kept import (  # noqa: E402
+    PartTimers,
+    kept_first,
+    kept_parser,
+    kept_prometheus,
+    timed_parts,
+)
 from benchmarks.ingest import BATCH, copy_rows_per_second, truncate_metering  # noqa: E402
 from metering import identity, ingest, services, writer  # noqa: E402
 from metering.models import Source, UsageInterval  # noqa: E402
-from simulator.prometheus import lookback_for, start_prometheus  # noqa: E402
 
-SECONDS: dict[str, float] = defaultdict(float)
+SECONDS = PartTimers()
 # (module, function, what a reader calls it); ingest imports the first four by name.
 PARTS = [
     (ingest, "_measure", "measure (Prometheus and Python)"),
@@ -62,39 +63,17 @@ PARTS = [
 ]
 
 
-def timed(function: Callable, name: str) -> Callable:
-    def run(*args: Any, **kwargs: Any) -> Any:
-        began = time.perf_counter()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            SECONDS[name] += time.perf_counter() - began
-
-    return run
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kept", type=Path, help="a folder kept by benchmarks/ingest.py --keep")
-    parser.add_argument("--gpus", type=int, default=1000)
-    parser.add_argument("--hours", type=int, default=6)
-    parser.add_argument("--scrape", type=int, default=150)
+    parser = kept_parser(__doc__.splitlines()[0], hours=6)
     parser.add_argument(
         "--task-windows", type=int, default=BATCH, help="windows per ingest call (a task's)"
     )
     options = parser.parse_args()
-    recorded = options.kept / f"simulated-{options.gpus}x{options.hours}h-{options.scrape}s.json"
-    first = json.loads(recorded.read_text())["first"]
+    first = kept_first(options)
     last = first + (options.hours * 3600 // options.scrape - 1) * options.scrape
-    for module, name, _ in PARTS:
-        setattr(module, name, timed(getattr(module, name), name))
+    timed_parts(SECONDS, PARTS)
     truncate_metering()
-    prometheus = start_prometheus(
-        options.kept / f"tsdb-{options.gpus}",
-        lookback_delta=lookback_for(options.scrape),
-        scrape_interval=f"{options.scrape}s",
-    )
-    try:
+    with kept_prometheus(options) as prometheus:
         source = Source.objects.create(
             name="write-phase", url=prometheus.url, scrape_interval_seconds=options.scrape
         )
@@ -111,8 +90,6 @@ def main() -> None:
         total = time.perf_counter() - began
         _, copy_rate = copy_rows_per_second(source)
         usage_copy = usage_copy_parts(source)
-    finally:
-        prometheus.stop()
     rows = UsageInterval.objects.count()
     write = SECONDS["_tasks_upsert"] + SECONDS["_services_upsert"] + SECONDS["_run_write"]
     print(f"{len(ids)} windows, {rows:,} usage rows, {total:.2f} s in all")

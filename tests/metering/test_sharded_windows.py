@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import io
 import json
+import pickle
+import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import psycopg
@@ -266,14 +269,41 @@ def test_it_round_trips_an_observation_exactly(gang_prometheus) -> None:
         observation = measure.observe(client, plan, first, first + 11 * 300)
     finally:
         client.close()
-    text = shards.observation_dump(observation)
-    loaded = shards.observation_load(text)
+    staged = shards.observation_dump(observation)
+    loaded = shards.observation_load(memoryview(staged))  # as the database hands it back
     assert loaded == observation
-    assert shards.observation_dump(loaded) == text
     kinds = {type(s.busy) for i in observation.observed.values() for s in i.series.values()}
     assert Decimal in kinds  # exact values, not floats, went through
+    assert kinds <= {Decimal, Fraction, type(None)}
+
+
+EMPTY_OBSERVATION = measure.Observation(
+    observed={0: measure.Observed()}, shared=set(), queries=[], evaluation_seconds=0.0
+)
+STAGED = shards.observation_dump(EMPTY_OBSERVATION)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b'{"version":1,"intervals":[]}', id="version 1, JSON text"),
+        pytest.param(
+            STAGED.replace(shards.STAGED_HEADER, b"tandem observation 3\n"), id="version 3"
+        ),
+        pytest.param(STAGED[: len(STAGED) // 2], id="cut short"),
+        pytest.param(shards.STAGED_HEADER + pickle.dumps({}, protocol=5), id="not an observation"),
+        # A class no observation holds is not even imported, let alone called.
+        pytest.param(
+            shards.STAGED_HEADER + pickle.dumps(subprocess.Popen, protocol=5), id="another class"
+        ),
+    ],
+)
+def test_it_refuses_a_staged_observation_of_another_version_or_shape(data: bytes) -> None:
+    """A row staged by another version, cut short, or holding anything but an observation is
+    refused with the reason (the combiner then starts the batch again), never run."""
+    assert shards.observation_load(STAGED) == EMPTY_OBSERVATION
     with pytest.raises(shards.StagedFormatError):
-        shards.observation_load(text.replace('"version":1', '"version":2'))
+        shards.observation_load(data)
 
 
 @pytest.mark.django_db(transaction=True)
