@@ -19,6 +19,8 @@ worker` with two processes ingest it. Prints per size:
   whole write phase (tasks upserted, rows built, every table written, committed);
 - the worker processes' peak RSS (goal <= 1 GB), and the CPU seconds Prometheus, the worker
   processes and the whole machine used during the ingest (/proc: where the 2 cores went);
+  with --shards, the same for the sharded ingest against the unsharded one (whether shards
+  cost more in total, which the wall time on one machine does not tell);
 - per meter, Prometheus' evaluation time and samples scanned (`stats=all`), and the
   eval/scan ratio of the first batch's meter queries, each the fastest of 3 (`replay_batch`);
 - ingest seconds per GPU-day (it should stay flat as the pool grows: linear scaling), and for
@@ -58,6 +60,8 @@ import time
 import urllib.parse
 import urllib.request
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import requests
@@ -254,6 +258,24 @@ def cpu_seconds(pids: list[int]) -> float:
         # utime, stime, cutime, cstime: fields 14 to 17 of proc(5)
         ticks += sum(int(value) for value in fields[11:15])
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def cpu_during(pids: dict[str, list[int]]) -> Iterator[dict[str, float]]:
+    """CPU seconds each group of processes (and the whole machine, "machine") used while the
+    block ran, filled in when it ends."""
+    used: dict[str, float] = {}
+    before = {name: cpu_seconds(group) for name, group in pids.items()}
+    busy_before = machine_busy_seconds()
+    yield used
+    used.update({name: cpu_seconds(group) - before[name] for name, group in pids.items()})
+    used["machine"] = machine_busy_seconds() - busy_before
+
+
+def cpu_text(cpu: dict[str, float]) -> str:
+    prometheus, workers = cpu["prometheus"], cpu["workers"]
+    rest = cpu["machine"] - prometheus - workers
+    return f"Prometheus {prometheus:.0f} s, workers {workers:.0f} s, rest {rest:.0f} s"
 
 
 def machine_busy_seconds() -> float:
@@ -542,11 +564,8 @@ def run_size(
         # Where the 2 cores went during the ingest: Prometheus, the worker processes, the rest
         # (PostgreSQL, mostly). The pool processes are up once the worker is ready.
         pids = {"prometheus": [prometheus.pid], "workers": with_children(worker.pid)}
-        before = {name: cpu_seconds(group) for name, group in pids.items()}
-        busy_before = machine_busy_seconds()
-        windows, wall = ingest_queued(source, first - scrape, last)
-        cpu = {name: cpu_seconds(group) - before[name] for name, group in pids.items()}
-        cpu["machine"] = machine_busy_seconds() - busy_before
+        with cpu_during(pids) as cpu:
+            windows, wall = ingest_queued(source, first - scrape, last)
         ids = [w.pk for w in windows]
         rss = peak_rss_bytes(worker.pid)
         print(
@@ -573,18 +592,21 @@ def run_size(
                 shard_node_patterns=node_patterns(gpus, shards),
             )
             peak_rss_reset(worker.pid)
-            _, sharded_wall = ingest_queued(sharded_source, first - scrape, last)
+            with cpu_during(pids) as sharded_cpu:
+                _, sharded_wall = ingest_queued(sharded_source, first - scrape, last)
             same = usage_totals(sharded_source) == usage_totals(source)
             sharded = {
                 "shards": shards,
                 "wall": sharded_wall,
                 "same_rows": same,
                 "rss": peak_rss_bytes(worker.pid),
+                "cpu": sharded_cpu,
             }
             print(
                 f"{gpus:,} GPUs: ingested in {shards} shards per batch in {sharded_wall:.1f} s"
                 f" ({sharded_wall / wall:.2f}x unsharded; same sums: {same}; worker peak RSS"
-                f" {sharded['rss'] / 2**20:,.0f} MB)",
+                f" {sharded['rss'] / 2**20:,.0f} MB; CPU {cpu_text(sharded_cpu)}, unsharded"
+                f" {cpu_text(cpu)})",
                 flush=True,
             )
     finally:
@@ -857,10 +879,7 @@ def rows_for(results: list[dict], *, hours: int) -> list[Row]:
     rows.append(
         Row(
             figure=f"CPU during the ingest, {size}",
-            value=(
-                f"Prometheus {cpu['prometheus']:.0f} s, workers {cpu['workers']:.0f} s,"
-                f" rest {cpu['machine'] - cpu['prometheus'] - cpu['workers']:.0f} s"
-            ),
+            value=cpu_text(cpu),
             reference=f"{cores} cores x ingest wall = {cores * biggest['wall']:.0f} s",
             ratio=cpu["machine"] / (cores * biggest["wall"]),
             goal="reported",
@@ -883,6 +902,21 @@ def rows_for(results: list[dict], *, hours: int) -> list[Row]:
                 # ingest's are a failure.
                 goal="reported; the same sums as unsharded",
                 ok=None if shard["same_rows"] else False,
+            )
+        )
+    for r in sharded:
+        # Whether the shards cost more in total, which the wall time on one machine hides.
+        shard, machine = r["sharded"], r["cpu"]["machine"]
+        rows.append(
+            Row(
+                figure=(
+                    f"CPU of the ingest in {shard['shards']} shards per batch,"
+                    f" {r['gpus']:,} GPUs x {hours} h at {r['scrape']} s"
+                ),
+                value=cpu_text(shard["cpu"]),
+                reference=f"unsharded: {cpu_text(r['cpu'])}",
+                ratio=shard["cpu"]["machine"] / machine,
+                goal="reported (the whole machine's, sharded / unsharded)",
             )
         )
     if sharded:

@@ -74,8 +74,14 @@ def windows_ingest(
     unavailable: sources.PrometheusUnavailable | None = None
     for run in _consecutive_runs(windows):
         for batch in _batches(run, sharded=sharded):
+            dispatch = shard_dispatch
+            if dispatch is not None and batch[-1] is not run[-1] and _unsized(batch):
+                # Queued, every batch of the run would be sized before any is written: the
+                # default, small and dear. Its first batch's shards run here instead, and the
+                # window it writes sizes the rest (a run of one batch has no rest: queued).
+                dispatch = None
             try:
-                _run_ingest(batch, accept_loss, shard_dispatch, sharded=sharded)
+                _run_ingest(batch, accept_loss, dispatch, sharded=sharded)
             except sources.PrometheusUnavailable as error:
                 unavailable = error
                 # The run's later batches would wait on the same Prometheus: they stay
@@ -107,9 +113,14 @@ def _consecutive_runs(windows: list[IngestWindow]) -> Iterator[list[IngestWindow
 # A sharded batch's combiner holds the shards' merged observation besides the facts: about
 # twice an unsharded batch's memory per GPU-window (benchmarks/ingest.py --shards 2, a
 # 10,000-GPU day: 791 MB at 12 windows, 1,275 MB at 24 with TANDEM_INGEST_BATCH_WINDOWS=24;
-# unsharded 756 MB at 24), so it gets half the budget, and no more windows than the default
-# (24-window batches took 5% less time).
+# unsharded 756 MB at 24), so it gets half the budget.
 SHARDED_BUDGET_SHARE = 2
+
+
+def _unsized(batch: list[IngestWindow]) -> bool:
+    """A batch of a source measured in shards that has no window written yet to size it."""
+    source = batch[0].source
+    return bool(source.shard_node_patterns) and selectors.source_gpus_latest(source=source) is None
 
 
 def _batches(run: list[IngestWindow], *, sharded: bool = True) -> Iterator[list[IngestWindow]]:
@@ -117,8 +128,8 @@ def _batches(run: list[IngestWindow], *, sharded: bool = True) -> Iterator[list[
     transaction: as many windows as TANDEM_INGEST_BATCH_GPU_WINDOWS allows for the GPUs the
     source's latest ingested window expected (asked again before each batch, so the run's
     own first batch sizes the rest), TANDEM_INGEST_BATCH_WINDOWS while none has been. A
-    source measured in shards gets half that budget (`SHARDED_BUDGET_SHARE`) and never more
-    than TANDEM_INGEST_BATCH_WINDOWS windows.
+    source measured in shards gets half that budget (`SHARDED_BUDGET_SHARE`); its first batch
+    runs its shards in the task (`windows_ingest`), so that the rest are sized too.
 
     Fewer, longer range queries cost Prometheus less (it decodes each chunk of a series
     once per query that touches it, and a chunk holds hours of samples) and the workers
@@ -129,7 +140,7 @@ def _batches(run: list[IngestWindow], *, sharded: bool = True) -> Iterator[list[
     budget = settings.TANDEM_INGEST_BATCH_GPU_WINDOWS
     longest = max(1, 86_400 // settings.TANDEM_STEP_SECONDS)  # a day, one transaction
     if source.shard_node_patterns and sharded:
-        budget, longest = budget // SHARDED_BUDGET_SHARE, default
+        budget //= SHARDED_BUDGET_SHARE
     at = 0
     while at < len(run):
         if at == len(run) - 1:  # one window (beat's newest, every step): nothing to size

@@ -81,7 +81,7 @@ def test_it_bounds_a_batch_by_the_budget_by_a_day_and_by_one_window(settings) ->
 
 
 @pytest.mark.django_db
-def test_it_gives_a_sharded_source_half_the_budget_and_the_default_at_most(settings) -> None:
+def test_it_gives_a_sharded_source_half_the_budget(settings) -> None:
     """A combiner holds the shards' merged observation besides the facts: about twice an
     unsharded batch's memory per GPU-window."""
     source = Source.objects.create(
@@ -95,6 +95,7 @@ def test_it_gives_a_sharded_source_half_the_budget_and_the_default_at_most(setti
     settings.TANDEM_INGEST_BATCH_WINDOWS = 12
     settings.TANDEM_INGEST_BATCH_GPU_WINDOWS = 240_000
     assert [len(b) for b in ingest._batches(run)] == [12] * 6  # no window yet: the default
+    assert ingest._unsized(run)  # so its first batch runs its shards in the task
     latest = IngestWindow.objects.create(
         source=source,
         start=start - timedelta(minutes=5),
@@ -102,11 +103,42 @@ def test_it_gives_a_sharded_source_half_the_budget_and_the_default_at_most(setti
         status=IngestWindow.Status.DONE,
         samples_expected=1000 * TICKS,
     )
-    assert [len(b) for b in ingest._batches(run)] == [12] * 6  # 120 allowed, the default caps
+    assert not ingest._unsized(run)
+    assert [len(b) for b in ingest._batches(run)] == [72]  # 120 allowed, the task's 72
     assert [len(b) for b in ingest._batches(run, sharded=False)] == [72]  # as any source
     IngestWindow.objects.filter(pk=latest.pk).update(samples_expected=20_000 * TICKS)
     assert [len(b) for b in ingest._batches(run)] == [6] * 12  # 240,000 / 2 / 20,000
     assert [len(b) for b in ingest._batches(run, sharded=False)] == [12] * 6
+
+
+@pytest.mark.django_db
+def test_it_runs_an_unsized_sharded_sources_first_batch_in_the_task(settings) -> None:
+    """Queued, every batch of a new sharded source would be sized before any is written
+    (the default, 12 windows); its first batch's shards run in the task, and the window it
+    writes sizes the rest, whose shards are queued."""
+    settings.TANDEM_INGEST_BATCH_WINDOWS = 2
+    source = Source.objects.create(
+        name="sharded, new",
+        url="http://127.0.0.1:9",  # nothing listens: every shard finds Prometheus down
+        scrape_interval_seconds=60,
+        shard_node_patterns=["^node-a"],
+    )
+    start = datetime.fromisoformat("2026-10-01T00:00:00Z")
+    ids = [
+        w.pk
+        for w in services.windows_create(
+            source=source, start=start, end=start + timedelta(minutes=5 * 6)
+        )
+    ]
+    queued: list[int] = []
+    with pytest.raises(sources.PrometheusUnavailable):
+        services.windows_ingest(window_ids=ids, shard_dispatch=queued.extend)
+    assert queued == []  # the first batch ran its shards here (and found Prometheus down)
+    IngestWindow.objects.filter(pk=ids[0]).update(
+        status=IngestWindow.Status.DONE, samples_expected=10 * TICKS
+    )
+    services.windows_ingest(window_ids=ids[1:], shard_dispatch=queued.extend)
+    assert len(queued) == 2  # sized now: one batch of the five windows, its two shards queued
 
 
 @pytest.mark.django_db
