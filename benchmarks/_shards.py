@@ -26,6 +26,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -70,20 +71,29 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     options = parser.parse_args()
     first = kept_first(options)
+    timers = PartTimers()
+    timed_parts(timers, PARTS, by_module=True)
+    ingest._tasks_upsert = shards._tasks_upsert = identity._tasks_upsert  # imported by name
+    dump = shards.observation_dump
+    staged: list[int] = []  # bytes each shard staged, the last sharded run's
+
+    def dump_counted(observation: Any) -> bytes:
+        dumped = dump(observation)
+        staged.append(len(dumped))
+        return dumped
+
+    shards.observation_dump = dump_counted
     # The fastest of the repeats, of the unsharded (False) and the sharded (True) ingest.
     best: dict[bool, tuple[float, dict[str, float]]] = {}
     with kept_prometheus(options) as prometheus:
         truncate_metering()
         for attempt in range(options.repeat):
             for sharded in (False, True):
-                timers = PartTimers()
-                timed_parts(timers, PARTS, by_module=True)
-                ingest._tasks_upsert = shards._tasks_upsert = identity._tasks_upsert
+                timers.seconds.clear()
+                staged.clear()
                 total = ingest_once(prometheus.url, options, first, sharded, attempt)
                 if sharded not in best or total < best[sharded][0]:
                     best[sharded] = (total, dict(timers.seconds))
-                for module, name, _ in PARTS:  # as they were, for the next timers
-                    setattr(module, name, ORIGINAL[(module.__name__, name)])
     step = settings.TANDEM_STEP_SECONDS
     print(
         f"{options.gpus:,} GPUs, {options.batch * options.batches} windows of {step // 60}"
@@ -98,9 +108,8 @@ def main() -> None:
             if key in seconds:
                 print(f"  {part:<52} {seconds[key]:7.2f} s")
     print(f"sharded / unsharded: {best[True][0] / best[False][0]:.2f}")
-
-
-ORIGINAL = {(module.__name__, name): getattr(module, name) for module, name, _ in PARTS}
+    per_shard = ", ".join(f"{size / 2**20:.1f}" for size in staged[: options.shards])
+    print(f"staged per shard of a {options.batch}-window batch: {per_shard} MiB (uncompressed)")
 
 
 def ingest_once(url: str, options: argparse.Namespace, first: int, sharded: bool, n: int) -> float:
