@@ -39,6 +39,10 @@ class TaskIdentity:
 
 # A task row: (namespace, name, team). A key moved to another team gets a row of that team.
 TaskRowKey = tuple[str, str, str]
+# A pod in an interval: its task, the key of the task's row by the team its view names (the
+# team of a pod kube-state-metrics never described may still change, `_teams_without_kube`),
+# and kube-state-metrics' view of it.
+SeenPod = tuple[PodKey, TaskIdentity, TaskRowKey, PodIdentity]
 
 
 def _pod_identity(measured: Measured, start: int, pod: PodKey) -> PodIdentity:
@@ -86,14 +90,15 @@ def _tasks_upsert(source: Source, plan: sources.QueryPlan, measured: Measured) -
     view wins, its first_seen is the interval that made it and its last_seen the latest one,
     as in every run."""
     step = plan.step_seconds
-    seen: list[tuple[int, list[tuple[PodKey, TaskIdentity, PodIdentity]]]] = []
-    # A pod is the same task interval after interval: its identity is derived once per view.
-    derived: dict[tuple, TaskIdentity] = {}
+    seen: list[tuple[int, list[SeenPod]]] = []
+    # A pod is the same task interval after interval: its identity is derived once per view,
+    # and so is the key of its row (of the team the view names).
+    derived: dict[tuple, tuple[TaskIdentity, TaskRowKey]] = {}
     guessed = False
     for start in sorted(measured.intervals):
         facts = measured.intervals[start]
         known = facts.identity
-        pods = []
+        pods: list[SeenPod] = []
         for pod in sorted(_active_pods(facts)):
             identity = known.get(pod) or measured.pod_identity(start, pod)
             view = (
@@ -105,11 +110,13 @@ def _tasks_upsert(source: Source, plan: sources.QueryPlan, measured: Measured) -
                 identity.node,
                 identity.from_kube,
             )
-            task = derived.get(view)
-            if task is None:
-                task = derived[view] = _task_identity(plan, pod, identity)
+            found = derived.get(view)
+            if found is None:
+                task = _task_identity(plan, pod, identity)
+                found = derived[view] = (task, (task.namespace, task.external_id, task.team))
                 guessed = guessed or not task.from_kube
-            pods.append((pod, task, identity))
+            task, key = found
+            pods.append((pod, task, key, identity))
         seen.append((start, pods))
     if not any(pods for _, pods in seen):
         return {}
@@ -118,25 +125,30 @@ def _tasks_upsert(source: Source, plan: sources.QueryPlan, measured: Measured) -
     keys: list[tuple[int, list[tuple[PodKey, TaskRowKey]]]] = []
     for start, pods in seen:
         interval_keys = []
-        for pod, task, identity in pods:
-            team = teams.get((start, pod), task.team) if teams else task.team
-            key = (task.namespace, task.external_id, team)
+        for pod, task, key, identity in pods:
+            if teams and (start, pod) in teams:
+                key = (task.namespace, task.external_id, teams[(start, pod)])
             interval_keys.append((pod, key))
             row = merged.get(key)
             if row is None or (task.from_kube and not row["from_kube"]):
                 row = merged[key] = {
                     **task.__dict__,
-                    "team": team,
+                    "team": key[2],
                     "first_seen": start,
                     "created": None,
                     "first_started": None,
                     "ended": None,
                 }
             row["last_seen"] = start
-            if identity.created is not None:
-                row["created"] = _least(row["created"], identity.created)
-            if identity.scheduled is not None:
-                row["first_started"] = _least(row["first_started"], identity.scheduled)
+            # Times only widen (the least creation and start, the latest end), inline: this
+            # runs for every interval and pod.
+            created, scheduled = identity.created, identity.scheduled
+            if created is not None and (row["created"] is None or created < row["created"]):
+                row["created"] = created
+            if scheduled is not None and (
+                row["first_started"] is None or scheduled < row["first_started"]
+            ):
+                row["first_started"] = scheduled
             if identity.ended:
                 row["ended"] = max(row["ended"] or 0, start + step)
         keys.append((start, interval_keys))
@@ -148,19 +160,19 @@ def _tasks_upsert(source: Source, plan: sources.QueryPlan, measured: Measured) -
 
 
 def _teams_without_kube(
-    source: Source, seen: list[tuple[int, list[tuple[PodKey, TaskIdentity, PodIdentity]]]]
+    source: Source, seen: list[tuple[int, list[SeenPod]]]
 ) -> dict[tuple[int, PodKey], str]:
     """The team of pods that kube-state-metrics never described in the run (their team would
     only be a guess from the namespace): the team the same task had in this run's nearest
     interval, else its most recently metered row's, else none (the namespace applies)."""
     guessed = [
-        (start, pod, task) for start, pods in seen for pod, task, _ in pods if not task.from_kube
+        (start, pod, task) for start, pods in seen for pod, task, *_ in pods if not task.from_kube
     ]
     if not guessed:
         return {}
     known: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
     for start, pods in seen:
-        for _, task, _ in pods:
+        for _, task, *_ in pods:
             if task.from_kube:
                 known[(task.namespace, task.external_id)].append((start, task.team))
     stored: dict[tuple[str, str], str] = {}
@@ -181,14 +193,6 @@ def _teams_without_kube(
         elif name in stored:
             teams[(start, pod)] = stored[name]
     return teams
-
-
-def _least(current: int | None, new: int | None) -> int | None:
-    if current is None:
-        return new
-    if new is None:
-        return current
-    return min(current, new)
 
 
 def _teams_upsert(names: set[str], *, source: Source) -> dict[str, int]:
