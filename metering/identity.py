@@ -85,10 +85,10 @@ def _tasks_upsert(source: Source, plan: sources.QueryPlan, measured: Measured) -
     Each interval goes to the row of the team its pod had in that interval, so a relabel
     moves only the intervals from the relabel on (see `Task`).
 
-    One visit per interval and pod, its work kept to a few dictionary lookups (a 1,000-GPU day
-    has 180,000 of them): the intervals in ascending order, their pods sorted, so a row's first
-    view wins, its first_seen is the interval that made it and its last_seen the latest one,
-    as in every run."""
+    One visit per interval and pod, its work kept to a few dictionary lookups (a day holds
+    hundreds of pods in each of its 288 intervals): the intervals in ascending order, their
+    pods sorted, so a row's first view wins, its first_seen is the interval that made it and
+    its last_seen the latest one, as in every run."""
     step = plan.step_seconds
     seen: list[tuple[int, list[SeenPod]]] = []
     # A pod is the same task interval after interval: its identity is derived once per view,

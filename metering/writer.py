@@ -186,8 +186,8 @@ NO_IO = (0, 0, 0, 0)  # a row's I/O where its pods had none
 
 def _exact_sum(values: Iterable[Fraction]) -> Fraction | int:
     """The pods' values added exactly (0 for none) over their least common denominator: one
-    reduction for the sum, where adding rationals one by one reduces after each (a gang of 28
-    pods whose busy time has 15-digit denominators spends most of its row there)."""
+    reduction for the sum, where adding rationals one by one reduces after each (a gang of
+    many pods whose busy times have long denominators paid that per pod)."""
     pairs = [(value.numerator, value.denominator) for value in values]
     if not pairs:
         return 0
