@@ -136,8 +136,12 @@ class Service(models.Model):
 
 class UsageInterval(models.Model):
     # No index of its own: usage_unique's begins with the task, and serves every lookup by
-    # task (the foreign key's checks included); a second one cost every COPY a sixth more.
-    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="usage", db_index=False)
+    # task (the triggers' checks included); a second one cost every COPY a sixth more. No
+    # database constraint either: triggers check the tasks once per statement (migration
+    # 0017), where the foreign key looked each row up, a third of the usage COPY.
+    task = models.ForeignKey(
+        Task, on_delete=models.PROTECT, related_name="usage", db_index=False, db_constraint=False
+    )
     interval_start = models.DateTimeField()
     alloc_gpu_seconds = models.DecimalField(max_digits=20, decimal_places=6)
     busy_gpu_seconds = models.DecimalField(max_digits=20, decimal_places=6, default=0)

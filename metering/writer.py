@@ -623,9 +623,14 @@ def _run_rows_delete(cursor: Any, run: list[IngestWindow], table: str) -> None:
 def _usage_copy(cursor: Any, usage: list[str]) -> None:
     if not usage:
         return
-    with cursor.cursor.copy(
-        f"COPY metering_usageinterval ({', '.join(USAGE_COLUMNS)}) FROM STDIN"
-    ) as copy:
+    # psycopg's own COPY, wrapped as Django wraps its statements: a row naming no task is an
+    # IntegrityError when the statement ends (migration 0017), as it was at the commit.
+    with (
+        connection.wrap_database_errors,
+        cursor.cursor.copy(
+            f"COPY metering_usageinterval ({', '.join(USAGE_COLUMNS)}) FROM STDIN"
+        ) as copy,
+    ):
         copy.write("".join(usage))
 
 
