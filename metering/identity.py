@@ -5,7 +5,7 @@ and the latency objectives operators set on services."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -362,15 +362,41 @@ def _services_upsert(source: Source, measured: Measured) -> dict[tuple[str, str]
     keys = {key for facts in measured.intervals.values() for key in facts.latency}
     if not keys:
         return {}
+    external = {key: f"{key[0]}/{key[1]}" for key in keys}
+    stored = _service_pks(source, external.values())
+    # A stored service keeps its team (DO NOTHING below): only new ones need their team,
+    # which takes a pass over every pod of every interval.
+    new = sorted(key for key in keys if external[key] not in stored)
+    if new:
+        _services_insert(source, measured, new, external)
+        stored = _service_pks(source, external.values())
+    return {key: stored[external[key]] for key in keys}
+
+
+def _service_pks(source: Source, names: Iterable[str]) -> dict[str, int]:
+    return dict(
+        Service.objects.filter(source=source, external_id__in=names).values_list(
+            "external_id", "pk"
+        )
+    )
+
+
+def _services_insert(
+    source: Source,
+    measured: Measured,
+    new: list[tuple[str, str]],
+    external: dict[tuple[str, str], str],
+) -> None:
+    """The services not stored yet, each owned by the team most of its namespace's pods name
+    (the namespace where none does)."""
+    namespaces = {namespace for namespace, _ in new}
     namespace_teams: dict[str, Counter] = defaultdict(Counter)
     for facts in measured.intervals.values():
         for (namespace, _), identity in facts.identity.items():
-            if identity.team_label:
+            if identity.team_label and namespace in namespaces:
                 namespace_teams[namespace][identity.team_label] += 1
-    teams = {key: (namespace_teams[key[0]].most_common(1) or [(key[0], 0)])[0][0] for key in keys}
+    teams = {key: (namespace_teams[key[0]].most_common(1) or [(key[0], 0)])[0][0] for key in new}
     team_ids = _teams_upsert(set(teams.values()), source=source)
-    external = {key: f"{key[0]}/{key[1]}" for key in keys}
-    ordered = sorted(keys)
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO metering_service (source_id, external_id, team_id, slo_p99_ms, is_key)"
@@ -380,17 +406,11 @@ def _services_upsert(source: Source, measured: Measured) -> dict[tuple[str, str]
                 source.pk,
                 Service._meta.get_field("slo_p99_ms").default,
                 Service._meta.get_field("is_key").default,
-                [external[key] for key in ordered],
-                [team_ids[teams[key]] for key in ordered],
+                [external[key] for key in new],
+                [team_ids[teams[key]] for key in new],
             ],
         )
         _audit_created(Service, [pk for (pk,) in cursor.fetchall()], source=source)
-    pks = dict(
-        Service.objects.filter(source=source, external_id__in=external.values()).values_list(
-            "external_id", "pk"
-        )
-    )
-    return {key: pks[external[key]] for key in keys}
 
 
 def service_slo_set(*, external_id: str, slo_p99_ms: int) -> int:
