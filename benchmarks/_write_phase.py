@@ -6,7 +6,7 @@ at a time (`--task-windows 72` as beat's catch-up queues them), each measured in
 worker does, with a timer around each part of the write (the task upsert, building the rows,
 the usage DELETE + COPY, the other tables, the windows' update), and prints the seconds of
 each, of the measure phase, and the write phase against a raw COPY of the same rows
-(benchmarks/ingest.py's reference). Then what the usage table's rollup trigger and foreign key
+(benchmarks/ingest.py's reference). Then what the usage table's rollup trigger and checks
 add to a COPY of those rows (`usage_copy_parts`). Not run by `make bench` (it needs a kept
 pool, and the bench's figures are same-run ratios; these are a breakdown).
 
@@ -111,9 +111,9 @@ def main() -> None:
 
 
 def usage_copy_parts(source: Source) -> dict[str, float]:
-    """What the usage table's triggers and foreign key add to a COPY of the source's usage
+    """What the usage table's triggers (rollup, tasks' check) add to a COPY of the source's usage
     rows: COPYed into the emptied table in one statement, with its triggers and with its
-    rollup trigger off, and the foreign-key checks a commit would run; each in a transaction
+    triggers off, and the deferred checks a commit would run; each in a transaction
     that is rolled back, so the rows stay as the ingest wrote them."""
     columns = ", ".join(writer.USAGE_COLUMNS)
     data = bytearray()
@@ -125,7 +125,7 @@ def usage_copy_parts(source: Source) -> dict[str, float]:
             for block in copy:
                 data += block
     seconds: dict[str, float] = {}
-    for label, rollup in (("with its triggers", True), ("without the rollup trigger", False)):
+    for label, rollup in (("with its triggers", True), ("without its triggers", False)):
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("TRUNCATE metering_usageinterval")
             if not rollup:
@@ -137,7 +137,7 @@ def usage_copy_parts(source: Source) -> dict[str, float]:
             if rollup:
                 began = time.perf_counter()
                 cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-                seconds["then the foreign-key checks of the commit"] = time.perf_counter() - began
+                seconds["then the deferred checks of the commit"] = time.perf_counter() - began
             transaction.set_rollback(True)
     return seconds
 
