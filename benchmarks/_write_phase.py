@@ -43,7 +43,12 @@ from benchmarks._kept import (  # noqa: E402
     kept_prometheus,
     timed_parts,
 )
-from benchmarks.ingest import BATCH, copy_rows_per_second, truncate_metering  # noqa: E402
+from benchmarks.ingest import (  # noqa: E402
+    BATCH,
+    copy_rows_per_second,
+    truncate_metering,
+    usage_rows_text,
+)
 from metering import identity, ingest, services, writer  # noqa: E402
 from metering.models import Source, UsageInterval  # noqa: E402
 
@@ -116,14 +121,7 @@ def usage_copy_parts(source: Source) -> dict[str, float]:
     triggers off, and the deferred checks a commit would run; each in a transaction
     that is rolled back, so the rows stay as the ingest wrote them."""
     columns = ", ".join(writer.USAGE_COLUMNS)
-    data = bytearray()
-    with connection.cursor() as cursor:
-        with cursor.cursor.copy(
-            f"COPY (SELECT {columns} FROM metering_usageinterval u JOIN metering_task t"
-            f" ON t.id = u.task_id WHERE t.source_id = {int(source.pk)}) TO STDOUT"
-        ) as copy:
-            for block in copy:
-                data += block
+    data = usage_rows_text(source)
     seconds: dict[str, float] = {}
     for label, rollup in (("with its triggers", True), ("without its triggers", False)):
         with transaction.atomic(), connection.cursor() as cursor:
@@ -132,7 +130,7 @@ def usage_copy_parts(source: Source) -> dict[str, float]:
                 cursor.execute("ALTER TABLE metering_usageinterval DISABLE TRIGGER USER")
             began = time.perf_counter()
             with cursor.cursor.copy(f"COPY metering_usageinterval ({columns}) FROM STDIN") as copy:
-                copy.write(bytes(data))
+                copy.write(data)
             seconds[label] = time.perf_counter() - began
             if rollup:
                 began = time.perf_counter()

@@ -336,11 +336,8 @@ def copy_rows_per_second(source: Source) -> tuple[int, float]:
     return rows, rows / seconds
 
 
-def usage_table_copy_rate(source: Source) -> float:
-    """Rows/s of a COPY of the source's usage rows, as the ingest writes them, into the usage
-    table itself (monthly partitions, the hourly rollup's trigger, the tasks' check), emptied
-    in a transaction that is rolled back: the floor under the write phase, which a raw COPY
-    into a plain table does not carry."""
+def usage_rows_text(source: Source) -> bytes:
+    """The source's usage rows in COPY text, the columns the ingest writes."""
     columns = ", ".join(writer.USAGE_COLUMNS)
     data = bytearray()
     with connection.cursor() as cursor:
@@ -350,13 +347,23 @@ def usage_table_copy_rate(source: Source) -> float:
         ) as copy:
             for block in copy:
                 data += block
+    return bytes(data)
+
+
+def usage_table_copy_rate(source: Source) -> float:
+    """Rows/s of a COPY of the source's usage rows, as the ingest writes them, into the usage
+    table itself (monthly partitions, the hourly rollup's trigger, the tasks' check), emptied
+    in a transaction that is rolled back: the floor under the write phase, which a raw COPY
+    into a plain table does not carry."""
+    columns = ", ".join(writer.USAGE_COLUMNS)
+    data = usage_rows_text(source)
     rows = data.count(b"\n")
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # nothing of before counts below
         cursor.execute("TRUNCATE metering_usageinterval")
         began = time.perf_counter()
         with cursor.cursor.copy(f"COPY metering_usageinterval ({columns}) FROM STDIN") as copy:
-            copy.write(bytes(data))
+            copy.write(data)
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # what the commit would check
         seconds = time.perf_counter() - began
         transaction.set_rollback(True)
