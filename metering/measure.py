@@ -288,7 +288,7 @@ def observe(
                     runner.record(name, sources.tagged_parts(parts), joined)
                     PARSERS[name](joined, observed, plan)
     for pods in _batches(_without_identity(observed) | _disappeared(observed)):
-        result = runner.run("pod_history", sources.pod_history_query(plan, pods))
+        result = runner.run_parts("pod_history", sources.pod_history_parts(plan, pods))
         _parse_pod_history(result, observed, plan)
     shared = _time_sliced_devices(observed, plan)
     for uuids in _batches(shared):
@@ -305,7 +305,7 @@ def observe(
         result = runner.run("preemption_ticks", sources.preemption_ticks_query(plan, pods))
         _parse_preemption_ticks(result, observed, plan)
     for pods in _batches(preempted | _newly_scheduled(observed)):
-        result = runner.run("pod_details", sources.pod_details_query(plan, pods))
+        result = runner.run_parts("pod_details", sources.pod_details_parts(plan, pods))
         _parse_pod_details(result, observed, plan)
     return Observation(observed, shared, runner.queries, runner.evaluation_seconds)
 
@@ -398,6 +398,21 @@ class _Runner:
         if record:
             self.record(name, promql, result)
         return result
+
+    def run_parts(self, name: str, parts: dict[str, sources.Part]) -> sources.QueryRun:
+        """A narrowed meter asked part by part, each grouped in Python (see sources.Part),
+        as one answer recorded once."""
+        grouped = {
+            part_name: _grouped(
+                _concatenated([self.run(name, promql, record=False) for promql in part.queries]),
+                part_name,
+                part,
+            )
+            for part_name, part in parts.items()
+        }
+        joined = _joined(name, grouped)
+        self.record(name, sources.tagged_parts(parts), joined)
+        return joined
 
     def record(self, name: str, promql: str, result: sources.QueryRun) -> None:
         """One entry per meter: a meter's parts are recorded as one expression (the same

@@ -531,19 +531,14 @@ def latency_parts(plan: QueryPlan) -> dict[str, Part]:
     return {"buckets": Part(f"last_over_time({buckets}{plan.window})", by, "sum")}
 
 
-def _identity_parts(plan: QueryPlan, over_window: bool, *only: str) -> dict[str, str]:
-    def value(metric: str, by: str = "", *matchers: str) -> str:
-        series = selector(plan, metric, *matchers, *only)
-        if over_window:
-            series = f"last_over_time({series}{plan.window})"
-        return f"max by ({POD_LABELS}{by}) ({series})"
-
-    return {
-        "labels": value("kube_pod_labels", f", {plan.task_label}, {plan.team_label}"),
-        "owner": value("kube_pod_owner", ", owner_kind, owner_name"),
-        "info": value("kube_pod_info", ", priority_class, node"),
-        "scheduled": value("kube_pod_status_scheduled_time"),
-    }
+def _identity_meters(plan: QueryPlan) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """(meter, kube-state-metrics metric, the labels it is read for besides the pod's)."""
+    return (
+        ("labels", "kube_pod_labels", (plan.task_label, plan.team_label)),
+        ("owner", "kube_pod_owner", ("owner_kind", "owner_name")),
+        ("info", "kube_pod_info", ("priority_class", "node")),
+        ("scheduled", "kube_pod_status_scheduled_time", ()),
+    )
 
 
 def identity_parts(plan: QueryPlan) -> dict[str, Part]:
@@ -553,17 +548,12 @@ def identity_parts(plan: QueryPlan) -> dict[str, Part]:
     Identity is read at the interval's end only: kube-state-metrics writes several series per
     pod, pending ones included, and reading each of their samples would cost more than all the
     GPU meters together. A pod that ran but was gone by the end gets its identity from
-    `pod_history_query` (range vectors) instead.
+    `pod_history_parts` (range vectors) instead.
     """
     pod = _labels(POD_LABELS)
     parts = {
         meter: Part(selector(plan, metric), (*pod, *labels))
-        for meter, metric, labels in (
-            ("labels", "kube_pod_labels", (plan.task_label, plan.team_label)),
-            ("owner", "kube_pod_owner", ("owner_kind", "owner_name")),
-            ("info", "kube_pod_info", ("priority_class", "node")),
-            ("scheduled", "kube_pod_status_scheduled_time", ()),
-        )
+        for meter, metric, labels in _identity_meters(plan)
     }
     reason = selector(
         plan, "kube_pod_status_reason", label_matcher("reason", plan.preemption_reason)
@@ -573,37 +563,53 @@ def identity_parts(plan: QueryPlan) -> dict[str, Part]:
     return parts
 
 
-def pod_history_query(plan: QueryPlan, pods: Iterable[str]) -> str:
+def pod_history_parts(plan: QueryPlan, pods: Iterable[str]) -> dict[str, Part]:
     """For pods that ran but were gone at the interval's end, or disappeared: their identity
-    over the whole interval (range vectors) and whether they ended (Succeeded or Failed)."""
+    over the whole interval (range vectors) and whether they ended (Succeeded or Failed).
+
+    Narrowed to the pods by name, and asked as parts (bare range functions, grouped in
+    Python) rather than as one `max by` ... `or` query, which cost Prometheus about four times
+    as long (docs/telemetry.md, "Identity, waits and preemptions")."""
     names = regex_alternatives(pods)
+    pod = _labels(POD_LABELS)
     parts = {}
     for pod_label in ("exported_pod", "pod"):
         only = label_matcher(pod_label, names, "=~")
-        for meter, expression in _identity_parts(plan, True, only).items():
-            parts[f"{meter}:{pod_label}"] = expression
+        for meter, metric, labels in _identity_meters(plan):
+            series = selector(plan, metric, only)
+            parts[f"{meter}:{pod_label}"] = Part(
+                f"last_over_time({series}{plan.window})", (*pod, *labels)
+            )
         phase = selector(plan, "kube_pod_status_phase", 'phase=~"Succeeded|Failed"', only)
-        parts[f"ended:{pod_label}"] = f"max by ({POD_LABELS}) (max_over_time({phase}{plan.window}))"
-    return tagged(parts)
+        parts[f"ended:{pod_label}"] = Part(f"max_over_time({phase}{plan.window})", pod)
+    return parts
 
 
-def pod_details_query(plan: QueryPlan, pods: Iterable[str]) -> str:
+def pod_history_query(plan: QueryPlan, pods: Iterable[str]) -> str:
+    """`pod_history_parts` as one expression, as a window records it (ingest asks the parts)."""
+    return tagged_parts(pod_history_parts(plan, pods))
+
+
+def pod_details_parts(plan: QueryPlan, pods: Iterable[str]) -> dict[str, Part]:
     """For pods that started or were preempted: creation time and GPU request (narrowed,
-    since kube-state-metrics series are many and most pods need neither)."""
+    since kube-state-metrics series are many and most pods need neither), as parts like
+    `pod_history_parts`."""
     parts = {}
     requested = label_matcher("resource", plan.gpu_resource)
     names = regex_alternatives(pods)
+    pod = _labels(POD_LABELS)
     for pod_label in ("exported_pod", "pod"):
         only = label_matcher(pod_label, names, "=~")
         created = selector(plan, "kube_pod_created", only)
         requests_ = selector(plan, "kube_pod_container_resource_requests", requested, only)
-        parts[f"created_{pod_label}"] = (
-            f"max by ({POD_LABELS}) (last_over_time({created}{plan.window}))"
-        )
-        parts[f"gpus_{pod_label}"] = (
-            f"sum by ({POD_LABELS}) (last_over_time({requests_}{plan.window}))"
-        )
-    return tagged(parts)
+        parts[f"created_{pod_label}"] = Part(f"last_over_time({created}{plan.window})", pod)
+        parts[f"gpus_{pod_label}"] = Part(f"last_over_time({requests_}{plan.window})", pod, "sum")
+    return parts
+
+
+def pod_details_query(plan: QueryPlan, pods: Iterable[str]) -> str:
+    """`pod_details_parts` as one expression, as a window records it (ingest asks the parts)."""
+    return tagged_parts(pod_details_parts(plan, pods))
 
 
 def preemption_ticks_query(plan: QueryPlan, pods: Iterable[str]) -> str:

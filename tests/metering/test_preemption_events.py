@@ -36,6 +36,10 @@ PODS = (
 )
 
 
+# A pod evicted before any GPU series named it (two containers asking one GPU each): its
+# preemption counts what it requested, summed over its containers.
+UNMETERED = ("waiting-0", "waiting", START - timedelta(minutes=15))
+
 A100, H100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
 
 
@@ -54,7 +58,9 @@ def _device(uuid: str, gpu: int, profile: str, pod: str | None) -> list[str]:
     ]
 
 
-def _pod(pod: str, job: str, resource: str, created: int, evicted: bool) -> list[str]:
+def _pod(
+    pod: str, job: str, resource: str, created: int, evicted: bool, containers: int = 1
+) -> list[str]:
     base = f'{KSM},namespace="ml",pod="{pod}",uid="uid-{pod}"'
     return [
         f"kube_pod_created{{{base}}} {created}",
@@ -63,8 +69,11 @@ def _pod(pod: str, job: str, resource: str, created: int, evicted: bool) -> list
         f'kube_pod_owner{{{base},owner_kind="Job",owner_name="{job}",'
         'owner_is_controller="true"} 1',
         f"kube_pod_labels{{{base}}} 1",
-        f'kube_pod_container_resource_requests{{{base},container="main",resource="{resource}",'
-        'unit="integer"} 1',
+        *(
+            f'kube_pod_container_resource_requests{{{base},container="c{n}",'
+            f'resource="{resource}",unit="integer"}} 1'
+            for n in range(containers)
+        ),
         f'kube_pod_status_phase{{{base},phase="{"Failed" if evicted else "Running"}"}} 1',
         f'kube_pod_status_reason{{{base},reason="PreemptionByScheduler"}} {int(evicted)}',
     ]
@@ -84,6 +93,12 @@ def series_at() -> dict[int, list[str]]:
             lines[tick] += _device(uuid, gpu, profile, pod if running else None)
             if running or evicted <= tick < evicted + 2 * SCRAPE:
                 lines[tick] += _pod(pod, job, resource, int(created.timestamp()), not running)
+        pod, job, created = UNMETERED
+        if int(created.timestamp()) <= tick < evicted + 2 * SCRAPE:
+            running = tick < evicted
+            lines[tick] += _pod(
+                pod, job, "nvidia_com_gpu", int(created.timestamp()), not running, containers=2
+            )
     return lines
 
 
@@ -135,3 +150,11 @@ def test_it_records_the_gpu_model_of_the_metered_allocation(evictions) -> None:
     assert evictions["gang"].gpu_model == A100
     # A MIG slice takes its physical GPU's model (docs/telemetry.md).
     assert evictions["tune"].gpu_model == H100
+
+
+@pytest.mark.django_db
+@pytest.mark.slow
+def test_it_counts_the_request_of_a_pod_evicted_before_its_gpus_were_metered(evictions) -> None:
+    waiting = evictions["waiting"]
+    assert (waiting.pod, waiting.pods, waiting.at) == ("waiting-0", 1, EVICTED)
+    assert waiting.gpus == Decimal("2")  # its two containers' requests, summed
