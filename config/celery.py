@@ -27,6 +27,7 @@ app.autodiscover_tasks()
 def statements_forget(**kwargs: object) -> None:
     """With DEBUG on (the demo's default) Django keeps the text of every statement a connection
     runs, up to 9,000, and only a request's start lets them go: a worker never did, and a
-    shard's staging statement alone carries its observation (tens of MB at 10,000 GPUs).
-    Forgotten after each task, as after each request."""
+    shard's staging statement carried its whole observation (tens of MB at 10,000 GPUs) while
+    it went through Django's cursor (it no longer does, see metering.shards). Forgotten after
+    each task, as after each request."""
     reset_queries()

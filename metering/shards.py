@@ -39,8 +39,9 @@ from collections.abc import Callable, Iterable, Iterator
 from fractions import Fraction
 from typing import Any
 
+import psycopg
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from metering import measure, querying, sources
@@ -143,9 +144,7 @@ def shard_ingest(*, shard_id: int) -> int | None:
         # The batch row first: shards finishing together queue the combiner exactly once.
         if not IngestBatch.objects.select_for_update().filter(pk=batch.pk).exists():
             return None
-        IngestShard.objects.filter(pk=shard.pk).update(
-            status=IngestShard.Status.STAGED, observation=dumped, updated=timezone.now()
-        )
+        _observation_stage(shard.pk, dumped)
         _windows_touch(batch, IngestWindow.Status.RUNNING, "")
         staged = batch.shard_rows.filter(status=IngestShard.Status.STAGED).count()
     return batch.pk if staged == batch.shards else None
@@ -202,11 +201,37 @@ def _staged_observations(shard_ids: list[int]) -> Iterator[Observation]:
     caller has merged it: a combiner holds the merged batch, not every shard's bytes and
     loaded copy at once."""
     for pk in shard_ids:
-        staged = IngestShard.objects.filter(pk=pk).values_list("observation", flat=True).get()
+        staged = _observation_staged(pk)
         observation = observation_load(staged)
         del staged
         yield observation
         del observation
+
+
+# A staged observation is tens of MB at 10,000 GPUs. Django's cursors bind parameters on the
+# client, which sends bytes as hex text inside the statement (twice their size, parsed back
+# by the server) and reads them back as hex text: the shard's row is written and read with a
+# server-side bound statement in binary instead. An 18 MiB shard of a 1,000-GPU 72-window
+# batch: written in 0.11 s against 0.50 s, read in 0.04 s against 0.16 s.
+_STAGE = "UPDATE metering_ingestshard SET status = %s, observation = %b, updated = %s WHERE id = %s"
+_STAGED = "SELECT observation FROM metering_ingestshard WHERE id = %s"
+
+
+def _observation_stage(shard_id: int, dumped: bytes) -> None:
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cursor:
+        status = IngestShard.Status.STAGED.value
+        cursor.execute(_STAGE, [status, dumped, timezone.now(), shard_id])
+
+
+def _observation_staged(shard_id: int) -> bytes:
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(_STAGED, [shard_id], binary=True)
+        found = cursor.fetchone()
+    if found is None:
+        raise IngestShard.DoesNotExist(f"shard {shard_id} is gone")
+    return found[0]
 
 
 def run_sharded(
