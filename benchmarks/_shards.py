@@ -6,9 +6,9 @@ total, without Celery. It ingests the same windows of a TSDB kept by
 `benchmarks/ingest.py --keep` in this process, unsharded and then in `--shards` shards (run one
 after the other and combined here, `shard_dispatch=None`), in batches of `--batch` windows,
 with a timer around each part (Prometheus queries and their parsing, staging a shard's
-observation and loading it back, merging, deriving, the write), `--repeat` times alternately,
-and prints the fastest of each. Not run by `make bench` (it needs a kept pool; its figures
-are a breakdown, not a goal).
+observation: dumped, its row written and read, loaded back; merging, deriving, the write),
+`--repeat` times alternately, and prints the fastest of each. Not run by `make bench` (it
+needs a kept pool; its figures are a breakdown, not a goal).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_ingest \\
       .venv/bin/python benchmarks/ingest.py --gpus 1000 --hours 24 --scrape 150 --keep
@@ -54,6 +54,8 @@ PARTS = [
     (querying, "observe_batch", "Prometheus: queries and parsing (every shard's)"),
     (shards, "observation_dump", "staging: a shard's observation dumped"),
     (shards, "shard_ingest", "  a shard in all (queries, dump, staged row)"),
+    (shards, "_observation_stage", "staging: the staged row written"),
+    (shards, "_observation_staged", "staging: the staged row read by the combiner"),
     (shards, "observation_load", "staging: loaded back by the combiner"),
     (shards, "observations_merge", "  merging the shards (loading included)"),
     (measure, "derive", "deriving the facts"),

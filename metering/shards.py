@@ -211,23 +211,26 @@ def _staged_observations(shard_ids: list[int]) -> Iterator[Observation]:
 # A staged observation is tens of MB at 10,000 GPUs. Django's cursors bind parameters on the
 # client, which sends bytes as hex text inside the statement (twice their size, parsed back
 # by the server) and reads them back as hex text: the shard's row is written and read with a
-# server-side bound statement in binary instead. An 18 MiB shard of a 1,000-GPU 72-window
-# batch: written in 0.11 s against 0.50 s, read in 0.04 s against 0.16 s.
+# statement bound on the server, in binary, instead (`benchmarks/_shards.py` times both).
 _SHARDS = IngestShard._meta.db_table
 _STAGE = f"UPDATE {_SHARDS} SET status = %s, observation = %b, updated = %s WHERE id = %s"
 _STAGED = f"SELECT observation FROM {_SHARDS} WHERE id = %s"
 
 
-def _observation_stage(shard_id: int, dumped: bytes) -> None:
+def _binary_cursor() -> psycopg.Cursor:
+    """A cursor of Django's connection (its transaction) that binds on the server."""
     connection.ensure_connection()
-    with psycopg.Cursor(connection.connection) as cursor:
-        status = IngestShard.Status.STAGED.value
+    return psycopg.Cursor(connection.connection)
+
+
+def _observation_stage(shard_id: int, dumped: bytes) -> None:
+    status = IngestShard.Status.STAGED.value
+    with _binary_cursor() as cursor:
         cursor.execute(_STAGE, [status, dumped, timezone.now(), shard_id])
 
 
 def _observation_staged(shard_id: int) -> bytes:
-    connection.ensure_connection()
-    with psycopg.Cursor(connection.connection) as cursor:
+    with _binary_cursor() as cursor:
         cursor.execute(_STAGED, [shard_id], binary=True)
         found = cursor.fetchone()
     if found is None:

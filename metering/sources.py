@@ -585,11 +585,6 @@ def pod_history_parts(plan: QueryPlan, pods: Iterable[str]) -> dict[str, Part]:
     return parts
 
 
-def pod_history_query(plan: QueryPlan, pods: Iterable[str]) -> str:
-    """`pod_history_parts` as one expression, as a window records it (ingest asks the parts)."""
-    return tagged_parts(pod_history_parts(plan, pods))
-
-
 def pod_details_parts(plan: QueryPlan, pods: Iterable[str]) -> dict[str, Part]:
     """For pods that started or were preempted: creation time and GPU request (narrowed,
     since kube-state-metrics series are many and most pods need neither), as parts like
@@ -605,11 +600,6 @@ def pod_details_parts(plan: QueryPlan, pods: Iterable[str]) -> dict[str, Part]:
         parts[f"created_{pod_label}"] = Part(f"last_over_time({created}{plan.window})", pod)
         parts[f"gpus_{pod_label}"] = Part(f"last_over_time({requests_}{plan.window})", pod, "sum")
     return parts
-
-
-def pod_details_query(plan: QueryPlan, pods: Iterable[str]) -> str:
-    """`pod_details_parts` as one expression, as a window records it (ingest asks the parts)."""
-    return tagged_parts(pod_details_parts(plan, pods))
 
 
 def preemption_ticks_query(plan: QueryPlan, pods: Iterable[str]) -> str:

@@ -40,8 +40,8 @@ def plan_with(**mapping: object) -> sources.QueryPlan:
 def every_query(plan: sources.QueryPlan, pods: list[str]) -> list[str]:
     queries = [build(plan) for build in sources.METERS.values()]
     queries += [
-        sources.pod_history_query(plan, pods),
-        sources.pod_details_query(plan, pods),
+        sources.tagged_parts(sources.pod_history_parts(plan, pods)),
+        sources.tagged_parts(sources.pod_details_parts(plan, pods)),
         sources.preemption_ticks_query(plan, pods),
         sources.shared_devices_query(plan, pods),
         sources.pod_allocation_query(plan, namespace=pods[0], pod=pods[0]),
