@@ -215,19 +215,57 @@ def observe(
     last: int,
     *,
     parallel: int = 1,
+    follow_ups: bool = True,
 ) -> Observation:
-    """Run the meters and the narrowed queries their answers call for (see `measure`)."""
+    """Run the meters and (unless `follow_ups` is false: a shard of a sharded window, whose
+    combiner asks them of the whole pool's merged view, see `follow_up`) the narrowed queries
+    their answers call for (see `measure`)."""
     step = plan.step_seconds
     observed = {start: Observed() for start in range(first - step, last + 1, step)}
     runner = _Runner(client, plan, first - step, last)
+    _observe_meters(runner, observed, plan, first, parallel)
+    shared = _follow_ups(runner, observed, plan) if follow_ups else set()
+    return Observation(observed, shared, runner.queries, runner.evaluation_seconds)
+
+
+@collector_paused
+def follow_up(
+    client: sources.PrometheusClient,
+    observation: Observation,
+    plan: sources.QueryPlan,
+    first: int,
+    last: int,
+) -> Observation:
+    """The narrowed queries that the meters' answers of the whole pool call for, asked of the
+    merged observation of a sharded window's shards (observed without them): what `observe`
+    would have asked of one unsharded batch, since the meters' answers are the same."""
+    runner = _Runner(client, plan, first - plan.step_seconds, last)
+    shared = _follow_ups(runner, observation.observed, plan)
+    return Observation(
+        observation.observed,
+        shared,
+        [*observation.queries, *runner.queries],
+        observation.evaluation_seconds + runner.evaluation_seconds,
+    )
+
+
+def _observe_meters(
+    runner: _Runner,
+    observed: dict[int, Observed],
+    plan: sources.QueryPlan,
+    first: int,
+    parallel: int,
+) -> None:
+    """Every meter of the plan, parsed into `observed`."""
+    step = plan.step_seconds
     grouped: dict[str, dict[str, sources.QueryRun]] = defaultdict(dict)
     # One request per range query, and one per raw-sample selector however many parts take a
     # function of it, in the meters' order; each with the parts that read it.
     readers: dict[_Request, list[tuple[str, str, sources.Part, dict]]] = defaultdict(list)
     meter_of: dict[_Request, str] = {}
     for name, build in sources.METER_PARTS.items():
-        if not plan.pod_meters and name in sources.POD_METERS:
-            continue  # another shard reads them for the whole pool
+        if plan.meters is not None and name not in plan.meters:
+            continue  # a shard's or a combiner's plan: the other reads them
         parts = build(plan)
         for part_name, part in parts.items():
             for key in _requests_of(part):
@@ -287,6 +325,13 @@ def observe(
                     joined = _joined(name, grouped.pop(name))
                     runner.record(name, sources.tagged_parts(parts), joined)
                     PARSERS[name](joined, observed, plan)
+
+
+def _follow_ups(
+    runner: _Runner, observed: dict[int, Observed], plan: sources.QueryPlan
+) -> set[str]:
+    """The narrowed queries the meters' answers call for, parsed into `observed`; returns the
+    time-sliced GPUs."""
     for pods in _batches(_without_identity(observed) | _disappeared(observed)):
         result = runner.run_parts("pod_history", sources.pod_history_parts(plan, pods))
         _parse_pod_history(result, observed, plan)
@@ -307,7 +352,7 @@ def observe(
     for pods in _batches(preempted | _newly_scheduled(observed)):
         result = runner.run_parts("pod_details", sources.pod_details_parts(plan, pods))
         _parse_pod_details(result, observed, plan)
-    return Observation(observed, shared, runner.queries, runner.evaluation_seconds)
+    return shared
 
 
 @collector_paused

@@ -30,18 +30,53 @@ QUERIES_IN_FLIGHT_PER_BATCH = 1
 
 
 def observe_batch(
-    source: Source, plan: sources.QueryPlan, first: datetime, last: datetime
+    source: Source,
+    plan: sources.QueryPlan,
+    first: datetime,
+    last: datetime,
+    *,
+    follow_ups: bool = True,
 ) -> measure.Observation:
     """What Prometheus answers for the batch [first, last] (interval starts) under `plan`,
-    within the source's query slots."""
+    within the source's query slots; without the narrowed follow-up queries for a shard
+    (`measure.observe`)."""
+    with _client(source, plan) as (client, plan):
+        with query_slots(source, wanted=QUERIES_IN_FLIGHT_PER_BATCH) as slots:
+            return measure.observe(
+                client,
+                plan,
+                int(first.timestamp()),
+                int(last.timestamp()),
+                parallel=slots,
+                follow_ups=follow_ups,
+            )
+
+
+def follow_up_batch(
+    source: Source,
+    plan: sources.QueryPlan,
+    observation: measure.Observation,
+    first: datetime,
+    last: datetime,
+) -> measure.Observation:
+    """The narrowed follow-up queries of a sharded batch's merged observation
+    (`measure.follow_up`), within the source's query slots."""
+    with _client(source, plan) as (client, plan):
+        with query_slots(source, wanted=1):
+            return measure.follow_up(
+                client, observation, plan, int(first.timestamp()), int(last.timestamp())
+            )
+
+
+@contextmanager
+def _client(
+    source: Source, plan: sources.QueryPlan
+) -> Iterator[tuple[sources.PrometheusClient, sources.QueryPlan]]:
+    """A client of the source, and the plan for its server, closed whatever happens."""
     client = sources.PrometheusClient.for_source(source)
     try:
         # Where the server's ranges start decides the range that holds [start, end).
-        plan = dataclasses.replace(plan, closed_ranges=client.ranges_closed())
-        with query_slots(source, wanted=QUERIES_IN_FLIGHT_PER_BATCH) as slots:
-            return measure.observe(
-                client, plan, int(first.timestamp()), int(last.timestamp()), parallel=slots
-            )
+        yield client, dataclasses.replace(plan, closed_ranges=client.ranges_closed())
     finally:
         client.close()
 

@@ -6,20 +6,21 @@ How it splits (docs/architecture.md "Sharded windows"):
 - The GPU exporter's series carry their node (`Hostname`, or `hostname` in other builds), so
   each shard reads the device meters (presence, memory, busy time) of its node set only
   (`sources.NodeSet`: a partition of the pool, so every series is read by exactly one shard).
-  Time-sliced GPUs and silent exporters' GPUs are narrowed queries of the shard's own GPUs.
-- kube-state-metrics' pod series carry no node (only `kube_pod_info` does), and identity,
-  preemptions and waits need every pod's view: every shard reads the identity meter and the
-  scrape targets (`up`) for the whole pool. They are cheap next to the device meters
-  (identity is read at interval ends only). I/O and latency, which nothing on the GPU side
-  needs, are read by shard 0 alone.
-- A shard stages what Prometheus answered (`measure.Observation`, before any derivation,
-  exactly: Decimals as written, Fractions as num/den; see `observation_dump`), not facts: a
-  task's row is the sum of its pods rounded once, a multi-node job's pods sit in several
-  shards, and completeness, first-seen baselines and time-sliced splits all need the whole
-  pool's view of an interval.
-  The combiner merges the shards' observations (each device series comes from one shard; the
-  pool-wide answers are the same in every shard) and derives them with the same code as an
-  unsharded batch, so the facts, and the rows, are identical.
+- kube-state-metrics' pod series carry no node (only `kube_pod_info` does), and the scrape
+  targets (`up`) are the whole pool's: the combiner reads identity, targets, I/O and latency
+  (`sources.POD_METERS`) for the whole pool itself, so every meter's answer is read once and
+  the shards stage only device series.
+- A shard stages what Prometheus answered to its meters (`measure.Observation`, before any
+  derivation, exactly: Decimals as written, Fractions as num/den; see `observation_dump`),
+  not facts: a task's row is the sum of its pods rounded once, a multi-node job's pods sit in
+  several shards, and completeness, first-seen baselines and time-sliced splits all need the
+  whole pool's view of an interval.
+  The combiner merges its own and the shards' observations (a disjoint union), asks the narrowed
+  follow-up queries that the whole pool's answers call for (pods gone by an interval's end,
+  time-sliced and silent GPUs, preemptions, new pods' details: `measure.follow_up`), and
+  derives them with the same code as an unsharded batch, so the facts, and the rows, are
+  identical. A shard could not ask them: whether a pod is new, gone or unknown takes every
+  shard's series and identity.
 
 All or nothing: the shards write only their staging rows; the combiner writes the windows
 (`writer._run_write`, as today) and deletes the batch in ONE transaction. A shard killed
@@ -32,12 +33,12 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 import logging
 import pickle
 import time
 from collections.abc import Callable, Iterable, Iterator
-from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from django.conf import settings
@@ -46,15 +47,18 @@ from django.utils import timezone
 
 from metering import measure, querying, sources
 from metering.identity import _services_upsert, _tasks_upsert
-from metering.measure import Observation, Observed, PodIdentity
+from metering.measure import Observation, Observed
 from metering.models import IngestBatch, IngestShard, IngestWindow
 from metering.writer import LossAcceptance, _run_write
 
 logger = logging.getLogger(__name__)
 
 # The staged form's version: a combiner refuses (and the batch starts again) any other.
-# 1: JSON text; 2: pickle behind a header (`observation_dump`).
-OBSERVATION_VERSION = 2
+# 1: JSON text; 2: pickle behind a header (`observation_dump`); 3: the same, without the
+# follow-up queries' answers (the combiner asks them).
+OBSERVATION_VERSION = 3
+
+Asked = TypeVar("Asked")
 
 # Queues each shard of a started batch (a Celery task per shard); None: run them here.
 ShardDispatch = Callable[[list[int]], None]
@@ -65,13 +69,18 @@ class StagedFormatError(ValueError):
 
 
 def shard_plans(patterns: list[str], plan: sources.QueryPlan) -> list[sources.QueryPlan]:
-    """One plan per shard: shard 0 the nodes no pattern names (and the pod-level meters of
-    the whole pool), then one per pattern."""
+    """One plan per shard, of the device meters: shard 0 the nodes no pattern names, then one
+    per pattern."""
     patterns = sources.shard_patterns_validate(patterns)
     return [
-        dataclasses.replace(plan, node_set=node_set, pod_meters=index == 0)
-        for index, node_set in enumerate(sources.node_sets(patterns))
+        dataclasses.replace(plan, node_set=node_set, meters=sources.DEVICE_METERS)
+        for node_set in sources.node_sets(patterns)
     ]
+
+
+def combiner_plan(plan: sources.QueryPlan) -> sources.QueryPlan:
+    """The combiner's plan: the meters no GPU series narrows, for the whole pool."""
+    return dataclasses.replace(plan, node_set=None, meters=sources.POD_METERS)
 
 
 # --- Starting, staging and combining a batch ------------------------------------------------
@@ -123,19 +132,15 @@ def shard_ingest(*, shard_id: int) -> int | None:
     shard = IngestShard.objects.select_related("batch__source").get(pk=shard_id)
     batch, source = shard.batch, shard.batch.source
     IngestShard.objects.filter(pk=shard.pk).update(attempts=shard.attempts + 1)
-    step = settings.TANDEM_STEP_SECONDS
-    try:
-        plan = sources.query_plan_for(source, step_seconds=step)
+
+    def observe() -> Observation:
+        plan = sources.query_plan_for(source, step_seconds=settings.TANDEM_STEP_SECONDS)
         plan = shard_plans(batch.node_patterns, plan)[shard.index]
-        observation = querying.observe_batch(source, plan, batch.first_start, batch.last_start)
-    except sources.SourceConfigurationError as error:
-        _batch_fail(batch, f"source {source.name}: {error}")
-        return None
-    except sources.PrometheusUnavailable as error:
-        _windows_touch(batch, IngestWindow.Status.PENDING, str(error))
-        raise
-    except sources.PrometheusQueryError as error:
-        _batch_fail(batch, str(error))
+        first, last = batch.first_start, batch.last_start
+        return querying.observe_batch(source, plan, first, last, follow_ups=False)
+
+    observation = _asked(batch, observe)
+    if observation is None:
         return None
     for query in observation.queries:
         query["shard"] = shard.index
@@ -151,10 +156,12 @@ def shard_ingest(*, shard_id: int) -> int | None:
 
 
 def shards_combine(*, batch_id: int) -> list[IngestWindow]:
-    """Merge the staged shards of a batch, derive each interval's facts as one unsharded
-    batch would, and write the windows and drop the batch in ONE transaction. Raises
-    `IngestBatch.DoesNotExist` for a batch that no longer exists (written already, or
-    started again)."""
+    """Merge the staged shards of a batch, ask the follow-up queries of the whole pool, derive
+    each interval's facts as one unsharded batch would, and write the windows and drop the
+    batch in ONE transaction. Raises `IngestBatch.DoesNotExist` for a batch that no longer
+    exists (written already, or started again) and `sources.PrometheusUnavailable` (the
+    batch stays staged, its windows pending: the caller retries the combiner); a refused
+    query or an unusable source marks the windows failed and drops the attempt."""
     batch = IngestBatch.objects.select_related("source").get(pk=batch_id)
     # Their staged observations are read one shard at a time, below.
     rows = list(batch.shard_rows.order_by("index").values_list("pk", "status"))
@@ -165,13 +172,16 @@ def shards_combine(*, batch_id: int) -> list[IngestWindow]:
     if not run:  # its windows were deleted meanwhile: nothing to write
         IngestBatch.objects.filter(pk=batch.pk).delete()
         return []
-    step = settings.TANDEM_STEP_SECONDS
-    plan = sources.query_plan_for(batch.source, step_seconds=step)
     try:
-        merged = observations_merge(_staged_observations([pk for pk, _ in rows]))
+        asked = _asked(batch, lambda: _whole_pool_observed(batch, [pk for pk, _ in rows]))
     except StagedFormatError as error:
         _batch_fail(batch, f"staged shards unreadable, ingest the windows again: {error}")
         return run
+    if asked is None:
+        return run
+    plan, merged = asked
+    for query in merged.queries:
+        query.setdefault("shard", "combiner")
     first, last = int(batch.first_start.timestamp()), int(batch.last_start.timestamp())
     measured = measure.derive(merged, plan, first, last)
     del merged  # what Prometheus answered: the write needs the facts only
@@ -194,6 +204,35 @@ def shards_combine(*, batch_id: int) -> list[IngestWindow]:
         time.perf_counter() - began,
     )
     return list(IngestWindow.objects.filter(pk__in=batch.window_ids).order_by("start"))
+
+
+def _asked(batch: IngestBatch, ask: Callable[[], Asked]) -> Asked | None:
+    """What `ask` observed. None when the source is unusable or Prometheus refused a query:
+    the windows failed, the attempt dropped. `sources.PrometheusUnavailable` leaves the
+    windows pending, with the error, and is raised for the caller to retry."""
+    try:
+        return ask()
+    except sources.SourceConfigurationError as error:
+        _batch_fail(batch, f"source {batch.source.name}: {error}")
+    except sources.PrometheusUnavailable as error:
+        _windows_touch(batch, IngestWindow.Status.PENDING, str(error))
+        raise
+    except sources.PrometheusQueryError as error:
+        _batch_fail(batch, str(error))
+    return None
+
+
+def _whole_pool_observed(
+    batch: IngestBatch, shard_ids: list[int]
+) -> tuple[sources.QueryPlan, Observation]:
+    """The source's plan, and what Prometheus answers for the whole pool under it: the meters
+    no GPU series narrows (asked here), the shards' staged device meters, and the follow-up
+    queries their merged answers call for (asked here), as one unsharded batch observes it."""
+    first, last, source = batch.first_start, batch.last_start, batch.source
+    plan = sources.query_plan_for(source, step_seconds=settings.TANDEM_STEP_SECONDS)
+    pool = querying.observe_batch(source, combiner_plan(plan), first, last, follow_ups=False)
+    merged = observations_merge(itertools.chain([pool], _staged_observations(shard_ids)))
+    return plan, querying.follow_up_batch(source, plan, merged, first, last)
 
 
 def _staged_observations(shard_ids: list[int]) -> Iterator[Observation]:
@@ -276,29 +315,22 @@ def _batch_fail(batch: IngestBatch, error: str) -> None:
 
 
 def observations_merge(shards: Iterable[Observation]) -> Observation:
-    """One observation of the whole pool from its shards' (see the module docstring).
-
-    Device series, GPUs, per-tick presence and silent GPUs come from one shard each (node
-    sets partition the pool); I/O and latency from shard 0 alone; identity, preemptions and
-    scrape targets are the same pool-wide answers in every shard, except what each shard's
-    narrowed follow-ups filled in (its pods' history, its pods' creation times), which the
-    merge unites. Warnings: shard 0's, then the others' not already among them."""
-    # Shard by shard (each is parsed only when the merge reaches it), which adds the parts of
-    # every interval in shard order, as the docstring says.
+    """One observation of the whole pool from the combiner's and its shards' (see the module
+    docstring), before the follow-up queries: each device series comes from one shard (node
+    sets partition the pool), every other answer from the combiner's. Warnings: in the
+    order given, each once."""
+    # One by one (each shard is parsed only when the merge reaches it), in the order given.
     merged: dict[int, Observed] = {}
-    shared: set[str] = set()
     queries: list[dict[str, Any]] = []
     evaluation_seconds = 0.0
     for shard in shards:
         for start, part in shard.observed.items():
             _observed_add(merged.setdefault(start, Observed()), part)
-        shared |= shard.shared
         queries.extend(shard.queries)
         evaluation_seconds += shard.evaluation_seconds
     merged = {start: merged[start] for start in sorted(merged)}
-    _details_trim(merged)
     return Observation(
-        observed=merged, shared=shared, queries=queries, evaluation_seconds=evaluation_seconds
+        observed=merged, shared=set(), queries=queries, evaluation_seconds=evaluation_seconds
     )
 
 
@@ -307,50 +339,13 @@ def _observed_add(into: Observed, part: Observed) -> None:
         if key in into.series:
             into.warnings.append(f"shards: device series {key} read by two shards")
         into.series[key] = series
-    for pod, counters in part.io_last.items():
-        into.io_last[pod].update(counters)
-    for replica, buckets in part.latency_last.items():
-        into.latency_last[replica].update(buckets)
-    for pod, identity in part.identity.items():
-        known = into.identity.get(pod)
-        into.identity[pod] = identity if known is None else _identity_united(known, identity)
+    into.io_last.update(part.io_last)
+    into.latency_last.update(part.latency_last)
+    into.identity.update(part.identity)
     into.preempted |= part.preempted
-    into.preempted_at.update(part.preempted_at)
-    into.present.update(part.present)
     into.targets.update(part.targets)
-    into.silent_gpus.update(part.silent_gpus)
-    into.gpus.update(part.gpus)
     seen = set(into.warnings)
     into.warnings.extend(warning for warning in part.warnings if warning not in seen)
-
-
-def _identity_united(one: PodIdentity, other: PodIdentity) -> PodIdentity:
-    """Two shards' views of one pod in one interval: the same answers, each with what its own
-    follow-ups added (whether the pod ended, its creation time and GPU request)."""
-    return PodIdentity(
-        task_label=one.task_label,
-        team_label=one.team_label,
-        owner_name=one.owner_name,
-        priority_class=one.priority_class,
-        node=one.node,
-        created=one.created if one.created is not None else other.created,
-        scheduled=one.scheduled if one.scheduled is not None else other.scheduled,
-        ended=one.ended or other.ended,
-        gpus=one.gpus or other.gpus,
-        from_kube=one.from_kube,
-        from_history=one.from_history,
-    )
-
-
-def _details_trim(observed: dict[int, Observed]) -> None:
-    """Creation times and GPU requests only of the pods an unsharded batch would have asked
-    about (preempted or newly scheduled in the whole pool's view): a shard that lacked another
-    shard's history of a pod may have taken it for newly scheduled and asked."""
-    asked = measure._newly_preempted(observed) | measure._newly_scheduled(observed)
-    for interval in observed.values():
-        for (_, pod), identity in interval.identity.items():
-            if pod not in asked:
-                identity.created, identity.gpus = None, Fraction(0)
 
 
 # --- The staged form: exact, versioned ------------------------------------------------------

@@ -148,8 +148,8 @@ class NodeSet:
 
 
 def node_sets(patterns: Iterable[str]) -> list[NodeSet]:
-    """The shards of a source's `shard_node_patterns`: the rest first (shard 0, which also
-    reads the pod-level meters for the whole pool), then one per pattern."""
+    """The shards of a source's `shard_node_patterns`: the rest first (shard 0), then one per
+    pattern."""
     patterns = list(patterns)
     shards = [NodeSet(None, tuple(patterns))]
     for index, pattern in enumerate(patterns):
@@ -199,9 +199,10 @@ class QueryPlan:
     # A shard of a sharded window (metering.shards): the GPU exporter's series of these nodes
     # only; None reads every node.
     node_set: NodeSet | None = None
-    # Whether this plan reads the pod-level meters that no GPU series narrows (I/O, latency):
-    # one shard of a sharded window reads them for the whole pool, the others do not.
-    pod_meters: bool = True
+    # The meters of `METER_PARTS` this plan reads; None: every one. A sharded window's shards
+    # read the device meters (`DEVICE_METERS`) of their nodes, its combiner the rest
+    # (`POD_METERS`) for the whole pool.
+    meters: frozenset[str] | None = None
     # Whether the device meter reads its series' raw samples (see `reads_raw_samples`); None
     # decides by the scrape interval.
     raw_samples: bool | None = None
@@ -663,8 +664,12 @@ def targets_query(plan: QueryPlan) -> str:
     return tagged_parts(targets_parts(plan))
 
 
-# Meters no GPU series narrows, read by one shard of a sharded window for the whole pool.
-POD_METERS = ("io", "latency")
+# The meters of the GPU exporter's series, which carry their node: what a shard of a sharded
+# window reads, for its node set.
+DEVICE_METERS = frozenset({"devices", "busy"})
+# Meters no GPU series narrows (kube-state-metrics' pods carry no node, the scrape targets
+# are the whole pool's): a sharded window's combiner reads them for the whole pool.
+POD_METERS = frozenset({"io", "latency", "identity", "targets"})
 # Queries run for every batch, part by part; the narrowed ones follow from their answers.
 METER_PARTS = {
     "devices": devices_parts,

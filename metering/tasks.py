@@ -98,7 +98,10 @@ def ingest_shard(shard_id: int) -> str:
     return "staged, combining"
 
 
-@shared_task(acks_late=True, autoretry_for=(OperationalError,), max_retries=10, retry_backoff=5)
+# The combiner asks Prometheus the follow-up queries of the whole pool: it retries as the
+# shards do while Prometheus is unavailable (the batch stays staged), and on a lost database
+# connection.
+@shared_task(**{**RETRY_POLICY, "autoretry_for": (sources.PrometheusUnavailable, OperationalError)})
 def ingest_shards_combine(batch_id: int) -> list[str] | str:
     """Write a sharded run's windows from its staged shards, in one transaction (safe to run
     twice: the batch is deleted with the write, and a second run finds nothing)."""

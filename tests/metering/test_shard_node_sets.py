@@ -61,7 +61,7 @@ def test_it_narrows_each_shard_to_its_nodes_by_either_spelling() -> None:
         'DCGM_FI_DEV_FB_USED{Hostname!="",Hostname=~"gpu-b-.*",Hostname!~"(?:gpu-a-.*)"}',
         'DCGM_FI_DEV_FB_USED{Hostname="",hostname=~"gpu-b-.*",hostname!~"(?:gpu-a-.*)"}',
     )
-    assert rest.pod_meters and not first.pod_meters and not second.pod_meters
+    assert rest.meters == first.meters == second.meters == sources.DEVICE_METERS
     assert shards_reading([rest, first, second], {"Hostname": "gpu-b-7"}) == [2]
     assert shards_reading([rest, first, second], {"hostname": "gpu-a-1"}) == [1]
     assert shards_reading([rest, first, second], {"hostname": "cpu-1"}) == [0]

@@ -14,7 +14,6 @@ import io
 import json
 import pickle
 import subprocess
-import time
 from collections import defaultdict
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
@@ -220,6 +219,37 @@ def test_it_stores_with_shards_exactly_what_it_stores_without(both_sources, gang
     assert not IngestBatch.objects.exists() and not IngestShard.objects.exists()
 
 
+def asked(source_id: int) -> list[tuple[str, str, object]]:
+    """(meter, PromQL, who asked it) of every query a source's windows were measured with,
+    each run's once."""
+    runs = {
+        window.measured_with_id or window.pk: window.recorded_queries
+        for window in IngestWindow.objects.filter(source_id=source_id).select_related(
+            "measured_with"
+        )
+    }
+    return sorted(
+        (query["meter"], query["promql"], query.get("shard", ""))
+        for queries in runs.values()
+        for query in queries
+    )
+
+
+@pytest.mark.django_db
+def test_it_asks_each_query_once_with_the_follow_ups_from_the_combiner(both_sources) -> None:
+    """Device meters by the shard of their nodes; the pool-wide meters and the narrowed
+    follow-ups by the combiner alone, the very follow-ups an unsharded ingest asks."""
+    whole, sharded = (asked(pk) for pk in both_sources)
+    askers: dict[str, set[object]] = defaultdict(set)
+    for meter, _, shard in sharded:
+        askers[meter].add(shard)
+    assert askers.pop("devices") == askers.pop("busy") == {0, 1, 2}
+    assert set(askers) >= {*sources.POD_METERS, "pod_history", "pod_details", "preemption_ticks"}
+    assert all(shard == {"combiner"} for shard in askers.values()), askers
+    follow_ups = [(meter, promql) for meter, promql, _ in whole if meter in askers]
+    assert follow_ups == [(meter, promql) for meter, promql, shard in sharded if meter in askers]
+
+
 @pytest.mark.django_db
 def test_it_splits_tasks_across_shards_in_one_batch(
     both_sources, gang_prometheus, gang_truth
@@ -311,8 +341,10 @@ def test_it_leaves_nothing_partial_when_a_shard_fails_and_completes_on_retry(
     gang_prometheus, gang_truth, settings
 ) -> None:
     """A shard whose Prometheus is unreachable half-way through the batch (one shard staged,
-    the next failing) leaves the windows pending and no rows; its retry completes the batch,
-    and a combiner that dies inside its transaction writes nothing until it runs again."""
+    the next failing) leaves the windows pending and no rows; its retry completes the batch.
+    A combiner whose Prometheus is unreachable (it asks the pool-wide meters and the
+    follow-ups), or that dies inside its transaction, writes nothing and keeps the staged
+    shards until it runs again."""
     settings.TANDEM_INGEST_BATCH_WINDOWS = 24  # the two hours in one batch: one set of shards
     source = Source.objects.create(
         name="flaky",
@@ -337,6 +369,12 @@ def test_it_leaves_nothing_partial_when_a_shard_fails_and_completes_on_retry(
     assert services.shard_ingest(shard_id=queued[1]) is None
     batch_id = services.shard_ingest(shard_id=queued[2])
     assert batch_id is not None  # the last shard staged: the combiner's turn
+    Source.objects.filter(pk=source.pk).update(url="http://127.0.0.1:9")
+    with pytest.raises(sources.PrometheusUnavailable):
+        services.shards_combine(batch_id=batch_id)
+    assert windows_status(ids) == {"pending": 24}
+    assert not UsageInterval.objects.filter(task__source=source).exists()
+    Source.objects.filter(pk=source.pk).update(url=gang_prometheus.url)
 
     class Killed(Exception):
         pass
@@ -409,17 +447,13 @@ def test_it_runs_shards_and_the_combiner_as_tasks_and_survives_a_killed_worker(
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
         " AND wait_event_type = 'Lock' AND query ILIKE '%%metering_ingestbatch%%'"
     )
-    tasks.ingest_windows.delay(ids)
+    # The run's task body here (`apply`): it starts the batch and queues its shards. The batch
+    # row is held before any worker runs, so the first shard to stage waits inside its
+    # transaction. Catching the row between a worker's start and the combiner's delete
+    # failed once shards took tens of milliseconds on this small pool.
+    assert tasks.ingest_windows.apply(args=[ids]).get() == ["running"] * 12
+    assert blocker.execute("SELECT 1 FROM metering_ingestbatch FOR UPDATE").fetchone()
     worker = start_worker()
-    # Hold the batch row from the moment it is committed: the first shard to stage then waits
-    # inside its transaction. Asked every 10 ms by the locking statement itself: polling for
-    # the row and then locking it let all three shards of this small pool stage, and the
-    # combiner delete the batch, in between (it failed 1 run in 3).
-    deadline = time.monotonic() + 60
-    while not blocker.execute("SELECT 1 FROM metering_ingestbatch FOR UPDATE").fetchone():
-        blocker.rollback()
-        assert time.monotonic() < deadline, "timed out after 60s waiting for the batch to start"
-        time.sleep(0.01)
     try:
         wait_for(
             lambda: watcher.execute(waiting).fetchone() is not None,
@@ -447,8 +481,8 @@ def test_it_runs_shards_and_the_combiner_as_tasks_and_survives_a_killed_worker(
 def test_it_ingests_a_sharded_source_from_the_command_in_shards_or_not(
     gang_prometheus, gang_truth
 ) -> None:
-    """`manage.py ingest --now` measures a sharded source in shards (each query names its
-    shard), `--no-shards` in one piece; both store the truth."""
+    """`manage.py ingest --now` measures a sharded source in shards (each query names the
+    shard or the combiner that asked it), `--no-shards` in one piece; both store the truth."""
     source = Source.objects.create(
         name="command",
         url=gang_prometheus.url,
@@ -458,7 +492,7 @@ def test_it_ingests_a_sharded_source_from_the_command_in_shards_or_not(
     start = datetime(2026, 9, 30, 15, tzinfo=UTC)
     end = start + timedelta(hours=1)
     span = ["--source", "command", "--start", start.isoformat(), "--end", end.isoformat()]
-    for extra, shards_named in (([], {0, 1, 2}), (["--no-shards"], set())):
+    for extra, shards_named in (([], {0, 1, 2, "combiner"}), (["--no-shards"], set())):
         call_command("ingest", *span, "--now", *extra, stdout=io.StringIO())
         windows = IngestWindow.objects.filter(source=source)
         assert set(windows.values_list("status", flat=True)) == {"done"}
