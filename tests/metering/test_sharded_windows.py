@@ -318,7 +318,8 @@ STAGED = shards.observation_dump(EMPTY_OBSERVATION)
     [
         pytest.param(b'{"version":1,"intervals":[]}', id="version 1, JSON text"),
         pytest.param(
-            STAGED.replace(shards.STAGED_HEADER, b"tandem observation 3\n"), id="version 3"
+            STAGED.replace(shards.STAGED_HEADER, b"tandem observation 2\n"),
+            id="version 2, with the follow-ups' answers",
         ),
         pytest.param(STAGED[: len(STAGED) // 2], id="cut short"),
         pytest.param(shards.STAGED_HEADER + pickle.dumps({}, protocol=5), id="not an observation"),
