@@ -52,7 +52,8 @@ from metering.models import IngestWindow, Source  # noqa: E402
 # (module, function, what a reader calls it), timed by "module.function".
 PARTS = [
     (querying, "observe_batch", "Prometheus: queries and parsing (every shard's)"),
-    (querying, "follow_up_batch", "Prometheus: the combiner's follow-up queries"),
+    (querying, "observe_whole_pool", "the combiner's queries (merging included)"),
+    (measure, "follow_up", "  of which the follow-up queries"),
     (shards, "observation_dump", "staging: a shard's observation dumped"),
     (shards, "shard_ingest", "  a shard in all (queries, dump, staged row)"),
     (shards, "_observation_stage", "staging: the staged row written"),

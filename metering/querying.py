@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -52,20 +52,22 @@ def observe_batch(
             )
 
 
-def follow_up_batch(
+def observe_whole_pool(
     source: Source,
     plan: sources.QueryPlan,
-    observation: measure.Observation,
     first: datetime,
     last: datetime,
+    shards_merged: Callable[[measure.Observation], measure.Observation],
 ) -> measure.Observation:
-    """The narrowed follow-up queries of a sharded batch's merged observation
-    (`measure.follow_up`), within the source's query slots."""
-    with _client(source, plan) as (client, plan):
-        with query_slots(source, wanted=1):
-            return measure.follow_up(
-                client, observation, plan, int(first.timestamp()), int(last.timestamp())
-            )
+    """A sharded batch's combiner, with one client and one query slot: the meters no GPU
+    series narrows (`sources.POD_METERS`) for the whole pool, merged with the shards' staged
+    device meters by `shards_merged`, then the follow-up queries of the merged answers
+    (`measure.follow_up`)."""
+    start, end = int(first.timestamp()), int(last.timestamp())
+    with _client(source, plan) as (client, plan), query_slots(source, wanted=1):
+        pool_plan = dataclasses.replace(plan, node_set=None, meters=sources.POD_METERS)
+        pool = measure.observe(client, pool_plan, start, end, follow_ups=False)
+        return measure.follow_up(client, shards_merged(pool), plan, start, end)
 
 
 @contextmanager

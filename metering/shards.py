@@ -78,11 +78,6 @@ def shard_plans(patterns: list[str], plan: sources.QueryPlan) -> list[sources.Qu
     ]
 
 
-def combiner_plan(plan: sources.QueryPlan) -> sources.QueryPlan:
-    """The combiner's plan: the meters no GPU series narrows, for the whole pool."""
-    return dataclasses.replace(plan, node_set=None, meters=sources.POD_METERS)
-
-
 # --- Starting, staging and combining a batch ------------------------------------------------
 
 
@@ -228,11 +223,15 @@ def _whole_pool_observed(
     """The source's plan, and what Prometheus answers for the whole pool under it: the meters
     no GPU series narrows (asked here), the shards' staged device meters, and the follow-up
     queries their merged answers call for (asked here), as one unsharded batch observes it."""
-    first, last, source = batch.first_start, batch.last_start, batch.source
-    plan = sources.query_plan_for(source, step_seconds=settings.TANDEM_STEP_SECONDS)
-    pool = querying.observe_batch(source, combiner_plan(plan), first, last, follow_ups=False)
-    merged = observations_merge(itertools.chain([pool], _staged_observations(shard_ids)))
-    return plan, querying.follow_up_batch(source, plan, merged, first, last)
+    plan = sources.query_plan_for(batch.source, step_seconds=settings.TANDEM_STEP_SECONDS)
+
+    def shards_merged(pool: Observation) -> Observation:
+        return observations_merge(itertools.chain([pool], _staged_observations(shard_ids)))
+
+    observed = querying.observe_whole_pool(
+        batch.source, plan, batch.first_start, batch.last_start, shards_merged
+    )
+    return plan, observed
 
 
 def _staged_observations(shard_ids: list[int]) -> Iterator[Observation]:
