@@ -36,6 +36,8 @@ sys.path.insert(0, str(REPO))
 from config.embedded import (  # noqa: E402
     PrivateRedis,
     embedded_defaults_ensure,
+    embedded_postgres_pid,
+    embedded_postgres_stop,
     private_redis_start,
     var_dir_from_environment,
 )
@@ -206,7 +208,21 @@ def main() -> int:
     signal.signal(signal.SIGINT, stop_on_signal)
     VAR.mkdir(parents=True, exist_ok=True)
     address = web_address()
+    # The embedded PostgreSQL is the demo's to stop only if the demo started it: another
+    # process of this checkout (a test run, manage.py) may be using one it found running.
+    ours = not os.environ.get("DATABASE_URL") and embedded_postgres_pid(VAR) is None
     env = demo_environment()
+    started_postgres = embedded_postgres_pid(VAR) if ours else None
+    try:
+        return run_demo(env, address, clock)
+    finally:
+        if started_postgres is not None and not embedded_postgres_stop(VAR, started_postgres):
+            say(f"the embedded PostgreSQL (pid {started_postgres}) did not stop: var/pgdata/log")
+        say("stopped everything the demo started")
+
+
+def run_demo(env: dict[str, str], address: str, clock: Clock) -> int:
+    """Prometheus, the demo's Redis, then the stack; each stopped on the way out."""
     from simulator.prometheus import free_port, lookback_for, start_prometheus
 
     today = dt.datetime.now(time_zone(env["TANDEM_TIMEZONE"])).date()
@@ -257,7 +273,6 @@ def main() -> int:
                 child.kill()
         if redis is not None:
             redis.stop()
-        say("stopped everything the demo started")
 
 
 def start_private_broker(env: dict[str, str], var_dir: Path) -> PrivateRedis:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -64,6 +65,36 @@ def embedded_database_url(var_dir: Path) -> str:
 
     server = pgserver.get_server(var_dir / "pgdata", cleanup_mode=None)
     return server.get_uri("postgres")
+
+
+def embedded_postgres_pid(var_dir: Path) -> int | None:
+    """The process id of the embedded PostgreSQL running on var/pgdata, or None: the first
+    line of its `postmaster.pid`, which PostgreSQL removes when it stops (a file left by a
+    crash names a process that is gone)."""
+    try:
+        pid = int((var_dir / "pgdata" / "postmaster.pid").read_text().split("\n", 1)[0])
+        os.kill(pid, 0)
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return None
+    except PermissionError:  # alive, but another user's (the pid was reused)
+        return None
+    return pid
+
+
+def embedded_postgres_stop(var_dir: Path, pid: int, timeout: float = 30.0) -> bool:
+    """Stops the embedded PostgreSQL that a caller started: SIGINT is PostgreSQL's fast
+    shutdown (sessions rolled back, the data flushed). pgserver itself never stops it
+    (entry points share it, `cleanup_mode=None`), so whoever starts it for a session stops
+    it. Returns whether it stopped within `timeout`."""
+    if embedded_postgres_pid(var_dir) != pid:
+        return True  # already stopped, or a server this caller did not start
+    os.kill(pid, signal.SIGINT)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if embedded_postgres_pid(var_dir) is None:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def redis_answers(host: str, port: int) -> bool:
