@@ -32,6 +32,20 @@ def fast_password_hashing() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def collected_static(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The static files collected as a deployment collects them (the Dockerfile), into a
+    folder of the test process's own: pages and the API are tested with WhiteNoise serving
+    plotly.js from STATIC_ROOT, as in production, and a fresh clone, whose var/static does
+    not exist yet, runs the tests as a used one does."""
+    from django.core.management import call_command
+
+    root = tmp_path_factory.mktemp("static")
+    with override_settings(STATIC_ROOT=root):
+        call_command("collectstatic", "--noinput", verbosity=0)
+        yield root
+
+
 # tryfirst: xdist's own hook turns the mark into the node id's `@group` suffix, so it must see it.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -57,6 +57,15 @@ def test_it_shows_every_page_to_finance_with_its_charts(client, people, name, ar
         assert "plotly-graph-div" in html and "Data behind this chart" in html
 
 
+def test_it_serves_plotly_from_its_own_static_files(client) -> None:
+    """What every page's script tag names is served by Tandem itself (WhiteNoise, from the
+    collected static files): the pages draw their charts with no network beyond Tandem."""
+    response = client.get("/static/plotly/plotly.min.js")
+    assert response.status_code == 200
+    assert "javascript" in response["Content-Type"]
+    assert b"plotly.js v" in b"".join(response.streaming_content)[:2000]
+
+
 @pytest.mark.parametrize(
     ("name", "args"),
     [page for page in PAGES if "team" in page[1] or "task" in page[1] or "line" in page[1]],
