@@ -73,10 +73,8 @@ def embedded_postgres_pid(var_dir: Path) -> int | None:
     crash names a process that is gone)."""
     try:
         pid = int((var_dir / "pgdata" / "postmaster.pid").read_text().split("\n", 1)[0])
-        os.kill(pid, 0)
-    except (FileNotFoundError, ValueError, ProcessLookupError):
-        return None
-    except PermissionError:  # alive, but another user's (the pid was reused)
+        os.kill(pid, 0)  # raises for a process that is gone (or another user's reused pid)
+    except (OSError, ValueError):
         return None
     return pid
 

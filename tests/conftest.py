@@ -33,7 +33,7 @@ def fast_password_hashing() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def collected_static(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def collected_static(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The static files collected as a deployment collects them (the Dockerfile), into a
     folder of the test process's own: pages and the API are tested with WhiteNoise serving
     plotly.js from STATIC_ROOT, as in production, and a fresh clone, whose var/static does
@@ -43,7 +43,7 @@ def collected_static(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
     root = tmp_path_factory.mktemp("static")
     with override_settings(STATIC_ROOT=root):
         call_command("collectstatic", "--noinput", verbosity=0)
-        yield root
+        yield
 
 
 # tryfirst: xdist's own hook turns the mark into the node id's `@group` suffix, so it must see it.
