@@ -47,11 +47,13 @@ def kept_prometheus(options: argparse.Namespace) -> Iterator[Any]:
 
 
 class PartTimers:
-    """Seconds spent in functions, summed by key, each timed wherever it is called from
-    (`around` replaces the module's attribute, so import the module, not the name)."""
+    """Seconds spent in functions, summed by key, and each call's seconds in the order they
+    ran (`calls`); each timed wherever it is called from (`around` replaces the module's
+    attribute, so import the module, not the name)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, list[float]] = defaultdict(list)
 
     def around(self, module: ModuleType, name: str, key: str | None = None) -> None:
         function = getattr(module, name)
@@ -62,7 +64,9 @@ class PartTimers:
             try:
                 return function(*args, **kwargs)
             finally:
-                self.seconds[key] += time.perf_counter() - began
+                seconds = time.perf_counter() - began
+                self.seconds[key] += seconds
+                self.calls[key].append(seconds)
 
         setattr(module, name, run)
 

@@ -7,8 +7,11 @@ total, without Celery. It ingests the same windows of a TSDB kept by
 after the other and combined here, `shard_dispatch=None`), in batches of `--batch` windows,
 with a timer around each part (Prometheus queries and their parsing, staging a shard's
 observation: dumped, its row written and read, loaded back; merging, deriving, the write),
-`--repeat` times alternately, and prints the fastest of each. Not run by `make bench` (it
-needs a kept pool; its figures are a breakdown, not a goal).
+`--repeat` times alternately, and prints the fastest of each. Then, by arithmetic from those
+parts, the sharded run on one machine per shard: each batch's slowest shard, then its
+combiner (queries, merging, deriving, the write), as if the shards had run side by side and
+Prometheus (a query frontend) kept up; the part of a batch that more machines do not shorten.
+Not run by `make bench` (it needs a kept pool; its figures are a breakdown, not a goal).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_ingest \\
       .venv/bin/python benchmarks/ingest.py --gpus 1000 --hours 24 --scrape 150 --keep
@@ -50,6 +53,7 @@ from metering import identity, ingest, measure, querying, services, shards  # no
 from metering.models import IngestWindow, Source  # noqa: E402
 
 # (module, function, what a reader calls it), timed by "module.function".
+SHARD = "metering.shards.shard_ingest"
 PARTS = [
     (querying, "observe_batch", "Prometheus: queries and parsing (every shard's)"),
     (querying, "observe_whole_pool", "the combiner's queries (merging included)"),
@@ -87,17 +91,20 @@ def main() -> None:
         return dumped
 
     shards.observation_dump = dump_counted
-    # The fastest of the repeats, of the unsharded (False) and the sharded (True) ingest.
-    best: dict[bool, tuple[float, dict[str, float]]] = {}
+    # The fastest of the repeats, of the unsharded (False) and the sharded (True) ingest: its
+    # seconds, by part, and each shard's, in the order they ran.
+    best: dict[bool, tuple[float, dict[str, float], list[float]]] = {}
     with kept_prometheus(options) as prometheus:
         truncate_metering()
         for attempt in range(options.repeat):
             for sharded in (False, True):
                 timers.seconds.clear()
+                timers.calls.clear()
                 staged.clear()
                 total = ingest_once(prometheus.url, options, first, sharded, attempt)
                 if sharded not in best or total < best[sharded][0]:
-                    best[sharded] = (total, dict(timers.seconds))
+                    shard_calls = list(timers.calls[SHARD])
+                    best[sharded] = (total, dict(timers.seconds), shard_calls)
     step = settings.TANDEM_STEP_SECONDS
     print(
         f"{options.gpus:,} GPUs, {options.batch * options.batches} windows of {step // 60}"
@@ -105,15 +112,29 @@ def main() -> None:
         " shards run one after the other in this process"
     )
     for sharded, label in ((False, "unsharded"), (True, f"{options.shards} shards")):
-        total, seconds = best[sharded]
+        total, seconds, _ = best[sharded]
         print(f"{label}: {total:.2f} s")
         for module, name, part in PARTS:
             key = f"{module.__name__}.{name}"
             if key in seconds:
                 print(f"  {part:<52} {seconds[key]:7.2f} s")
     print(f"sharded / unsharded: {best[True][0] / best[False][0]:.2f}")
+    total, _, shard_calls = best[True]
+    alone = one_machine_per_shard(total, shard_calls, options.shards)
+    print(
+        f"on one machine per shard (arithmetic: each batch's slowest shard, then its combiner):"
+        f" {alone:.2f} s, {alone / best[False][0]:.2f} of the unsharded run"
+    )
     per_shard = ", ".join(f"{size / 2**20:.1f}" for size in staged[: options.shards])
     print(f"staged per shard of a {options.batch}-window batch: {per_shard} MiB (uncompressed)")
+
+
+def one_machine_per_shard(total: float, shard_calls: list[float], shards: int) -> float:
+    """The sharded run's seconds had each batch's shards run side by side: the run without its
+    shards (the combiners and what the batches share), plus each batch's slowest shard. The
+    shards ran one batch after another, `shards` at a time, in the order of `shard_calls`."""
+    batches = [shard_calls[at : at + shards] for at in range(0, len(shard_calls), shards)]
+    return total - sum(shard_calls) + sum(max(batch) for batch in batches)
 
 
 def ingest_once(url: str, options: argparse.Namespace, first: int, sharded: bool, n: int) -> float:
