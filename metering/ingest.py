@@ -73,7 +73,7 @@ def windows_ingest(
     )
     unavailable: sources.PrometheusUnavailable | None = None
     for run in _consecutive_runs(windows):
-        for batch in _batches(run, sharded=sharded):
+        for batch in _batches(run):
             dispatch = shard_dispatch
             if dispatch is not None and batch[-1] is not run[-1] and _unsized(batch):
                 # Queued, every batch of the run would be sized before any is written: the
@@ -110,26 +110,29 @@ def _consecutive_runs(windows: list[IngestWindow]) -> Iterator[list[IngestWindow
         yield run
 
 
-# A sharded batch's combiner holds the shards' merged observation besides the facts: about
-# twice an unsharded batch's memory per GPU-window (benchmarks/ingest.py --shards 2, a
-# 10,000-GPU day: 791 MB at 12 windows, 1,275 MB at 24 with TANDEM_INGEST_BATCH_WINDOWS=24;
-# unsharded 756 MB at 24), so it gets half the budget.
-SHARDED_BUDGET_SHARE = 2
-
-
 def _unsized(batch: list[IngestWindow]) -> bool:
     """A batch of a source measured in shards that has no window written yet to size it."""
     source = batch[0].source
     return bool(source.shard_node_patterns) and selectors.source_gpus_latest(source=source) is None
 
 
-def _batches(run: list[IngestWindow], *, sharded: bool = True) -> Iterator[list[IngestWindow]]:
+# A source measured in shards gets the same budget as any. Its combiner holds what an
+# unsharded batch holds (the merged observation, then the facts) and one shard's staged
+# observation at a time, as the shards stage device meters only (commit 965dd8b). On a
+# 10,000-GPU day (benchmarks/ingest.py --shards 2 --reuse, 2026-12-06): largest worker 781 MB
+# in 24-window batches, against 745 MB unsharded. Halving the budget, needed while shards
+# staged every meter (1,275 MB at 24 windows then), kept the peak at 577 MB, but its 12-window
+# batches cost Prometheus 43 s against 32 s and the sharded day 1.33x the unsharded wall and
+# CPU, against 1.24x and 1.22x with the same budget.
+
+
+def _batches(run: list[IngestWindow]) -> Iterator[list[IngestWindow]]:
     """The run in batches, each measured with one range query per meter and written in one
     transaction: as many windows as TANDEM_INGEST_BATCH_GPU_WINDOWS allows for the GPUs the
     source's latest ingested window expected (asked again before each batch, so the run's
     own first batch sizes the rest), TANDEM_INGEST_BATCH_WINDOWS while none has been. A
-    source measured in shards gets half that budget (`SHARDED_BUDGET_SHARE`); its first batch
-    runs its shards in the task (`windows_ingest`), so that the rest are sized too.
+    source measured in shards is sized the same (see above); its first batch runs its shards
+    in the task (`windows_ingest`), so that the rest are sized too.
 
     Fewer, longer range queries cost Prometheus less (it decodes each chunk of a series
     once per query that touches it, and a chunk holds hours of samples) and the workers
@@ -139,8 +142,6 @@ def _batches(run: list[IngestWindow], *, sharded: bool = True) -> Iterator[list[
     default = settings.TANDEM_INGEST_BATCH_WINDOWS
     budget = settings.TANDEM_INGEST_BATCH_GPU_WINDOWS
     longest = max(1, 86_400 // settings.TANDEM_STEP_SECONDS)  # a day, one transaction
-    if source.shard_node_patterns and sharded:
-        budget //= SHARDED_BUDGET_SHARE
     at = 0
     while at < len(run):
         if at == len(run) - 1:  # one window (beat's newest, every step): nothing to size

@@ -81,9 +81,9 @@ def test_it_bounds_a_batch_by_the_budget_by_a_day_and_by_one_window(settings) ->
 
 
 @pytest.mark.django_db
-def test_it_gives_a_sharded_source_half_the_budget(settings) -> None:
-    """A combiner holds the shards' merged observation besides the facts: about twice an
-    unsharded batch's memory per GPU-window."""
+def test_it_sizes_a_sharded_sources_batches_as_any_sources(settings) -> None:
+    """A combiner holds what an unsharded batch holds and one shard's staged device meters at a
+    time: the same budget (metering/ingest.py, above `_batches`)."""
     source = Source.objects.create(
         name="sharded sizes",
         url="http://127.0.0.1:9",
@@ -104,11 +104,9 @@ def test_it_gives_a_sharded_source_half_the_budget(settings) -> None:
         samples_expected=1000 * TICKS,
     )
     assert not ingest._unsized(run)
-    assert [len(b) for b in ingest._batches(run)] == [72]  # 120 allowed, the task's 72
-    assert [len(b) for b in ingest._batches(run, sharded=False)] == [72]  # as any source
+    assert [len(b) for b in ingest._batches(run)] == [72]  # 240 allowed, the task's 72
     IngestWindow.objects.filter(pk=latest.pk).update(samples_expected=20_000 * TICKS)
-    assert [len(b) for b in ingest._batches(run)] == [6] * 12  # 240,000 / 2 / 20,000
-    assert [len(b) for b in ingest._batches(run, sharded=False)] == [12] * 6
+    assert [len(b) for b in ingest._batches(run)] == [12] * 6  # 240,000 / 20,000
 
 
 @pytest.mark.django_db
