@@ -35,8 +35,8 @@ sys.path.insert(0, str(REPO))
 
 from config.embedded import (  # noqa: E402
     PrivateRedis,
+    database_url_ensure_owned,
     embedded_defaults_ensure,
-    embedded_postgres_pid,
     embedded_postgres_stop,
     private_redis_start,
     var_dir_from_environment,
@@ -208,11 +208,9 @@ def main() -> int:
     signal.signal(signal.SIGINT, stop_on_signal)
     VAR.mkdir(parents=True, exist_ok=True)
     address = web_address()
-    # The embedded PostgreSQL is the demo's to stop only if the demo started it: another
-    # process of this checkout (a test run, manage.py) may be using one it found running.
-    ours = not os.environ.get("DATABASE_URL") and embedded_postgres_pid(VAR) is None
+    # The embedded PostgreSQL is the demo's to stop only if the demo started it.
+    started_postgres = database_url_ensure_owned(VAR)
     env = demo_environment()
-    started_postgres = embedded_postgres_pid(VAR) if ours else None
     try:
         return run_demo(env, address, clock)
     finally:

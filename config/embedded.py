@@ -53,6 +53,16 @@ def database_url_ensure(var_dir: Path) -> str:
     return url
 
 
+def database_url_ensure_owned(var_dir: Path) -> int | None:
+    """`database_url_ensure`, and the pid of the embedded PostgreSQL if this call started it,
+    for the caller to stop when its session ends (`embedded_postgres_stop`); None when
+    DATABASE_URL names a server, or when the embedded one was running already: another
+    process of the checkout (the demo, a test run, manage.py) may be using it."""
+    ours = not os.environ.get("DATABASE_URL") and embedded_postgres_pid(var_dir) is None
+    database_url_ensure(var_dir)
+    return embedded_postgres_pid(var_dir) if ours else None
+
+
 def embedded_database_url(var_dir: Path) -> str:
     # pgserver keeps its lock file in the user's runtime directory, which a login session
     # provides (XDG_RUNTIME_DIR) and CI, cron or a container do not; platformdirs then warns

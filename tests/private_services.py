@@ -11,6 +11,9 @@ Settings only read DATABASE_URL, so this plugin is the test session's entry poin
 database as manage.py is for a command: without DATABASE_URL it starts (or joins) the embedded
 PostgreSQL under var/pgdata and sets the URL. Under xdist every worker process runs this hook;
 pgserver shares one server per data directory between processes, so they all join one server.
+The process that started it (the xdist controller, which outlives its workers, or a run
+without xdist) stops it when the session ends, so `make test` leaves no PostgreSQL running;
+one it found running (the demo's, another test run's) it leaves alone.
 """
 
 from __future__ import annotations
@@ -22,12 +25,23 @@ from pathlib import Path
 
 import pytest
 
-from config.embedded import embedded_defaults_ensure, private_redis_start
+from config.embedded import (
+    database_url_ensure_owned,
+    embedded_defaults_ensure,
+    embedded_postgres_stop,
+    private_redis_start,
+    var_dir_from_environment,
+)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    embedded_defaults_ensure()
+    var_dir = var_dir_from_environment()
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # a worker joins its controller's server
+        started = database_url_ensure_owned(var_dir)
+        if started is not None:
+            early_config.add_cleanup(lambda: embedded_postgres_stop(var_dir, started))
+    embedded_defaults_ensure(var_dir)
     folder = Path(tempfile.mkdtemp(prefix="tandem-test-redis-"))
     redis = private_redis_start(folder, die_with_parent=True)
     os.environ["CELERY_BROKER_URL"] = redis.url
