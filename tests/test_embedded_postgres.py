@@ -49,18 +49,29 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_it_stops_the_embedded_postgresql_it_started_and_only_that(tmp_path: Path) -> None:
+def var_folder(tmp_path: Path) -> Path:
+    """A var/ of the test's own, empty, that PostgreSQL can use."""
     var_dir = tmp_path / "var"
     var_dir.mkdir()
     os.chmod(tmp_path, 0o755)  # pgserver runs PostgreSQL as its own user when root
-    assert embedded_postgres_pid(var_dir) is None
+    return var_dir
 
+
+def embedded_started(var_dir: Path) -> int | None:
+    """Start the embedded PostgreSQL on `var_dir` in another process, as an entry point does;
+    its pid."""
     env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
     subprocess.run(
         [sys.executable, "-c", START_EMBEDDED, str(var_dir)],
         cwd=REPO, env=env, check=True, timeout=120, capture_output=True,
     )  # fmt: skip
-    pid = embedded_postgres_pid(var_dir)
+    return embedded_postgres_pid(var_dir)
+
+
+def test_it_stops_the_embedded_postgresql_it_started_and_only_that(tmp_path: Path) -> None:
+    var_dir = var_folder(tmp_path)
+    assert embedded_postgres_pid(var_dir) is None
+    pid = embedded_started(var_dir)
     try:
         assert pid is not None and alive(pid)
 
@@ -110,9 +121,7 @@ def session_run(tmp_path: Path, var_dir: Path) -> int | None:
 
 
 def test_it_stops_the_embedded_postgresql_a_test_session_started(tmp_path: Path) -> None:
-    var_dir = tmp_path / "var"
-    var_dir.mkdir()
-    os.chmod(tmp_path, 0o755)  # pgserver runs PostgreSQL as its own user when root
+    var_dir = var_folder(tmp_path)
     pid = session_run(tmp_path, var_dir)
     try:
         assert pid is not None
@@ -124,15 +133,8 @@ def test_it_stops_the_embedded_postgresql_a_test_session_started(tmp_path: Path)
 
 
 def test_it_leaves_running_an_embedded_postgresql_a_test_session_found(tmp_path: Path) -> None:
-    var_dir = tmp_path / "var"
-    var_dir.mkdir()
-    os.chmod(tmp_path, 0o755)
-    env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
-    subprocess.run(
-        [sys.executable, "-c", START_EMBEDDED, str(var_dir)],
-        cwd=REPO, env=env, check=True, timeout=120, capture_output=True,
-    )  # fmt: skip
-    running = embedded_postgres_pid(var_dir)
+    var_dir = var_folder(tmp_path)
+    running = embedded_started(var_dir)
     try:
         assert running is not None
         assert session_run(tmp_path, var_dir) == running
