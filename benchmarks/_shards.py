@@ -120,21 +120,24 @@ def main() -> None:
                 print(f"  {part:<52} {seconds[key]:7.2f} s")
     print(f"sharded / unsharded: {best[True][0] / best[False][0]:.2f}")
     total, _, shard_calls = best[True]
-    alone = one_machine_per_shard(total, shard_calls, options.shards)
+    unsharded = best[False][0]
+    serial = total - sum(shard_calls)  # the combiners, and what the batches share
+    alone = serial + slowest_shards(shard_calls, options.shards)
     print(
         f"on one machine per shard (arithmetic: each batch's slowest shard, then its combiner):"
-        f" {alone:.2f} s, {alone / best[False][0]:.2f} of the unsharded run"
+        f" {alone:.2f} s, {alone / unsharded:.2f} of the unsharded run; of it the combiners'"
+        f" part, which no number of shards shortens: {serial:.2f} s, {serial / unsharded:.2f}"
     )
     per_shard = ", ".join(f"{size / 2**20:.1f}" for size in staged[: options.shards])
     print(f"staged per shard of a {options.batch}-window batch: {per_shard} MiB (uncompressed)")
 
 
-def one_machine_per_shard(total: float, shard_calls: list[float], shards: int) -> float:
-    """The sharded run's seconds had each batch's shards run side by side: the run without its
-    shards (the combiners and what the batches share), plus each batch's slowest shard. The
-    shards ran one batch after another, `shards` at a time, in the order of `shard_calls`."""
+def slowest_shards(shard_calls: list[float], shards: int) -> float:
+    """Each batch's slowest shard, summed: the shards' part of the run had each batch's shards
+    run side by side. They ran one batch after another, `shards` at a time, in the order of
+    `shard_calls`."""
     batches = [shard_calls[at : at + shards] for at in range(0, len(shard_calls), shards)]
-    return total - sum(shard_calls) + sum(max(batch) for batch in batches)
+    return sum(max(batch) for batch in batches)
 
 
 def ingest_once(url: str, options: argparse.Namespace, first: int, sharded: bool, n: int) -> float:

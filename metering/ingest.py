@@ -116,15 +116,10 @@ def _unsized(batch: list[IngestWindow]) -> bool:
     return bool(source.shard_node_patterns) and selectors.source_gpus_latest(source=source) is None
 
 
-# A source measured in shards gets the same budget as any. Its combiner holds what an
-# unsharded batch holds (the merged observation, then the facts) and one shard's staged
-# observation at a time, as the shards stage device meters only (commit 965dd8b). On a
-# 10,000-GPU day (benchmarks/ingest.py --shards 2 --reuse, 2026-12-06, two runs of each,
-# alternating): largest worker 781-798 MB in 24-window batches, against 743-772 MB unsharded.
-# Halving the budget, needed while shards staged every meter (1,275 MB at 24 windows then),
-# kept the peak at 537-577 MB, but its 12-window batches cost Prometheus 43-45 s of CPU
-# against 32 s, and the sharded day 1.33-1.52x the unsharded wall and CPU, against 1.24-1.33x
-# wall and 1.22-1.32x CPU with the same budget.
+# A source measured in shards gets the same budget as any: since shards stage device meters
+# only (commit 965dd8b), its combiner holds what an unsharded batch holds and one shard's
+# staged observation at a time. Half the budget, kept until then, made its batches shorter
+# and dearer for Prometheus for little memory saved (README, "Sharded windows", measures both).
 
 
 def _batches(run: list[IngestWindow]) -> Iterator[list[IngestWindow]]:

@@ -37,10 +37,10 @@ from config.embedded import (
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     var_dir = var_dir_from_environment()
-    if not os.environ.get("PYTEST_XDIST_WORKER"):  # a worker joins its controller's server
-        started = database_url_ensure_owned(var_dir)
-        if started is not None:
-            early_config.add_cleanup(lambda: embedded_postgres_stop(var_dir, started))
+    # None in an xdist worker: it inherits the controller's DATABASE_URL and joins its server.
+    started = database_url_ensure_owned(var_dir)
+    if started is not None:
+        early_config.add_cleanup(lambda: embedded_postgres_stop(var_dir, started))
     embedded_defaults_ensure(var_dir)
     folder = Path(tempfile.mkdtemp(prefix="tandem-test-redis-"))
     redis = private_redis_start(folder, die_with_parent=True)
