@@ -72,7 +72,11 @@ class SeriesTicks:
 
     ticks: int = 0
     fault_domain: str = ""
-    target: Target = ("", "")
+    target: Target = ("", "")  # the first by name, where several answered
+    # A second target that answered for the series in the interval: the exporter scraped
+    # twice (two jobs), or replaced (a new pod, a new address). Its ticks may overlap, so the
+    # per-tick query counts it (`_time_sliced_devices`).
+    also_target: Target | None = None
     node: str = ""
     model: str = ""  # dcgm-exporter's `modelName`: a MIG instance's is its physical GPU's
     memory_peak: Decimal | None = None  # MiB, as exporters write it
@@ -325,6 +329,7 @@ def _observe_meters(
                     joined = _joined(name, grouped.pop(name))
                     runner.record(name, sources.tagged_parts(parts), joined)
                     PARSERS[name](joined, observed, plan)
+                    _repeated_warn(joined, observed, plan)
 
 
 def _follow_ups(
@@ -336,8 +341,10 @@ def _follow_ups(
         result = runner.run_parts("pod_history", sources.pod_history_parts(plan, pods))
         _parse_pod_history(result, observed, plan)
     shared = _time_sliced_devices(observed, plan)
+    repeated = _repeated_devices(observed)
     for uuids in _batches(shared):
-        result = runner.run("shared", sources.shared_devices_query(plan, uuids))
+        seen = not repeated.isdisjoint(uuids)
+        result = runner.run("shared", sources.shared_devices_query(plan, uuids, seen=seen))
         _parse_shared(result, observed, plan)
     for interval in observed.values():
         _gpu_presence(interval, plan, shared)
@@ -352,6 +359,7 @@ def _follow_ups(
     for pods in _batches(preempted | _newly_scheduled(observed)):
         result = runner.run_parts("pod_details", sources.pod_details_parts(plan, pods))
         _parse_pod_details(result, observed, plan)
+        _repeated_warn(result, observed, plan)
     return shared
 
 
@@ -492,7 +500,13 @@ def _grouped(result: sources.QueryRun, name: str, part: sources.Part) -> sources
     labels kept are the grouping's non-empty ones), each series tagged `meter="<name>"`.
 
     Max as Prometheus takes it (a NaN gives way to any number); sums exact in Decimal (of
-    counters: integers, which float sums also hold exactly)."""
+    counters: integers, which float sums also hold exactly).
+
+    A sum adds the series of ONE scrape target (job, instance) per group and point: the first
+    by name of those that answered. Every sum groups by pod, and a pod's series come from one
+    exporter; a second target answering for the same pod is that exporter scraped twice (a
+    second job or kube-state-metrics replica), whose series would double the sum. What was
+    left out is counted in `repeated`, for the intervals' warnings."""
     groups: dict[tuple[str, ...], list[sources.Series]] = {}
     by, pods_only = part.by, part.pods_only
     blanks = ("",) * len(by)  # labels.get(label, "") for each label of `by`, in C
@@ -509,8 +523,10 @@ def _grouped(result: sources.QueryRun, name: str, part: sources.Part) -> sources
             groups[key] = [series]
         else:
             members.append(series)
-    reduce = _max_text if part.how == "max" else _sum_text
+    summed = part.how != "max"
+    reduce = _sum_text if summed else _max_text
     grouped = []
+    repeated: dict[Any, list] = {}
     for key, members in groups.items():
         if by:
             labels = {label: value for label, value in zip(by, key, strict=True) if value}
@@ -520,13 +536,71 @@ def _grouped(result: sources.QueryRun, name: str, part: sources.Part) -> sources
         if len(members) == 1:  # most groups: one series, its points as they are
             grouped.append(sources.Series(labels=labels, values=members[0].values))
             continue
-        points: dict[Any, list[str]] = {}
-        for series in members:
-            for evaluated_at, text in series.values:
-                points.setdefault(evaluated_at, []).append(text)
-        values = [[at, reduce(texts)] for at, texts in points.items()]
+        if summed and len({_target(series.labels) for series in members}) > 1:
+            values = _one_target_sums(members, labels, repeated)
+        else:
+            points: dict[Any, list[str]] = {}
+            for series in members:
+                for evaluated_at, text in series.values:
+                    points.setdefault(evaluated_at, []).append(text)
+            values = [[at, reduce(texts)] for at, texts in points.items()]
         grouped.append(sources.Series(labels=labels, values=values))
-    return replace(result, series=grouped)
+    return replace(
+        result,
+        series=grouped,
+        repeated=tuple((at, count, example) for at, (count, example) in repeated.items()),
+    )
+
+
+def _target(labels: dict[str, str]) -> Target:
+    return (labels.get("job", ""), labels.get("instance", ""))
+
+
+def _one_target_sums(
+    members: list[sources.Series], labels: dict[str, str], repeated: dict[Any, list]
+) -> list[list]:
+    """One group's sums, each point of the first target (by name) that answered at it; the
+    other targets' points are counted in `repeated` (see `_grouped`)."""
+    points: dict[Any, tuple[Target, list[str]]] = {}
+    skipped: dict[Any, Target] = {}
+    for series in sorted(members, key=lambda series: _target(series.labels)):
+        target = _target(series.labels)
+        for evaluated_at, text in series.values:
+            found = points.get(evaluated_at)
+            if found is None:
+                points[evaluated_at] = (target, [text])
+            elif found[0] == target:
+                found[1].append(text)
+            else:
+                skipped.setdefault(evaluated_at, target)
+    for evaluated_at, target in skipped.items():
+        count = repeated.setdefault(evaluated_at, [0, ""])
+        if not count[0]:
+            kept = points[evaluated_at][0]
+            count[1] = f"{describe(labels)} from {_target_text(kept)} and {_target_text(target)}"
+        count[0] += 1
+    return [[at, _sum_text(texts)] for at, (_, texts) in points.items()]
+
+
+def _target_text(target: Target) -> str:
+    return f'job="{target[0]}" instance="{target[1]}"'
+
+
+def _repeated_warn(
+    result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
+) -> None:
+    """One warning per interval in which a sum left out a second scrape target's points."""
+    per_interval: dict[int, list] = {}
+    for evaluated_at, count, example in result.repeated:
+        found = per_interval.setdefault(int(evaluated_at) - plan.step_seconds, [0, example])
+        found[0] += count
+    for start, (count, example) in sorted(per_interval.items()):
+        interval = observed.get(start)
+        if interval is not None:
+            interval.warnings.append(
+                f"{result.name}: {count} sum(s) of series had points from a second scrape"
+                f" target too, e.g. {example}; each counted once"
+            )
 
 
 def _max_text(texts: list[str]) -> str:
@@ -621,6 +695,7 @@ def _joined(name: str, parts: dict[str, sources.QueryRun]) -> sources.QueryRun:
         seconds=sum(run.seconds for run in runs),
         evaluation_seconds=sum(run.evaluation_seconds for run in runs),
         samples=sum(run.samples for run in runs),
+        repeated=tuple(entry for run in runs for entry in run.repeated),
     )
 
 
@@ -733,8 +808,11 @@ def _parse_devices(
             if ticks is None:
                 ticks = interval.series[key] = SeriesTicks()
             if meter == "ticks":
+                first = target
+                if ticks.ticks and ticks.target != target:
+                    first, ticks.also_target = sorted((ticks.target, target))
                 ticks.ticks += int(text)
-                ticks.fault_domain, ticks.target, ticks.node = domain, target, node
+                ticks.fault_domain, ticks.target, ticks.node = domain, first, node
                 ticks.model = model
                 continue
             value = numbers[text]
@@ -783,14 +861,23 @@ def _parse_shared(
     ):
         interval.present[(labels["UUID"], labels.get("GPU_I_ID", ""))] = round(value)
     pods = [s for s in result.series if s.labels.get("meter") != "present"]
-    for interval, labels, _, _, text in _points(
+    for interval, labels, _, value, text in _points(
         replace(result, series=pods), observed, plan, required=("UUID",)
     ):
         series = _series(interval, _series_key(labels))
-        if labels["meter"] == "alloc":
+        meter = labels["meter"]
+        if meter == "alloc":
             series.shared_alloc = exact(text)
-        else:
+        elif meter == "busy":
             series.shared_busy = exact(text)
+        elif series.also_target is None:
+            continue  # "seen" and its mean: only where a second target answered
+        elif meter == "seen":
+            # The ticks at which any target answered for the series, each once (the targets'
+            # counts added up would count a tick both answered twice).
+            series.ticks = round(value)
+        else:
+            series.memory_avg = value
 
 
 def _parse_targets(
@@ -828,6 +915,7 @@ def _parse_io(
         for level in (True, False):
             chosen = [s for s in mine if (not s.labels.get("container")) == level]
             levels[level] = _grouped(replace(result, series=chosen), meter, pod_level)
+            _repeated_warn(levels[level], observed, plan)
         pod_level_at = {
             tuple(sorted(series.labels.items())): {at for at, _ in series.values}
             for series in levels[True].series
@@ -978,16 +1066,38 @@ def _time_sliced_devices(observed: dict[int, Observed], plan: sources.QueryPlan)
     shared = set()
     for interval in observed.values():
         per_device: dict[Device, list[int]] = defaultdict(lambda: [0, 0])
+        repeated: dict[str, SeriesTicks] = {}
         for (uuid, instance, *_), series in interval.series.items():
             if series.ticks:
                 per_device[(uuid, instance)][0] += series.ticks
                 per_device[(uuid, instance)][1] += 1
+            if series.also_target is not None:
+                repeated.setdefault(uuid, series)
         shared |= {
             uuid
             for (uuid, _), (ticks, count) in per_device.items()
             if ticks > ticks_per_interval or (count > 1 and ticks < ticks_per_interval)
         }
+        shared |= set(repeated)
+        if repeated:
+            uuid = min(repeated)
+            first, second = repeated[uuid].target, repeated[uuid].also_target or ("", "")
+            interval.warnings.append(
+                f"devices: {len(repeated)} GPU(s) answered for by two scrape targets, e.g."
+                f" {uuid} by {_target_text(first)} and {_target_text(second)} (an exporter"
+                " scraped twice, or replaced); each tick counted once"
+            )
     return shared
+
+
+def _repeated_devices(observed: dict[int, Observed]) -> set[str]:
+    """GPUs with a series that two scrape targets answered for in some interval."""
+    return {
+        uuid
+        for interval in observed.values()
+        for (uuid, *_), series in interval.series.items()
+        if series.also_target is not None
+    }
 
 
 def _gpu_presence(observed: Observed, plan: sources.QueryPlan, shared: set[str]) -> None:

@@ -55,8 +55,9 @@ logger = logging.getLogger(__name__)
 
 # The staged form's version: a combiner refuses (and the batch starts again) any other.
 # 1: JSON text; 2: pickle behind a header (`observation_dump`); 3: the same, without the
-# follow-up queries' answers (the combiner asks them).
-OBSERVATION_VERSION = 3
+# follow-up queries' answers (the combiner asks them); 4: a device series says when a second
+# scrape target answered for it (`SeriesTicks.also_target`), which 3 could not.
+OBSERVATION_VERSION = 4
 
 Asked = TypeVar("Asked")
 

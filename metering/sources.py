@@ -450,21 +450,32 @@ def busy_parts(plan: QueryPlan) -> dict[str, Part]:
     }
 
 
-def shared_devices_query(plan: QueryPlan, uuids: Iterable[str]) -> str:
+def shared_devices_query(plan: QueryPlan, uuids: Iterable[str], *, seen: bool = False) -> str:
     """For GPUs whose series overlap in time (time-sliced, in some tick of the batch): each
     pod's allocated and busy ticks, split 1/k between the k pods holding the device at each
     tick, and the ticks at which the device had any series at all (a subquery at the scrape
     interval). Per tick, so a GPU that is held whole, time-sliced and free in turn within
     the batch is split and counted present right in each of its ticks.
 
+    A pod's series is one per tick however many scrape targets answered for it (`max by`
+    its device and pod: an exporter scraped by two jobs, or replaced by a new pod, writes
+    the same series under two targets); `seen` adds, for such series, the ticks at which
+    each had a sample and its mean framebuffer over them (each target's own mean would be
+    of its ticks only).
+
     A NaN or negative sample gives +Inf (1/0), so its series is skipped, not counted.
     """
     only = label_matcher("UUID", regex_alternatives(uuids), "=~")
     device = "UUID, GPU_I_ID"
-    held = "({} or {})".format(*pod_series(plan, "DCGM_FI_DEV_FB_USED", only))
-    active = "({} or {})".format(*pod_series(plan, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", only))
-    utilization = "({} or {})".format(*pod_series(plan, "DCGM_FI_DEV_GPU_UTIL", only))
-    busy = f"({active} or {utilization} / 100)"
+
+    def once(metric: str) -> str:
+        return "max by ({}) ({} or {})".format(
+            DEVICE_SERIES_LABELS, *pod_series(plan, metric, only)
+        )
+
+    held = f"({once('DCGM_FI_DEV_FB_USED')})"
+    active, utilization = once("DCGM_FI_PROF_GR_ENGINE_ACTIVE"), once("DCGM_FI_DEV_GPU_UTIL")
+    busy = f"(({active}) or ({utilization}) / 100)"
     window = plan.ticks_window
 
     def split(expression: str, holders: str) -> str:
@@ -472,13 +483,15 @@ def shared_devices_query(plan: QueryPlan, uuids: Iterable[str]) -> str:
         return f"max by ({DEVICE_SERIES_LABELS}) (sum_over_time(({per_tick}){window}))"
 
     any_series = f"count by ({device}) ({selector(plan, 'DCGM_FI_DEV_FB_USED', only)})"
-    return tagged(
-        {
-            "alloc": split(f"({held} >= bool 0) ^ -1", held),
-            "busy": split(busy, busy),
-            "present": f"count_over_time(({any_series}){window})",
-        }
-    )
+    parts = {
+        "alloc": split(f"({held} >= bool 0) ^ -1", held),
+        "busy": split(busy, busy),
+        "present": f"count_over_time(({any_series}){window})",
+    }
+    if seen:
+        parts["seen"] = f"count_over_time({held}{window})"
+        parts["memory_avg"] = f"avg_over_time({held}{window})"
+    return tagged(parts)
 
 
 def targets_parts(plan: QueryPlan) -> dict[str, Part]:
@@ -709,6 +722,9 @@ class QueryRun:
     evaluation_seconds: float  # Prometheus' own evalTotalTime
     series: list[Series]
     samples: int = 0  # Prometheus' totalQueryableSamples: what the query cost in data read
+    # Where Python summed series (measure._grouped): per evaluation time, how many groups had
+    # points from a second scrape target that were left out, and one of them described.
+    repeated: tuple[tuple[float, int, str], ...] = ()
 
 
 # The sockets each thread's request uses, for the deadline's watcher to cut.

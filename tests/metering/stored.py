@@ -1,0 +1,69 @@
+"""Every row a source's ingest wrote, as a reader names it: tests compare two sources' rows
+(sharded and unsharded, one exporter scraped once and twice)."""
+
+from __future__ import annotations
+
+from metering.models import (
+    CapacityInterval,
+    IngestWindow,
+    LatencyInterval,
+    PodWait,
+    Preemption,
+    Task,
+    UsageInterval,
+)
+
+
+def stored(source_id: int) -> dict[str, list[tuple]]:
+    """Every row a source's ingest wrote, named by what it means (not by database ids)."""
+    task = ("task__namespace", "task__external_id", "task__team__name")
+    usage = UsageInterval.objects.filter(task__source_id=source_id).values_list(
+        *task,
+        "interval_start",
+        "gpu_model",
+        "alloc_gpu_seconds",
+        "busy_gpu_seconds",
+        "memory_avg_bytes",
+        "memory_peak_bytes",
+        "read_operations",
+        "write_operations",
+        "read_bytes",
+        "write_bytes",
+    )
+    capacity = CapacityInterval.objects.filter(source_id=source_id).values_list(
+        "fault_domain", "gpu_model", "interval_start", "gpus_present", "capacity_gpu_seconds"
+    )
+    preemptions = Preemption.objects.filter(task__source_id=source_id).values_list(
+        *task, "pod", "pods", "at", "gpus", "seconds_since_start", "gpu_model"
+    )
+    waits = PodWait.objects.filter(task__source_id=source_id).values_list(
+        *task, "pod", "created", "scheduled", "seconds"
+    )
+    latency = LatencyInterval.objects.filter(service__source_id=source_id).values_list(
+        "service__external_id", "interval_start", "buckets", "request_count", "p99_seconds"
+    )
+    tasks = Task.objects.filter(source_id=source_id).values_list(
+        "namespace",
+        "external_id",
+        "team__name",
+        "kind",
+        "fault_domain",
+        "first_seen",
+        "last_seen",
+        "created",
+        "first_started",
+        "ended",
+    )
+    windows = IngestWindow.objects.filter(source_id=source_id).values_list(
+        "start", "status", "samples_seen", "samples_expected", "completeness", "rows_written"
+    )
+    found = {
+        "usage": usage,
+        "capacity": capacity,
+        "preemptions": preemptions,
+        "waits": waits,
+        "latency": latency,
+        "tasks": tasks,
+        "windows": windows,
+    }
+    return {name: sorted(rows, key=repr) for name, rows in found.items()}

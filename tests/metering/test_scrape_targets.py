@@ -1,0 +1,171 @@
+"""An exporter scraped twice, or replaced mid-interval, changes no stored figure.
+
+Two scrape jobs on one dcgm-exporter (a ServiceMonitor beside a pod-annotation job), two
+kube-state-metrics replicas, cAdvisor and vLLM each scraped by a second job: Prometheus then
+holds every series twice, under two targets. Before, the GPU meters halved (each tick was split
+between the two copies as if time-sliced), I/O, latency counts and GPU requests doubled, and a
+preempted gang lost three quarters of its GPUs, with completeness 1 and no warning. An exporter
+replaced mid-interval (a new pod, a new address) lost the busy time of one of its two series.
+
+One Prometheus holds four copies of a simulated morning, told apart by a `copy` label (each
+source reads its own through `label_mapping.matchers`): as scraped, everything scraped twice
+(also read in shards), and gpu-node-01's exporter replaced at 01:02. Each stores exactly the
+rows of the first, which are the simulator's truth; the windows name the second target.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from metering.models import IngestWindow, Source, UsageInterval
+from simulator.config import PoolConfig
+from simulator.pool import simulate
+from simulator.prometheus import PrometheusProcess, backfill
+from tests.metering.conftest import ingest_span, prometheus_over, source_remove
+from tests.metering.stored import stored
+from tests.slow import starts
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
+
+ISO = "%Y-%m-%dT%H:%M:%SZ"
+# A day whose morning surge (09:00 Asia/Shanghai, 01:00 UTC) preempts a 4-GPU gang and scales
+# inference out (new pods, waits); the copies hold 23:00-03:00 UTC of it.
+POOL = PoolConfig(gpus=8, days=1, start=date(2026, 9, 28), seed=11, scrape_interval_seconds=60)
+SPAN = (datetime(2026, 9, 27, 23, tzinfo=UTC), datetime(2026, 9, 28, 3, tzinfo=UTC))
+KEPT_FROM = int(SPAN[0].timestamp()) - 600  # the interval before the first, and look-back
+REPLACED_AT = int(datetime(2026, 9, 28, 1, 2, tzinfo=UTC).timestamp())  # mid-interval
+OLD_EXPORTER, NEW_EXPORTER = 'instance="10.42.0.11:9400"', 'instance="10.42.0.99:9400"'
+KSM_REPLICA = ('instance="10.42.0.5:8080"', 'instance="10.42.0.6:8080"')
+JOB = re.compile(r'job="([^"]*)"')
+COPIES = ("as scraped", "scraped twice", "exporter replaced")
+
+
+def _copies(line: str, at: int) -> list[str]:
+    """The line as each copy holds it, `copy` first among its labels."""
+    name, rest = line.split("{", 1)
+    twice = [rest]
+    if 'job="kube-state-metrics"' in rest:
+        twice.append(rest.replace(*KSM_REPLICA))  # a second replica
+    else:
+        twice.append(JOB.sub(lambda job: f'job="{job[1]}-again"', rest, count=1))
+    replaced = rest.replace(OLD_EXPORTER, NEW_EXPORTER) if at >= REPLACED_AT else rest
+    held = {"as scraped": [rest], "scraped twice": twice, "exporter replaced": [replaced]}
+    return [f'{name}{{copy="{copy}",{labels}' for copy in COPIES for labels in held[copy]]
+
+
+@pytest.fixture(scope="module")
+def copies_pool(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    out = tmp_path_factory.mktemp("scrape-targets")
+    simulate(POOL, out)
+    end = int(SPAN[1].timestamp())
+    with open(out / "metrics.om") as lines, open(out / "copies.om", "w") as copies:
+        for line in lines:
+            if line.startswith("#"):
+                continue
+            at = int(line.rsplit(" ", 1)[1])
+            if KEPT_FROM <= at < end:
+                copies.writelines(f"{copy}\n" for copy in _copies(line.rstrip("\n"), at))
+        copies.write("# EOF\n")
+    (out / "metrics.om").unlink()
+    backfill(out / "copies.om", out / "tsdb")
+    (out / "copies.om").unlink()
+    return json.loads((out / "truth.json").read_text()), out / "tsdb"
+
+
+@pytest.fixture(scope="module")
+@starts("Prometheus")
+def copies_prometheus(copies_pool: tuple[dict, Path]) -> Iterator[PrometheusProcess]:
+    running = prometheus_over(copies_pool[1], POOL.scrape_interval_seconds)
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def copy_sources(
+    django_db_setup: None,
+    django_db_blocker: pytest.FixtureRequest,
+    copies_prometheus: PrometheusProcess,
+) -> Iterator[dict[str, int]]:
+    """Each copy ingested (committed) by a source of its own; the doubled one in shards too."""
+    with django_db_blocker.unblock():
+        made = {}
+        for copy in (*COPIES, "scraped twice, in shards"):
+            made[copy] = Source.objects.create(
+                name=copy,
+                url=copies_prometheus.url,
+                scrape_interval_seconds=POOL.scrape_interval_seconds,
+                label_mapping={"matchers": {"copy": copy.split(",")[0]}},
+                shard_node_patterns=["gpu-node-01", "gpu-node-02"] if "shards" in copy else [],
+            )
+            ingest_span(made[copy], *SPAN)
+        yield {copy: source.pk for copy, source in made.items()}
+        for source in made.values():
+            source_remove(source.pk)
+
+
+def test_it_meters_the_copy_as_scraped_as_the_truth(copy_sources, copies_pool) -> None:
+    truth = copies_pool[0]
+    first, last = SPAN[0].strftime(ISO), SPAN[1].strftime(ISO)
+    expected = {
+        (task_id, interval): Decimal(str(amount))
+        for task_id, task in truth["tasks"].items()
+        for interval, amount in task["alloc_gpu_seconds"].items()
+        if first <= interval < last and amount
+    }
+    found = {
+        (external_id, start.strftime(ISO)): alloc
+        for external_id, start, alloc in UsageInterval.objects.filter(
+            task__source_id=copy_sources["as scraped"], alloc_gpu_seconds__gt=0
+        ).values_list("task__external_id", "interval_start", "alloc_gpu_seconds")
+    }
+    assert found == expected
+    windows = IngestWindow.objects.filter(source_id=copy_sources["as scraped"])
+    assert {window.status for window in windows} == {IngestWindow.Status.DONE}
+    assert not [warning for window in windows for warning in window.warnings]
+
+
+@pytest.mark.parametrize("copy", ["scraped twice", "scraped twice, in shards", "exporter replaced"])
+def test_it_stores_exactly_the_rows_of_the_copy_as_scraped(copy_sources, copy: str) -> None:
+    """Every figure: GPU and busy seconds, memory, I/O, latency buckets, preemptions with
+    their GPUs, waits, tasks, capacity and completeness."""
+    expected = stored(copy_sources["as scraped"])
+    assert expected["preemptions"] and expected["waits"] and expected["latency"]
+    found = stored(copy_sources[copy])
+    for table, rows in expected.items():
+        assert found[table] == rows, table
+
+
+def _warnings(source_id: int) -> list[str]:
+    return [
+        warning
+        for warnings in IngestWindow.objects.filter(source_id=source_id).values_list(
+            "warnings", flat=True
+        )
+        for warning in warnings
+    ]
+
+
+def test_it_names_the_second_target_in_the_windows_warnings(copy_sources) -> None:
+    doubled = _warnings(copy_sources["scraped twice"])
+    devices = [w for w in doubled if w.startswith("devices:")]
+    # One per window, naming every GPU of the pool (the interval before the span aside).
+    assert len(devices) == 48
+    assert {w.split(", e.g.")[0] for w in devices} == {
+        "devices: 8 GPU(s) answered for by two scrape targets"
+    }
+    assert 'and job="dcgm-exporter-again" instance="10.42.0.12:9400"' in devices[0]
+    meters = {w.split(":", 1)[0] for w in doubled}
+    assert meters == {"devices", "io", "latency", "pod_details"}
+    assert any('job="vllm-again"' in w for w in doubled if w.startswith("latency:"))
+    assert any('instance="10.42.0.6:8080"' in w for w in doubled if w.startswith("pod_details:"))
+    replaced = _warnings(copy_sources["exporter replaced"])
+    assert len(replaced) == 1
+    assert f'and job="dcgm-exporter" {NEW_EXPORTER}' in replaced[0]
+    assert replaced[0].startswith("devices: 4 GPU(s) answered for by two scrape targets")
