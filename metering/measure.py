@@ -64,6 +64,8 @@ class PodIdentity:
     gpus: Fraction = Fraction(0)
     from_kube: bool = False  # seen in kube-state-metrics, not a fallback
     from_history: bool = False  # read over the interval: the pod was gone by its end
+    owner_kind: str = ""
+    pod_ip: str = ""
 
 
 @dataclass
@@ -340,11 +342,13 @@ def _follow_ups(
     for pods in _batches(_without_identity(observed) | _disappeared(observed)):
         result = runner.run_parts("pod_history", sources.pod_history_parts(plan, pods))
         _parse_pod_history(result, observed, plan)
+    exporters = _exporters_own_series_freed(observed)
     shared = _time_sliced_devices(observed, plan)
     repeated = _repeated_devices(observed)
     for uuids in _batches(shared):
         seen = not repeated.isdisjoint(uuids)
-        result = runner.run("shared", sources.shared_devices_query(plan, uuids, seen=seen))
+        query = sources.shared_devices_query(plan, uuids, seen=seen, exporters=exporters)
+        result = runner.run("shared", query)
         _parse_shared(result, observed, plan)
     for interval in observed.values():
         _gpu_presence(interval, plan, shared)
@@ -1012,9 +1016,11 @@ def _identity_set(
     elif meter == "owner":
         owner = labels.get("owner_name", "")
         identity.owner_name = "" if owner == NO_OWNER else owner
+        identity.owner_kind = labels.get("owner_kind", "")
     elif meter == "info":
         identity.priority_class = labels.get("priority_class", "")
         identity.node = labels.get("node", "")
+        identity.pod_ip = labels.get("pod_ip", "")
     elif meter == "scheduled":
         identity.scheduled = round(value)
 
@@ -1088,6 +1094,41 @@ def _time_sliced_devices(observed: dict[int, Observed], plan: sources.QueryPlan)
                 " scraped twice, or replaced); each tick counted once"
             )
     return shared
+
+
+def _exporters_own_series_freed(observed: dict[int, Observed]) -> set[str]:
+    """The device series that carry the exporter's own pod, made the devices' bare series
+    (free GPUs); returns those pods' names.
+
+    A scrape that adds its target's pod as `pod` (a ServiceMonitor's target labels) puts
+    the dcgm-exporter pod on every series the exporter wrote without one: each free GPU's,
+    and, where the scrape does not honour the exporter's labels (`exported_pod`), every
+    series. Read as a pod, the exporter would hold every free GPU. It is told by
+    kube-state-metrics: a DaemonSet's pod at the address Prometheus scraped the series from."""
+    exporters: set[str] = set()
+    for interval in observed.values():
+        own = [
+            key
+            for key, series in interval.series.items()
+            if key[4] and _scraped_from_itself(interval.identity.get(key[3:]), series.target)
+        ]
+        for key in own:
+            series = interval.series.pop(key)
+            exporters.add(key[4])
+            bare = (*key[:3], "", "")
+            found = interval.series.get(bare)
+            if found is None:
+                interval.series[bare] = series
+            else:  # the exporter wrote a bare series too (another target's): one of each tick
+                found.ticks = max(found.ticks, series.ticks)
+    return exporters
+
+
+def _scraped_from_itself(identity: PodIdentity | None, target: Target) -> bool:
+    if identity is None or identity.owner_kind != "DaemonSet" or not identity.pod_ip:
+        return False
+    host = target[1].rpartition(":")[0].strip("[]")  # "10.0.0.7:9400", "[fd00::7]:9400"
+    return host == identity.pod_ip
 
 
 def _repeated_devices(observed: dict[int, Observed]) -> set[str]:

@@ -56,8 +56,10 @@ logger = logging.getLogger(__name__)
 # The staged form's version: a combiner refuses (and the batch starts again) any other.
 # 1: JSON text; 2: pickle behind a header (`observation_dump`); 3: the same, without the
 # follow-up queries' answers (the combiner asks them); 4: a device series says when a second
-# scrape target answered for it (`SeriesTicks.also_target`), which 3 could not.
-OBSERVATION_VERSION = 4
+# scrape target answered for it (`SeriesTicks.also_target`), which 3 could not; 5: a pod's
+# identity holds its owner's kind and its address (`PodIdentity`), which tell an exporter's
+# own pod.
+OBSERVATION_VERSION = 5
 
 Asked = TypeVar("Asked")
 

@@ -36,7 +36,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
@@ -327,6 +327,8 @@ def regex_alternatives(values: Iterable[str]) -> str:
 POD_LABELS = "namespace, pod, exported_namespace, exported_pod"
 # A dcgm-exporter device is (UUID, GPU_I_ID); a series of it is also told apart by its pod.
 DEVICE_SERIES_LABELS = f"UUID, GPU_I_ID, GPU_I_PROFILE, {POD_LABELS}"
+# The same with the pod in one spelling (the `exported_*` one moved to the plain labels).
+DEVICE_POD_LABELS = "UUID, GPU_I_ID, GPU_I_PROFILE, namespace, pod"
 # Which exporter answered for a device (Prometheus' target labels) and on which node.
 TARGET_LABELS = "job, instance"
 NODE_LABELS = "Hostname, hostname"
@@ -335,12 +337,18 @@ MODEL_LABEL = "modelName"
 SILENT_LOOKBACK = "24h"
 
 
-def pod_series(plan: QueryPlan, metric: str, *matchers: str) -> tuple[str, str]:
+def pod_series(
+    plan: QueryPlan, metric: str, *matchers: str, not_pods: Sequence[str] = ()
+) -> tuple[str, str]:
     """The two selectors of a GPU exporter's pod-attributed series (the `pod=""` device
-    series are not attributed): one per label spelling, never overlapping."""
+    series are not attributed): one per label spelling, never overlapping. A `pod` among
+    `not_pods` (exporters' own) attributes nothing."""
+    plain = ('pod!=""', 'exported_pod=""')
+    if not_pods:
+        plain += (label_matcher("pod", regex_alternatives(not_pods), "!~"),)
     return (
         selector(plan, metric, 'exported_pod!=""', *matchers),
-        selector(plan, metric, 'pod!=""', 'exported_pod=""', *matchers),
+        selector(plan, metric, *plain, *matchers),
     )
 
 
@@ -450,7 +458,9 @@ def busy_parts(plan: QueryPlan) -> dict[str, Part]:
     }
 
 
-def shared_devices_query(plan: QueryPlan, uuids: Iterable[str], *, seen: bool = False) -> str:
+def shared_devices_query(
+    plan: QueryPlan, uuids: Iterable[str], *, seen: bool = False, exporters: Iterable[str] = ()
+) -> str:
     """For GPUs whose series overlap in time (time-sliced, in some tick of the batch): each
     pod's allocated and busy ticks, split 1/k between the k pods holding the device at each
     tick, and the ticks at which the device had any series at all (a subquery at the scrape
@@ -458,20 +468,26 @@ def shared_devices_query(plan: QueryPlan, uuids: Iterable[str], *, seen: bool = 
     the batch is split and counted present right in each of its ticks.
 
     A pod's series is one per tick however many scrape targets answered for it (`max by`
-    its device and pod: an exporter scraped by two jobs, or replaced by a new pod, writes
-    the same series under two targets); `seen` adds, for such series, the ticks at which
-    each had a sample and its mean framebuffer over them (each target's own mean would be
-    of its ticks only).
+    its device and pod, the `exported_*` spelling read as the plain one: an exporter scraped
+    by two jobs, one of them honouring its labels, or replaced by a new pod, writes the same
+    series under two targets); `seen` adds, for such series, the ticks at which each had a
+    sample and its mean framebuffer over them (each target's own mean would be of its ticks
+    only).
+
+    The `pod` of the `exporters` (their own pods, which a scrape's target labels add where
+    the exporter wrote none) holds nothing: such a series is the device's bare one.
 
     A NaN or negative sample gives +Inf (1/0), so its series is skipped, not counted.
     """
     only = label_matcher("UUID", regex_alternatives(uuids), "=~")
     device = "UUID, GPU_I_ID"
+    own = sorted(exporters)
 
     def once(metric: str) -> str:
-        return "max by ({}) ({} or {})".format(
-            DEVICE_SERIES_LABELS, *pod_series(plan, metric, only)
-        )
+        exported, plain = pod_series(plan, metric, only, not_pods=own)
+        for label in ("pod", "namespace"):
+            exported = f'label_replace({exported}, "{label}", "$1", "exported_{label}", "(.+)")'
+        return f"max by ({DEVICE_POD_LABELS}) ({exported} or {plain})"
 
     held = f"({once('DCGM_FI_DEV_FB_USED')})"
     active, utilization = once("DCGM_FI_PROF_GR_ENGINE_ACTIVE"), once("DCGM_FI_DEV_GPU_UTIL")
@@ -550,7 +566,8 @@ def _identity_meters(plan: QueryPlan) -> tuple[tuple[str, str, tuple[str, ...]],
     return (
         ("labels", "kube_pod_labels", (plan.task_label, plan.team_label)),
         ("owner", "kube_pod_owner", ("owner_kind", "owner_name")),
-        ("info", "kube_pod_info", ("priority_class", "node")),
+        # The pod's address tells a GPU exporter's own pod (measure._exporters_own_series_freed).
+        ("info", "kube_pod_info", ("priority_class", "node", "pod_ip")),
         ("scheduled", "kube_pod_status_scheduled_time", ()),
     )
 

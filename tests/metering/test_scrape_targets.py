@@ -1,16 +1,20 @@
-"""An exporter scraped twice, or replaced mid-interval, changes no stored figure.
+"""An exporter scraped twice, replaced mid-interval, or scraped with its own pod as a label,
+changes no stored figure.
 
-Two scrape jobs on one dcgm-exporter (a ServiceMonitor beside a pod-annotation job), two
-kube-state-metrics replicas, cAdvisor and vLLM each scraped by a second job: Prometheus then
-holds every series twice, under two targets. Before, the GPU meters halved (each tick was split
-between the two copies as if time-sliced), I/O, latency counts and GPU requests doubled, and a
-preempted gang lost three quarters of its GPUs, with completeness 1 and no warning. An exporter
-replaced mid-interval (a new pod, a new address) lost the busy time of one of its two series.
+Two scrape jobs on one dcgm-exporter (a ServiceMonitor beside a pod-annotation job, one of
+them writing the pod as `exported_pod`), two kube-state-metrics replicas, cAdvisor and vLLM
+each scraped by a second job: Prometheus then holds every series twice, under two targets.
+Before, the GPU meters halved (each tick was split between the two copies as if time-sliced),
+I/O, latency counts and GPU requests doubled, and a preempted gang lost three quarters of its
+GPUs, with completeness 1 and no warning. An exporter replaced mid-interval (a new pod, a new
+address) lost the busy time of one of its two series. A ServiceMonitor's target labels put the
+exporter's own pod on free GPUs' series, and the exporter's team paid for every free GPU.
 
-One Prometheus holds four copies of a simulated morning, told apart by a `copy` label (each
-source reads its own through `label_mapping.matchers`): as scraped, everything scraped twice
-(also read in shards), and gpu-node-01's exporter replaced at 01:02. Each stores exactly the
-rows of the first, which are the simulator's truth; the windows name the second target.
+One Prometheus holds four copies of six hours of a simulated day, told apart by a `copy`
+label (each source reads its own through `label_mapping.matchers`): as scraped, everything
+scraped twice (also read in shards), gpu-node-01's exporter replaced at 01:02, and the
+exporters' own pods on their series. Each stores exactly the rows of the first, which are
+the simulator's truth; the windows name the second target.
 """
 
 from __future__ import annotations
@@ -36,15 +40,74 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
 ISO = "%Y-%m-%dT%H:%M:%SZ"
 # A day whose morning surge (09:00 Asia/Shanghai, 01:00 UTC) preempts a 4-GPU gang and scales
-# inference out (new pods, waits); the copies hold 23:00-03:00 UTC of it.
+# inference out (new pods, waits), and whose time-sliced GPU is shared from 14:00 UTC; the
+# copies hold those two spans of it.
 POOL = PoolConfig(gpus=8, days=1, start=date(2026, 9, 28), seed=11, scrape_interval_seconds=60)
-SPAN = (datetime(2026, 9, 27, 23, tzinfo=UTC), datetime(2026, 9, 28, 3, tzinfo=UTC))
-KEPT_FROM = int(SPAN[0].timestamp()) - 600  # the interval before the first, and look-back
+SPANS = (
+    (datetime(2026, 9, 27, 23, tzinfo=UTC), datetime(2026, 9, 28, 3, tzinfo=UTC)),
+    (datetime(2026, 9, 28, 14, tzinfo=UTC), datetime(2026, 9, 28, 16, tzinfo=UTC)),
+)
+# Each span with the interval before its first, and the look-back.
+KEPT = [(int(start.timestamp()) - 600, int(end.timestamp())) for start, end in SPANS]
+WINDOWS = sum(int((end - start).total_seconds()) // 300 for start, end in SPANS)
 REPLACED_AT = int(datetime(2026, 9, 28, 1, 2, tzinfo=UTC).timestamp())  # mid-interval
 OLD_EXPORTER, NEW_EXPORTER = 'instance="10.42.0.11:9400"', 'instance="10.42.0.99:9400"'
 KSM_REPLICA = ('instance="10.42.0.5:8080"', 'instance="10.42.0.6:8080"')
 JOB = re.compile(r'job="([^"]*)"')
-COPIES = ("as scraped", "scraped twice", "exporter replaced")
+EXPORTED = re.compile(r"\bexported_((?:container|namespace|pod)=)")
+POD = re.compile(r"(?<![\w])((?:container|namespace|pod)=)")
+COPIES = ("as scraped", "scraped twice", "exporter replaced", "exporter's own pod")
+# Copies also read in shards by node (a shard sees its nodes' GPU series, the combiner the rest).
+IN_SHARDS = ("scraped twice, in shards", "exporter's own pod, in shards")
+# Each node's dcgm-exporter pod (a DaemonSet's, at the address Prometheus scrapes), which a
+# ServiceMonitor's target labels put on every series as `pod` (see `_own_pod`).
+EXPORTER_PODS = {
+    "10.42.0.11": ("nvidia-dcgm-exporter-7xk2p", "gpu-node-01"),
+    "10.42.0.12": ("nvidia-dcgm-exporter-q9d4w", "gpu-node-02"),
+}
+INSTANCE = re.compile(r'instance="([^":]*):\d+"')
+
+
+def _other_spelling(labels: str) -> str:
+    """A dcgm-exporter series as the other job stores it: a job honouring the exporter's pod
+    labels keeps `pod`, one that does not renames them `exported_pod` and adds the exporter's
+    own pod (Prometheus' `honor_labels`)."""
+    if "exported_pod=" in labels:
+        return EXPORTED.sub(r"\1", labels)
+    if POD.search(labels):
+        labels = POD.sub(r"exported_\1", labels)
+        return labels.replace("}", ',namespace="gpu-operator",pod="dcgm-exporter-7xk2p"}', 1)
+    return labels  # a GPU's bare series: no pod
+
+
+def _own_pod(name: str, labels: str, at: int) -> list[str]:
+    """The line as a ServiceMonitor scrape stores it: dcgm-exporter's series carry the
+    exporter's own pod where the exporter wrote none (a free GPU), and, on a node whose
+    scrape does not honour the exporter's labels (gpu-node-02, `exported_pod`), on every
+    series; kube-state-metrics describes the exporter pods, at the addresses scraped."""
+    if name.startswith("DCGM_"):
+        pod = EXPORTER_PODS[INSTANCE.search(labels)[1]][0]
+        if "exported_pod=" in labels or not POD.search(labels):
+            own = f'namespace="gpu-operator",pod="{pod}",container="nvidia-dcgm-exporter"'
+            labels = labels.replace("}", f",{own}}}", 1)
+        return [f"{name}{{{labels}"]
+    if name != "up" or 'job="dcgm-exporter"' not in labels:
+        return [f"{name}{{{labels}"]
+    address = INSTANCE.search(labels)[1]
+    pod, node = EXPORTER_PODS[address]
+    ksm = f'job="kube-state-metrics",{KSM_REPLICA[0]},namespace="gpu-operator",pod="{pod}"'
+    started = KEPT[0][0] - 86_400  # a day before: no wait of theirs falls in a span
+    return [
+        f"{name}{{{labels}",
+        f'kube_pod_info{{{ksm},pod_ip="{address}",host_ip="{address}",node="{node}",'
+        'created_by_kind="DaemonSet",created_by_name="nvidia-dcgm-exporter",'
+        f'priority_class="system-node-critical",host_network="false"}} 1 {at}',
+        f'kube_pod_owner{{{ksm},owner_kind="DaemonSet",owner_name="nvidia-dcgm-exporter",'
+        f'owner_is_controller="true"}} 1 {at}',
+        f'kube_pod_labels{{{ksm},label_app="nvidia-dcgm-exporter"}} 1 {at}',
+        f"kube_pod_created{{{ksm}}} {started} {at}",
+        f"kube_pod_status_scheduled_time{{{ksm}}} {started + 5} {at}",
+    ]
 
 
 def _copies(line: str, at: int) -> list[str]:
@@ -54,23 +117,28 @@ def _copies(line: str, at: int) -> list[str]:
     if 'job="kube-state-metrics"' in rest:
         twice.append(rest.replace(*KSM_REPLICA))  # a second replica
     else:
-        twice.append(JOB.sub(lambda job: f'job="{job[1]}-again"', rest, count=1))
+        again = JOB.sub(lambda job: f'job="{job[1]}-again"', rest, count=1)
+        twice.append(_other_spelling(again) if name.startswith("DCGM_") else again)
     replaced = rest.replace(OLD_EXPORTER, NEW_EXPORTER) if at >= REPLACED_AT else rest
-    held = {"as scraped": [rest], "scraped twice": twice, "exporter replaced": [replaced]}
-    return [f'{name}{{copy="{copy}",{labels}' for copy in COPIES for labels in held[copy]]
+    held = {
+        "as scraped": [f"{name}{{{rest}"],
+        "scraped twice": [f"{name}{{{labels}" for labels in twice],
+        "exporter replaced": [f"{name}{{{replaced}"],
+        "exporter's own pod": _own_pod(name, rest, at),
+    }
+    return [line.replace("{", f'{{copy="{copy}",', 1) for copy in COPIES for line in held[copy]]
 
 
 @pytest.fixture(scope="module")
 def copies_pool(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
     out = tmp_path_factory.mktemp("scrape-targets")
     simulate(POOL, out)
-    end = int(SPAN[1].timestamp())
     with open(out / "metrics.om") as lines, open(out / "copies.om", "w") as copies:
         for line in lines:
             if line.startswith("#"):
                 continue
             at = int(line.rsplit(" ", 1)[1])
-            if KEPT_FROM <= at < end:
+            if any(first <= at < end for first, end in KEPT):
                 copies.writelines(f"{copy}\n" for copy in _copies(line.rstrip("\n"), at))
         copies.write("# EOF\n")
     (out / "metrics.om").unlink()
@@ -93,10 +161,10 @@ def copy_sources(
     django_db_blocker: pytest.FixtureRequest,
     copies_prometheus: PrometheusProcess,
 ) -> Iterator[dict[str, int]]:
-    """Each copy ingested (committed) by a source of its own; the doubled one in shards too."""
+    """Each copy ingested (committed) by a source of its own; two of them in shards too."""
     with django_db_blocker.unblock():
         made = {}
-        for copy in (*COPIES, "scraped twice, in shards"):
+        for copy in (*COPIES, *IN_SHARDS):
             made[copy] = Source.objects.create(
                 name=copy,
                 url=copies_prometheus.url,
@@ -104,7 +172,8 @@ def copy_sources(
                 label_mapping={"matchers": {"copy": copy.split(",")[0]}},
                 shard_node_patterns=["gpu-node-01", "gpu-node-02"] if "shards" in copy else [],
             )
-            ingest_span(made[copy], *SPAN)
+            for span in SPANS:
+                ingest_span(made[copy], *span)
         yield {copy: source.pk for copy, source in made.items()}
         for source in made.values():
             source_remove(source.pk)
@@ -112,12 +181,12 @@ def copy_sources(
 
 def test_it_meters_the_copy_as_scraped_as_the_truth(copy_sources, copies_pool) -> None:
     truth = copies_pool[0]
-    first, last = SPAN[0].strftime(ISO), SPAN[1].strftime(ISO)
+    spans = [(first.strftime(ISO), last.strftime(ISO)) for first, last in SPANS]
     expected = {
         (task_id, interval): Decimal(str(amount))
         for task_id, task in truth["tasks"].items()
         for interval, amount in task["alloc_gpu_seconds"].items()
-        if first <= interval < last and amount
+        if amount and any(first <= interval < last for first, last in spans)
     }
     found = {
         (external_id, start.strftime(ISO)): alloc
@@ -131,7 +200,7 @@ def test_it_meters_the_copy_as_scraped_as_the_truth(copy_sources, copies_pool) -
     assert not [warning for window in windows for warning in window.warnings]
 
 
-@pytest.mark.parametrize("copy", ["scraped twice", "scraped twice, in shards", "exporter replaced"])
+@pytest.mark.parametrize("copy", [*COPIES[1:], *IN_SHARDS])
 def test_it_stores_exactly_the_rows_of_the_copy_as_scraped(copy_sources, copy: str) -> None:
     """Every figure: GPU and busy seconds, memory, I/O, latency buckets, preemptions with
     their GPUs, waits, tasks, capacity and completeness."""
@@ -156,7 +225,7 @@ def test_it_names_the_second_target_in_the_windows_warnings(copy_sources) -> Non
     doubled = _warnings(copy_sources["scraped twice"])
     devices = [w for w in doubled if w.startswith("devices:")]
     # One per window, naming every GPU of the pool (the interval before the span aside).
-    assert len(devices) == 48
+    assert len(devices) == WINDOWS
     assert {w.split(", e.g.")[0] for w in devices} == {
         "devices: 8 GPU(s) answered for by two scrape targets"
     }
