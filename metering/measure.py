@@ -364,7 +364,41 @@ def _follow_ups(
         result = runner.run_parts("pod_details", sources.pod_details_parts(plan, pods))
         _parse_pod_details(result, observed, plan)
         _repeated_warn(result, observed, plan)
+    for meter, parts_of in (
+        ("io", sources.io_before_batch_parts),
+        ("latency", sources.latency_before_batch_parts),
+    ):
+        for pods in _batches(_counters_looked_back(observed, meter)):
+            result = runner.run_parts(meter, parts_of(plan, pods), at_start=True)
+            PARSERS[meter](result, observed, plan)
+            _repeated_warn(result, observed, plan)
     return shared
+
+
+def _counters_looked_back(observed: dict[int, Observed], meter: str) -> set[str]:
+    """The pods whose I/O counters (or latency buckets) show in the batch with no reading in
+    the interval before it, though kube-state-metrics does not say they were scheduled
+    since: their readings resume after a gap (a scrape that failed, an exporter restarted),
+    and the increment is from their last reading before the batch (`sources.
+    COUNTER_LOOKBACK`), which the look-up puts on the interval before the batch. Counted
+    from zero, their whole count so far would land on one interval. Inside the batch,
+    `derive` carries each pod's last reading over a gap."""
+    first = min(observed)  # the interval before the batch
+    seen: set[PodKey] = set()
+    resumed: set[str] = set()
+    for start in sorted(observed):
+        interval = observed[start]
+        found = interval.io_last if meter == "io" else interval.latency_last
+        for key in found:
+            pod = key if meter == "io" else (key[0], key[2])
+            if pod in seen:
+                continue
+            seen.add(pod)
+            identity = interval.identity.get(pod)
+            scheduled = identity.scheduled if identity is not None else None
+            if start > first and (scheduled is None or scheduled < first):
+                resumed.add(pod[1])
+    return resumed
 
 
 @collector_paused
@@ -373,10 +407,19 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
     step = plan.step_seconds
     observed, shared = observation.observed, observation.shared
     known = _known_gpus(observed)
-    intervals = {
-        start: _derive(observed[start], observed[start - step], plan, shared, known)
-        for start in range(first, last + 1, step)
-    }
+    # Each pod's (replica's) last reading so far: a reading missing from the interval before
+    # (a failed scrape) does not make the next one count from zero.
+    io_earlier = dict(observed[first - step].io_last)
+    latency_earlier = dict(observed[first - step].latency_last)
+    intervals = {}
+    for start in range(first, last + 1, step):
+        now = observed[start]
+        intervals[start] = _derive(
+            now, observed[start - step], plan, shared, known, io_earlier, latency_earlier
+        )
+        for pod, counters in now.io_last.items():
+            io_earlier[pod] = {**io_earlier.get(pod, {}), **counters}
+        latency_earlier.update(now.latency_last)
     return Measured(intervals, observation.queries, observation.evaluation_seconds, plan)
 
 
@@ -448,20 +491,35 @@ class _Runner:
             name, selected, self.start, self.end, seconds, evaluation, answered, scanned
         )
 
-    def run(self, name: str, promql: str, *, record: bool = True) -> sources.QueryRun:
+    def run(
+        self, name: str, promql: str, *, record: bool = True, at_start: bool = False
+    ) -> sources.QueryRun:
+        """Evaluated at each interval's end, or (`at_start`) at the batch's start only: the
+        end of the interval before it, on which the answer's points then land."""
         result = self.client.query_range(
-            name, promql, start=self.start, end=self.end, step_seconds=self.plan.step_seconds
+            name,
+            promql,
+            start=self.start,
+            end=self.start if at_start else self.end,
+            step_seconds=self.plan.step_seconds,
         )
         if record:
             self.record(name, promql, result)
         return result
 
-    def run_parts(self, name: str, parts: dict[str, sources.Part]) -> sources.QueryRun:
+    def run_parts(
+        self, name: str, parts: dict[str, sources.Part], *, at_start: bool = False
+    ) -> sources.QueryRun:
         """A narrowed meter asked part by part, each grouped in Python (see sources.Part),
         as one answer recorded once."""
         grouped = {
             part_name: _grouped(
-                _concatenated([self.run(name, promql, record=False) for promql in part.queries]),
+                _concatenated(
+                    [
+                        self.run(name, promql, record=False, at_start=at_start)
+                        for promql in part.queries
+                    ]
+                ),
                 part_name,
                 part,
             )
@@ -1253,12 +1311,14 @@ def _derive(
     plan: sources.QueryPlan,
     shared: set[str],
     known: dict[Target, dict[str, GpuInfo]],
+    io_earlier: dict[PodKey, dict[str, Decimal]],
+    latency_earlier: dict[tuple[str, str, str], dict[str, Decimal]],
 ) -> IntervalFacts:
     facts = IntervalFacts(identity=now.identity, warnings=list(now.warnings))
     _derive_gpus(facts, now, plan, shared)
     _derive_completeness(facts, now, before, plan, known)
-    _derive_io(facts, now, before)
-    _derive_latency(facts, now, before)
+    _derive_io(facts, now, io_earlier)
+    _derive_latency(facts, now, latency_earlier)
     for pod, identity in now.identity.items():
         earlier = before.identity.get(pod)
         if identity.scheduled is not None and (earlier is None or earlier.scheduled is None):
@@ -1504,9 +1564,12 @@ def _derive_completeness(
         facts.warnings.append(message)
 
 
-def _derive_io(facts: IntervalFacts, now: Observed, before: Observed) -> None:
+def _derive_io(
+    facts: IntervalFacts, now: Observed, io_earlier: dict[PodKey, dict[str, Decimal]]
+) -> None:
+    """Each pod's counters' increments since their last readings (see `derive`)."""
     for pod, counters in now.io_last.items():
-        earlier = before.io_last.get(pod, {})
+        earlier = io_earlier.get(pod, {})
         for meter, last in counters.items():
             increment = last - earlier.get(meter, 0)
             if increment < 0:  # the counter restarted: what it counted since
@@ -1515,14 +1578,19 @@ def _derive_io(facts: IntervalFacts, now: Observed, before: Observed) -> None:
             facts.io[pod][meter] = round(increment)
 
 
-def _derive_latency(facts: IntervalFacts, now: Observed, before: Observed) -> None:
-    """Bucket increments per service, summed over its replicas, on the bounds every replica
-    reports (bucket sets differ between vLLM versions)."""
+def _derive_latency(
+    facts: IntervalFacts,
+    now: Observed,
+    latency_earlier: dict[tuple[str, str, str], dict[str, Decimal]],
+) -> None:
+    """Bucket increments per service since each replica's last readings (see `derive`),
+    summed over its replicas, on the bounds every replica reports (bucket sets differ
+    between vLLM versions)."""
     services: dict[tuple[str, str], list[tuple[dict[str, Decimal], dict[str, Decimal]]]] = (
         defaultdict(list)
     )
     for replica, buckets in now.latency_last.items():
-        services[replica[:2]].append((buckets, before.latency_last.get(replica, {})))
+        services[replica[:2]].append((buckets, latency_earlier.get(replica, {})))
     for service, replicas in sorted(services.items()):
         common = set.intersection(*(set(buckets) for buckets, _ in replicas))
         if any(len(buckets) != len(common) for buckets, _ in replicas):

@@ -37,7 +37,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -550,6 +550,42 @@ def io_parts(plan: QueryPlan) -> dict[str, Part]:
         series = selector(plan, metric, 'container!="POD"')
         parts[meter] = Part(f"last_over_time({series}{plan.window})")
     return parts
+
+
+# How far back a counter's last reading is looked for where a pod's counters resume at a
+# batch's start after a gap (measure._counters_looked_back): a day of a few pods' series.
+COUNTER_LOOKBACK = "1d"
+
+
+def _before_batch(plan: QueryPlan, metric: str, pods: Iterable[str], *matchers: str) -> Part:
+    """Each of the pods' series' last reading in the COUNTER_LOOKBACK up to the batch's start
+    (the query is evaluated there), one selector per pod label spelling."""
+    names = regex_alternatives(pods)
+    spellings = (
+        (label_matcher("exported_pod", names, "=~"),),
+        ('exported_pod=""', label_matcher("pod", names, "=~")),
+    )
+    first, *more = (
+        f"last_over_time({selector(plan, metric, *matchers, *spelling)}[{COUNTER_LOOKBACK}]"
+        " offset 1ms)"
+        for spelling in spellings
+    )
+    return Part(first, also=tuple(more))
+
+
+def io_before_batch_parts(plan: QueryPlan, pods: Iterable[str]) -> dict[str, Part]:
+    """The I/O counters of `io_parts`, read as `_before_batch` says."""
+    return {
+        meter: _before_batch(plan, metric, pods, 'container!="POD"')
+        for meter, metric in IO_METRICS.items()
+    }
+
+
+def latency_before_batch_parts(plan: QueryPlan, pods: Iterable[str]) -> dict[str, Part]:
+    """The latency buckets of `latency_parts`, read as `_before_batch` says."""
+    found = _before_batch(plan, f"{plan.latency_histogram}_bucket", pods)
+    by = (*_labels(POD_LABELS), plan.service_label, "le")
+    return {"buckets": replace(found, by=by, how="sum")}
 
 
 def latency_parts(plan: QueryPlan) -> dict[str, Part]:

@@ -10,11 +10,16 @@ GPUs, with completeness 1 and no warning. An exporter replaced mid-interval (a n
 address) lost the busy time of one of its two series. A ServiceMonitor's target labels put the
 exporter's own pod on free GPUs' series, and the exporter's team paid for every free GPU.
 
-One Prometheus holds four copies of six hours of a simulated day, told apart by a `copy`
+A scrape that fails for a while (cAdvisor's, vLLM's) made each pod's counters count from zero
+after the gap: its whole I/O and every request it had served landed on one interval.
+
+One Prometheus holds five copies of six hours of a simulated day, told apart by a `copy`
 label (each source reads its own through `label_mapping.matchers`): as scraped, everything
-scraped twice (also read in shards), gpu-node-01's exporter replaced at 01:02, and the
-exporters' own pods on their series. Each stores exactly the rows of the first, which are
-the simulator's truth; the windows name the second target.
+scraped twice (also read in shards), gpu-node-01's exporter replaced at 01:02, the exporters'
+own pods on their series, and cAdvisor and vLLM silent for 15 minutes. The next three store
+exactly the rows of the first, which are the simulator's truth, and the windows name the
+second target; the silent copy counts the same I/O and requests, inside a batch and across
+a batch's start.
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from django.db.models import Sum
 
-from metering.models import IngestWindow, Source, UsageInterval
+from metering.models import IngestWindow, LatencyInterval, Source, UsageInterval
 from simulator.config import PoolConfig
 from simulator.pool import simulate
 from simulator.prometheus import PrometheusProcess, backfill
@@ -56,9 +62,19 @@ KSM_REPLICA = ('instance="10.42.0.5:8080"', 'instance="10.42.0.6:8080"')
 JOB = re.compile(r'job="([^"]*)"')
 EXPORTED = re.compile(r"\bexported_((?:container|namespace|pod)=)")
 POD = re.compile(r"(?<![\w])((?:container|namespace|pod)=)")
-COPIES = ("as scraped", "scraped twice", "exporter replaced", "exporter's own pod")
+COPIES = ("as scraped", "scraped twice", "exporter replaced", "exporter's own pod", "silent")
 # Copies also read in shards by node (a shard sees its nodes' GPU series, the combiner the rest).
 IN_SHARDS = ("scraped twice, in shards", "exporter's own pod, in shards")
+# The kubelet's and vLLM's scrapes failing for 15 minutes, across the start of an hourly batch:
+# no I/O or latency reading in [00:55, 01:10).
+SILENT = (
+    int(datetime(2026, 9, 28, 0, 55, tzinfo=UTC).timestamp()),
+    int(datetime(2026, 9, 28, 1, 10, tzinfo=UTC).timestamp()),
+)
+SILENT_JOBS = re.compile(r'job="(kubelet|vllm)"')
+# The silent copy read in batches of 48 windows (the gap inside one) and of 12 (an hour: the
+# gap covers the interval before the 01:00 batch and its first two).
+SILENT_SOURCES = {"silent": 48, "silent, in hourly batches": 12}
 # Each node's dcgm-exporter pod (a DaemonSet's, at the address Prometheus scrapes), which a
 # ServiceMonitor's target labels put on every series as `pod` (see `_own_pod`).
 EXPORTER_PODS = {
@@ -120,8 +136,12 @@ def _copies(line: str, at: int) -> list[str]:
         again = JOB.sub(lambda job: f'job="{job[1]}-again"', rest, count=1)
         twice.append(_other_spelling(again) if name.startswith("DCGM_") else again)
     replaced = rest.replace(OLD_EXPORTER, NEW_EXPORTER) if at >= REPLACED_AT else rest
+    silent = [f"{name}{{{rest}"]
+    if SILENT[0] <= at < SILENT[1] and SILENT_JOBS.search(rest):
+        silent = [f"up{{{rest.rsplit(' ', 2)[0]} 0 {at}"] if name == "up" else []
     held = {
         "as scraped": [f"{name}{{{rest}"],
+        "silent": silent,
         "scraped twice": [f"{name}{{{labels}" for labels in twice],
         "exporter replaced": [f"{name}{{{replaced}"],
         "exporter's own pod": _own_pod(name, rest, at),
@@ -164,7 +184,7 @@ def copy_sources(
     """Each copy ingested (committed) by a source of its own; two of them in shards too."""
     with django_db_blocker.unblock():
         made = {}
-        for copy in (*COPIES, *IN_SHARDS):
+        for copy in dict.fromkeys((*COPIES, *IN_SHARDS, *SILENT_SOURCES)):
             made[copy] = Source.objects.create(
                 name=copy,
                 url=copies_prometheus.url,
@@ -173,7 +193,7 @@ def copy_sources(
                 shard_node_patterns=["gpu-node-01", "gpu-node-02"] if "shards" in copy else [],
             )
             for span in SPANS:
-                ingest_span(made[copy], *span)
+                ingest_span(made[copy], *span, batch=SILENT_SOURCES.get(copy, 48))
         yield {copy: source.pk for copy, source in made.items()}
         for source in made.values():
             source_remove(source.pk)
@@ -200,7 +220,7 @@ def test_it_meters_the_copy_as_scraped_as_the_truth(copy_sources, copies_pool) -
     assert not [warning for window in windows for warning in window.warnings]
 
 
-@pytest.mark.parametrize("copy", [*COPIES[1:], *IN_SHARDS])
+@pytest.mark.parametrize("copy", [*COPIES[1:4], *IN_SHARDS])
 def test_it_stores_exactly_the_rows_of_the_copy_as_scraped(copy_sources, copy: str) -> None:
     """Every figure: GPU and busy seconds, memory, I/O, latency buckets, preemptions with
     their GPUs, waits, tasks, capacity and completeness."""
@@ -238,3 +258,58 @@ def test_it_names_the_second_target_in_the_windows_warnings(copy_sources) -> Non
     assert len(replaced) == 1
     assert f'and job="dcgm-exporter" {NEW_EXPORTER}' in replaced[0]
     assert replaced[0].startswith("devices: 4 GPU(s) answered for by two scrape targets")
+
+
+def _counted(source_id: int) -> tuple[dict, dict]:
+    """Per task, its I/O over the spans; per service and bucket, its requests."""
+    io: dict[str, list[int]] = {}
+    for task, *values in UsageInterval.objects.filter(task__source_id=source_id).values_list(
+        "task__external_id", "read_operations", "write_operations", "read_bytes", "write_bytes"
+    ):
+        io[task] = [a + b for a, b in zip(io.get(task, [0, 0, 0, 0]), values, strict=True)]
+    requests: dict[tuple[str, str], int] = {}
+    for service, buckets in LatencyInterval.objects.filter(
+        service__source_id=source_id
+    ).values_list("service__external_id", "buckets"):
+        for bound, count in buckets:
+            requests[service, bound] = requests.get((service, bound), 0) + count
+    return io, requests
+
+
+def _ended_in_the_gap(source_id: int) -> set[str]:
+    """Tasks with usage in the interval before the gap and none in the one after it: their
+    pods ended unseen, and what they counted since their last reading is lost."""
+    before, after = (
+        set(
+            UsageInterval.objects.filter(
+                task__source_id=source_id, interval_start=datetime.fromtimestamp(at, UTC)
+            ).values_list("task__external_id", flat=True)
+        )
+        for at in (SILENT[0] - 300, SILENT[1])
+    )
+    return before - after
+
+
+@pytest.mark.parametrize("copy", list(SILENT_SOURCES))
+def test_it_counts_io_and_requests_across_a_silent_scrape_once(copy_sources, copy: str) -> None:
+    """The readings after the gap count from the last ones before it (inside a batch, and
+    across a batch's start, looked up), not from zero: no count lands twice. A gang that
+    was preempted in the gap lost its last readings (and only it)."""
+    (io, requests), (io_scraped, requests_scraped) = (
+        _counted(copy_sources[name]) for name in (copy, "as scraped")
+    )
+    ended = _ended_in_the_gap(copy_sources["as scraped"])
+    assert ended == {"recsys-sft-0005"}
+    assert {task: io[task] for task in io if task not in ended} == {
+        task: io_scraped[task] for task in io_scraped if task not in ended
+    }
+    assert io["recsys-sft-0005"] < io_scraped["recsys-sft-0005"]
+    assert requests == requests_scraped
+    after = datetime.fromtimestamp(SILENT[1], UTC)
+    resumed, scraped = (
+        UsageInterval.objects.filter(
+            task__source_id=copy_sources[name], interval_start=after
+        ).aggregate(reads=Sum("read_operations"))["reads"]
+        for name in (copy, "as scraped")
+    )
+    assert resumed > scraped  # the gap's reads land on the interval after it
