@@ -368,36 +368,65 @@ def _follow_ups(
         ("io", sources.io_before_batch_parts),
         ("latency", sources.latency_before_batch_parts),
     ):
-        for pods in _batches(_counters_looked_back(observed, meter)):
+        resumed = _counters_looked_back(observed, meter)
+        for pods in _batches({pod for _, pod in resumed}):
             result = runner.run_parts(meter, parts_of(plan, pods), at_start=True)
             PARSERS[meter](result, observed, plan)
             _repeated_warn(result, observed, plan)
+        _counters_unfound_warn(observed, meter, resumed)
     return shared
 
 
-def _counters_looked_back(observed: dict[int, Observed], meter: str) -> set[str]:
+def _counters_unfound_warn(observed: dict[int, Observed], meter: str, resumed: set[PodKey]) -> None:
+    """One warning in each interval where pods scheduled over COUNTER_LOOKBACK_SECONDS
+    before the batch resumed with no reading found: they count from zero, so all they
+    counted, during the gap and before it, lands on that interval."""
+    first = min(observed)
+    before = _counter_pods(observed[first], meter)
+    limit = first - sources.COUNTER_LOOKBACK_SECONDS
+    seen: set[PodKey] = set()
+    for start in sorted(observed)[1:]:
+        interval = observed[start]
+        unfound = []
+        for pod in sorted(_counter_pods(interval, meter) - seen):
+            seen.add(pod)
+            identity = interval.identity.get(pod)
+            scheduled = identity.scheduled if identity is not None else None
+            if pod in resumed and pod not in before and scheduled is not None and scheduled < limit:
+                unfound.append(pod)
+        if unfound:
+            hours = sources.COUNTER_LOOKBACK_SECONDS // 3600
+            interval.warnings.append(
+                f"{meter}: {len(unfound)} pod(s) resumed after over {hours} h without a"
+                f" reading, counted from zero, e.g. {unfound[0][0]}/{unfound[0][1]}"
+            )
+
+
+def _counter_pods(interval: Observed, meter: str) -> set[PodKey]:
+    if meter == "io":
+        return set(interval.io_last)
+    return {(namespace, pod) for namespace, _, pod in interval.latency_last}
+
+
+def _counters_looked_back(observed: dict[int, Observed], meter: str) -> set[PodKey]:
     """The pods whose I/O counters (or latency buckets) show in the batch with no reading in
     the interval before it, though kube-state-metrics does not say they were scheduled
     since: their readings resume after a gap (a scrape that failed, an exporter restarted),
-    and the increment is from their last reading before the batch (`sources.
-    COUNTER_LOOKBACK`), which the look-up puts on the interval before the batch. Counted
+    and the increment is from their last reading before the batch (within `sources.
+    COUNTER_LOOKBACK_SECONDS`), which the look-up puts on the interval before it. Counted
     from zero, their whole count so far would land on one interval. Inside the batch,
     `derive` carries each pod's last reading over a gap."""
     first = min(observed)  # the interval before the batch
     seen: set[PodKey] = set()
-    resumed: set[str] = set()
+    resumed: set[PodKey] = set()
     for start in sorted(observed):
         interval = observed[start]
-        found = interval.io_last if meter == "io" else interval.latency_last
-        for key in found:
-            pod = key if meter == "io" else (key[0], key[2])
-            if pod in seen:
-                continue
+        for pod in _counter_pods(interval, meter) - seen:
             seen.add(pod)
             identity = interval.identity.get(pod)
             scheduled = identity.scheduled if identity is not None else None
             if start > first and (scheduled is None or scheduled < first):
-                resumed.add(pod[1])
+                resumed.add(pod)
     return resumed
 
 

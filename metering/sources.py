@@ -554,20 +554,20 @@ def io_parts(plan: QueryPlan) -> dict[str, Part]:
 
 # How far back a counter's last reading is looked for where a pod's counters resume at a
 # batch's start after a gap (measure._counters_looked_back): a day of a few pods' series.
-COUNTER_LOOKBACK = "1d"
+COUNTER_LOOKBACK_SECONDS = 86_400
 
 
 def _before_batch(plan: QueryPlan, metric: str, pods: Iterable[str], *matchers: str) -> Part:
-    """Each of the pods' series' last reading in the COUNTER_LOOKBACK up to the batch's start
-    (the query is evaluated there), one selector per pod label spelling."""
+    """Each of the pods' series' last reading in the COUNTER_LOOKBACK_SECONDS up to the
+    batch's start (the query is evaluated there), one selector per pod label spelling."""
     names = regex_alternatives(pods)
     spellings = (
         (label_matcher("exported_pod", names, "=~"),),
         ('exported_pod=""', label_matcher("pod", names, "=~")),
     )
+    lookback = f"[{COUNTER_LOOKBACK_SECONDS}s] offset 1ms"
     first, *more = (
-        f"last_over_time({selector(plan, metric, *matchers, *spelling)}[{COUNTER_LOOKBACK}]"
-        " offset 1ms)"
+        f"last_over_time({selector(plan, metric, *matchers, *spelling)}{lookback})"
         for spelling in spellings
     )
     return Part(first, also=tuple(more))
