@@ -73,8 +73,8 @@ SILENT = (
 )
 SILENT_JOBS = re.compile(r'job="(kubelet|vllm)"')
 # The silent copy read in batches of 48 windows (the gap inside one) and of 12 (an hour: the
-# gap covers the interval before the 01:00 batch and its first two).
-SILENT_SOURCES = {"silent": 48, "silent, in hourly batches": 12}
+# gap covers the interval before the 01:00 batch and its first two), the latter in shards too.
+SILENT_SOURCES = {"silent": 48, "silent, in hourly batches": 12, "silent, hourly, in shards": 12}
 # Each node's dcgm-exporter pod (a DaemonSet's, at the address Prometheus scrapes), which a
 # ServiceMonitor's target labels put on every series as `pod` (see `_own_pod`).
 EXPORTER_PODS = {
