@@ -116,19 +116,17 @@ def _unsized(batch: list[IngestWindow]) -> bool:
     return bool(source.shard_node_patterns) and selectors.source_gpus_latest(source=source) is None
 
 
-# A source measured in shards gets the same budget as any: since shards stage device meters
-# only (commit 965dd8b), its combiner holds what an unsharded batch holds and one shard's
-# staged observation at a time. Half the budget, kept until then, made its batches shorter
-# and dearer for Prometheus for little memory saved (README, "Sharded windows", measures both).
-
-
 def _batches(run: list[IngestWindow]) -> Iterator[list[IngestWindow]]:
     """The run in batches, each measured with one range query per meter and written in one
     transaction: as many windows as TANDEM_INGEST_BATCH_GPU_WINDOWS allows for the GPUs the
     source's latest ingested window expected (asked again before each batch, so the run's
     own first batch sizes the rest), TANDEM_INGEST_BATCH_WINDOWS while none has been. A
-    source measured in shards is sized the same (see above); its first batch runs its shards
-    in the task (`windows_ingest`), so that the rest are sized too.
+    source measured in shards is sized the same: since shards stage device meters only
+    (commit 965dd8b), its combiner holds what an unsharded batch holds and one shard's staged
+    observation at a time (half the budget, kept until then, made its batches shorter and
+    dearer for Prometheus for little memory saved; README, "Sharded windows", measures both).
+    Its first batch runs its shards in the task (`windows_ingest`), so that the rest are
+    sized too.
 
     Fewer, longer range queries cost Prometheus less (it decodes each chunk of a series
     once per query that touches it, and a chunk holds hours of samples) and the workers

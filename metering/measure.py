@@ -343,8 +343,7 @@ def _follow_ups(
         result = runner.run_parts("pod_history", sources.pod_history_parts(plan, pods))
         _parse_pod_history(result, observed, plan)
     exporters = _exporters_own_series_freed(observed)
-    shared = _time_sliced_devices(observed, plan)
-    repeated = _repeated_devices(observed)
+    shared, repeated = _time_sliced_devices(observed, plan)
     for uuids in _batches(shared):
         seen = not repeated.isdisjoint(uuids)
         query = sources.shared_devices_query(plan, uuids, seen=seen, exporters=exporters)
@@ -377,29 +376,25 @@ def _follow_ups(
     return shared
 
 
-def _counters_unfound_warn(observed: dict[int, Observed], meter: str, resumed: set[PodKey]) -> None:
+def _counters_unfound_warn(
+    observed: dict[int, Observed], meter: str, resumed: dict[PodKey, tuple[int, int | None]]
+) -> None:
     """One warning in each interval where pods scheduled over COUNTER_LOOKBACK_SECONDS
-    before the batch resumed with no reading found: they count from zero, so all they
-    counted, during the gap and before it, lands on that interval."""
+    before the batch resumed with no reading found (`resumed`, after the look-up): they
+    count from zero, so all they counted, during the gap and before it, lands there."""
     first = min(observed)
-    before = _counter_pods(observed[first], meter)
+    found = _counter_pods(observed[first], meter)
     limit = first - sources.COUNTER_LOOKBACK_SECONDS
-    seen: set[PodKey] = set()
-    for start in sorted(observed)[1:]:
-        interval = observed[start]
-        unfound = []
-        for pod in sorted(_counter_pods(interval, meter) - seen):
-            seen.add(pod)
-            identity = interval.identity.get(pod)
-            scheduled = identity.scheduled if identity is not None else None
-            if pod in resumed and pod not in before and scheduled is not None and scheduled < limit:
-                unfound.append(pod)
-        if unfound:
-            hours = sources.COUNTER_LOOKBACK_SECONDS // 3600
-            interval.warnings.append(
-                f"{meter}: {len(unfound)} pod(s) resumed after over {hours} h without a"
-                f" reading, counted from zero, e.g. {unfound[0][0]}/{unfound[0][1]}"
-            )
+    unfound: dict[int, list[PodKey]] = defaultdict(list)
+    for pod, (start, scheduled) in sorted(resumed.items()):
+        if pod not in found and scheduled is not None and scheduled < limit:
+            unfound[start].append(pod)
+    hours = sources.COUNTER_LOOKBACK_SECONDS // 3600
+    for start, pods in sorted(unfound.items()):
+        observed[start].warnings.append(
+            f"{meter}: {len(pods)} pod(s) resumed after over {hours} h without a"
+            f" reading, counted from zero, e.g. {pods[0][0]}/{pods[0][1]}"
+        )
 
 
 def _counter_pods(interval: Observed, meter: str) -> set[PodKey]:
@@ -408,17 +403,21 @@ def _counter_pods(interval: Observed, meter: str) -> set[PodKey]:
     return {(namespace, pod) for namespace, _, pod in interval.latency_last}
 
 
-def _counters_looked_back(observed: dict[int, Observed], meter: str) -> set[PodKey]:
+def _counters_looked_back(
+    observed: dict[int, Observed], meter: str
+) -> dict[PodKey, tuple[int, int | None]]:
     """The pods whose I/O counters (or latency buckets) show in the batch with no reading in
     the interval before it, though kube-state-metrics does not say they were scheduled
     since: their readings resume after a gap (a scrape that failed, an exporter restarted),
     and the increment is from their last reading before the batch (within `sources.
     COUNTER_LOOKBACK_SECONDS`), which the look-up puts on the interval before it. Counted
     from zero, their whole count so far would land on one interval. Inside the batch,
-    `derive` carries each pod's last reading over a gap."""
+    `derive` carries each pod's last reading over a gap.
+
+    Each with the interval it first shows in and when it was scheduled (None: unknown)."""
     first = min(observed)  # the interval before the batch
     seen: set[PodKey] = set()
-    resumed: set[PodKey] = set()
+    resumed: dict[PodKey, tuple[int, int | None]] = {}
     for start in sorted(observed):
         interval = observed[start]
         for pod in _counter_pods(interval, meter) - seen:
@@ -426,7 +425,7 @@ def _counters_looked_back(observed: dict[int, Observed], meter: str) -> set[PodK
             identity = interval.identity.get(pod)
             scheduled = identity.scheduled if identity is not None else None
             if start > first and (scheduled is None or scheduled < first):
-                resumed.add(pod)
+                resumed[pod] = (start, scheduled)
     return resumed
 
 
@@ -438,7 +437,7 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
     known = _known_gpus(observed)
     # Each pod's (replica's) last reading so far: a reading missing from the interval before
     # (a failed scrape) does not make the next one count from zero.
-    io_earlier = dict(observed[first - step].io_last)
+    io_earlier = {pod: dict(counters) for pod, counters in observed[first - step].io_last.items()}
     latency_earlier = dict(observed[first - step].latency_last)
     intervals = {}
     for start in range(first, last + 1, step):
@@ -447,7 +446,7 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
             now, observed[start - step], plan, shared, known, io_earlier, latency_earlier
         )
         for pod, counters in now.io_last.items():
-            io_earlier[pod] = {**io_earlier.get(pod, {}), **counters}
+            io_earlier.setdefault(pod, {}).update(counters)
         latency_earlier.update(now.latency_last)
     return Measured(intervals, observation.queries, observation.evaluation_seconds, plan)
 
@@ -1145,10 +1144,13 @@ PARSERS: dict[str, Callable[[sources.QueryRun, dict[int, Observed], sources.Quer
 # --- What needs a narrowed per-tick query -----------------------------------------------
 
 
-def _time_sliced_devices(observed: dict[int, Observed], plan: sources.QueryPlan) -> set[str]:
+def _time_sliced_devices(
+    observed: dict[int, Observed], plan: sources.QueryPlan
+) -> tuple[set[str], set[str]]:
     """GPUs whose series may overlap in time, so that only a per-tick view counts them right:
-    more series-ticks than ticks in some interval, or several series and fewer series-ticks
-    than ticks (samples missing could hide an overlap).
+    more series-ticks than ticks in some interval, several series and fewer series-ticks
+    than ticks (samples missing could hide an overlap), or a series two scrape targets
+    answered for; and, apart, those last ones (`SeriesTicks.also_target`).
 
     A whole GPU or MIG instance shows one series per tick (handing over from one pod to the
     next, or to its bare series, never overlaps); a time-sliced GPU shows its bare series and
@@ -1156,7 +1158,8 @@ def _time_sliced_devices(observed: dict[int, Observed], plan: sources.QueryPlan)
     the mix, the per-tick queries split and count each tick by what it shows.
     """
     ticks_per_interval = plan.step_seconds // plan.scrape_seconds
-    shared = set()
+    shared: set[str] = set()
+    repeated_anywhere: set[str] = set()
     for interval in observed.values():
         per_device: dict[Device, list[int]] = defaultdict(lambda: [0, 0])
         repeated: dict[str, SeriesTicks] = {}
@@ -1172,6 +1175,7 @@ def _time_sliced_devices(observed: dict[int, Observed], plan: sources.QueryPlan)
             if ticks > ticks_per_interval or (count > 1 and ticks < ticks_per_interval)
         }
         shared |= set(repeated)
+        repeated_anywhere |= set(repeated)
         if repeated:
             uuid = min(repeated)
             first, second = repeated[uuid].target, repeated[uuid].also_target or ("", "")
@@ -1180,7 +1184,7 @@ def _time_sliced_devices(observed: dict[int, Observed], plan: sources.QueryPlan)
                 f" {uuid} by {_target_text(first)} and {_target_text(second)} (an exporter"
                 " scraped twice, or replaced); each tick counted once"
             )
-    return shared
+    return shared, repeated_anywhere
 
 
 def _exporters_own_series_freed(observed: dict[int, Observed]) -> set[str]:
@@ -1216,16 +1220,6 @@ def _scraped_from_itself(identity: PodIdentity | None, target: Target) -> bool:
         return False
     host = target[1].rpartition(":")[0].strip("[]")  # "10.0.0.7:9400", "[fd00::7]:9400"
     return host == identity.pod_ip
-
-
-def _repeated_devices(observed: dict[int, Observed]) -> set[str]:
-    """GPUs with a series that two scrape targets answered for in some interval."""
-    return {
-        uuid
-        for interval in observed.values()
-        for (uuid, *_), series in interval.series.items()
-        if series.also_target is not None
-    }
 
 
 def _gpu_presence(observed: Observed, plan: sources.QueryPlan, shared: set[str]) -> None:

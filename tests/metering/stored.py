@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from metering import writer
 from metering.models import (
     CapacityInterval,
     IngestWindow,
@@ -17,19 +18,9 @@ from metering.models import (
 def stored(source_id: int) -> dict[str, list[tuple]]:
     """Every row a source's ingest wrote, named by what it means (not by database ids)."""
     task = ("task__namespace", "task__external_id", "task__team__name")
-    usage = UsageInterval.objects.filter(task__source_id=source_id).values_list(
-        *task,
-        "interval_start",
-        "gpu_model",
-        "alloc_gpu_seconds",
-        "busy_gpu_seconds",
-        "memory_avg_bytes",
-        "memory_peak_bytes",
-        "read_operations",
-        "write_operations",
-        "read_bytes",
-        "write_bytes",
-    )
+    # Every column the ingest writes, its task named rather than numbered.
+    columns = [column for column in writer.USAGE_COLUMNS if column != "task_id"]
+    usage = UsageInterval.objects.filter(task__source_id=source_id).values_list(*task, *columns)
     capacity = CapacityInterval.objects.filter(source_id=source_id).values_list(
         "fault_domain", "gpu_model", "interval_start", "gpus_present", "capacity_gpu_seconds"
     )

@@ -83,7 +83,7 @@ def test_it_bounds_a_batch_by_the_budget_by_a_day_and_by_one_window(settings) ->
 @pytest.mark.django_db
 def test_it_sizes_a_sharded_sources_batches_as_any_sources(settings) -> None:
     """A combiner holds what an unsharded batch holds and one shard's staged device meters at a
-    time: the same budget (metering/ingest.py, above `_batches`)."""
+    time: the same budget (metering/ingest.py, `_batches`)."""
     source = Source.objects.create(
         name="sharded sizes",
         url="http://127.0.0.1:9",
