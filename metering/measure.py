@@ -66,6 +66,10 @@ class PodIdentity:
     from_history: bool = False  # read over the interval: the pod was gone by its end
     owner_kind: str = ""
     pod_ip: str = ""
+    # At the interval's end: the GPUs its containers request (MIG instances and time-sliced
+    # replicas as kube-state-metrics counts them), and whether its phase is Running.
+    gpus_requested: Fraction = Fraction(0)
+    running: bool = False
 
 
 @dataclass
@@ -1109,6 +1113,10 @@ def _identity_set(
         identity.pod_ip = labels.get("pod_ip", "")
     elif meter == "scheduled":
         identity.scheduled = round(value)
+    elif meter == "requests":
+        identity.gpus_requested = Fraction(value)
+    elif meter == "running":
+        identity.running = value == 1
 
 
 def _parse_pod_details(
@@ -1562,6 +1570,7 @@ def _derive_completeness(
                 expected.setdefault(uuid, gpu)
     scraped = max((attempted for attempted, _ in now.targets.values()), default=0)
     missing_by_node: dict[tuple[str, Target], list[tuple[str, int]]] = defaultdict(list)
+    seen_by_node: dict[str, int] = defaultdict(int)
     for uuid, gpu in sorted(expected.items()):
         seen = min(ticks, now.gpus[uuid].ticks if uuid in now.gpus else 0)
         if now.targets:
@@ -1572,8 +1581,11 @@ def _derive_completeness(
         missing = min(missing, ticks - seen)
         facts.samples_seen += seen
         facts.samples_expected += seen + missing
+        seen_by_node[gpu.node] += seen
         if missing:
             missing_by_node[(gpu.node or gpu.target[1], gpu.target)].append((uuid, missing))
+    silent_nodes = {node for node, _ in missing_by_node}
+    _unattributed_missing(facts, now, before, plan, seen_by_node, silent_nodes)
     if facts.samples_expected:
         facts.completeness = Fraction(facts.samples_seen, facts.samples_expected)
     for (node, (job, instance)), gpus in sorted(missing_by_node.items()):
@@ -1585,6 +1597,57 @@ def _derive_completeness(
             attempted, answered = now.targets[(job, instance)]
             message += f"; its exporter answered {answered} of {attempted} scrapes"
         facts.warnings.append(message)
+
+
+def _unattributed_missing(
+    facts: IntervalFacts,
+    now: Observed,
+    before: Observed,
+    plan: sources.QueryPlan,
+    seen_by_node: dict[str, int],
+    silent_nodes: set[str],
+) -> None:
+    """Pods that ran through the whole interval holding GPUs (kube-state-metrics: Running at
+    its start and its end, GPUs requested) and that no GPU series names went unmetered.
+
+    On a node whose GPU exporter reported GPUs, their GPUs were scraped without them
+    (dcgm-exporter's pod mapping off, or broken on that node: they look free): their ticks
+    count as missing samples, not seen ones (up to what the node showed), so the window is
+    incomplete and the month's close refuses it until the mapping is mended and the window
+    ingested again, or the loss accepted. A MIG instance or a time-sliced replica counts as
+    kube-state-metrics counts it, the node's sum rounded up. On a node no GPU exporter
+    reports (none deployed there, a node outside this source's pool, or a `Hostname` that is
+    not the node's name) there are no samples to count, so the window only says so. Pods on
+    a node whose exporter missed scrapes are left to that count."""
+    ticks = plan.step_seconds // plan.scrape_seconds
+    named = {key[3:] for key in now.series if key[4]}
+    unmetered: dict[str, list[tuple[PodKey, Fraction]]] = defaultdict(list)
+    for pod, identity in now.identity.items():
+        if not identity.running or not identity.gpus_requested or pod in named:
+            continue
+        earlier = before.identity.get(pod)
+        if earlier is None or not earlier.running or pod in now.preempted:
+            continue
+        if identity.node not in silent_nodes:
+            unmetered[identity.node].append((pod, identity.gpus_requested))
+    for node, pods in sorted(unmetered.items()):
+        (namespace, name), gpus = min(pods)
+        found = (
+            f"attribution: node {node or '(unknown)'}: {len(pods)} pod(s) ran the whole"
+            f" interval with GPUs that no GPU series names, e.g. {namespace}/{name}"
+            f" requesting {gpus} GPU(s)"
+        )
+        seen = seen_by_node.get(node, 0)
+        if not seen:
+            facts.warnings.append(f"{found}; no GPU exporter reports the node")
+            continue
+        missing = min(seen, math.ceil(sum(gpus for _, gpus in pods)) * ticks)
+        seen_by_node[node] = seen - missing
+        facts.samples_seen -= missing
+        facts.warnings.append(
+            f"{found} (dcgm-exporter's pod mapping off or broken there?);"
+            f" {missing * plan.scrape_seconds} GPU-seconds counted missing"
+        )
 
 
 def _derive_io(

@@ -58,8 +58,9 @@ logger = logging.getLogger(__name__)
 # follow-up queries' answers (the combiner asks them); 4: a device series says when a second
 # scrape target answered for it (`SeriesTicks.also_target`), which 3 could not; 5: a pod's
 # identity holds its owner's kind and its address (`PodIdentity`), which tell an exporter's
-# own pod.
-OBSERVATION_VERSION = 5
+# own pod; 6: it also holds the GPUs the pod requests and whether it runs, which tell a pod
+# that no GPU series names (`measure._unattributed_missing`).
+OBSERVATION_VERSION = 6
 
 Asked = TypeVar("Asked")
 

@@ -608,9 +608,17 @@ def _identity_meters(plan: QueryPlan) -> tuple[tuple[str, str, tuple[str, ...]],
     )
 
 
+def gpu_requests_matcher(plan: QueryPlan) -> str:
+    """kube-state-metrics' names of a GPU request: the mapping's resource (`nvidia_com_gpu`),
+    and a MIG instance's under the device plugin's mixed strategy (`nvidia_com_mig_3g_40gb`)."""
+    names = f"{regex_alternatives([plan.gpu_resource])}|nvidia_com_mig_.+"
+    return label_matcher("resource", names, "=~")
+
+
 def identity_parts(plan: QueryPlan) -> dict[str, Part]:
     """Who each pod alive at the interval's end is (labels, owner, priority class, when it was
-    scheduled), and which pods were preempted during the interval.
+    scheduled, the GPUs it requests, whether it runs), and which pods were preempted during
+    the interval.
 
     Identity is read at the interval's end only: kube-state-metrics writes several series per
     pod, pending ones included, and reading each of their samples would cost more than all the
@@ -622,6 +630,12 @@ def identity_parts(plan: QueryPlan) -> dict[str, Part]:
         meter: Part(selector(plan, metric), (*pod, *labels))
         for meter, metric, labels in _identity_meters(plan)
     }
+    # Which pods hold GPUs and run: a pod that does so for a whole interval and that no GPU
+    # series names was not metered (measure._unattributed_missing). A completed pod keeps its
+    # requests in kube-state-metrics until it is deleted, so the phase is read too.
+    requests_ = selector(plan, "kube_pod_container_resource_requests", gpu_requests_matcher(plan))
+    parts["requests"] = Part(requests_, pod, "sum")
+    parts["running"] = Part(selector(plan, "kube_pod_status_phase", 'phase="Running"'), pod)
     reason = selector(
         plan, "kube_pod_status_reason", label_matcher("reason", plan.preemption_reason)
     )

@@ -13,19 +13,24 @@ exporter's own pod on free GPUs' series, and the exporter's team paid for every 
 A scrape that fails for a while (cAdvisor's, vLLM's) made each pod's counters count from zero
 after the gap: its whole I/O and every request it had served landed on one interval.
 
-One Prometheus holds five copies of six hours of a simulated day, told apart by a `copy`
+A dcgm-exporter with its pod mapping off wrote its GPUs as free while their pods ran: their
+GPU-seconds went unbilled, with completeness 1 and no warning.
+
+One Prometheus holds six copies of six hours of a simulated day, told apart by a `copy`
 label (each source reads its own through `label_mapping.matchers`): as scraped, everything
 scraped twice (also read in shards), gpu-node-01's exporter replaced at 01:02, the exporters'
-own pods on their series, and cAdvisor and vLLM silent for 15 minutes. The next three store
-exactly the rows of the first, which are the simulator's truth, and the windows name the
-second target; the silent copy counts the same I/O and requests, inside a batch and across
-a batch's start.
+own pods on their series, cAdvisor and vLLM silent for 15 minutes, and gpu-node-02's
+exporter with its pod mapping off (also read in shards). The next three store exactly the
+rows of the first, which are the simulator's truth, and the windows name the second target;
+the silent copy counts the same I/O and requests, inside a batch and across a batch's start;
+the unmapped copy counts what its node's pods lost as missing samples.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections import defaultdict
 from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -62,9 +67,17 @@ KSM_REPLICA = ('instance="10.42.0.5:8080"', 'instance="10.42.0.6:8080"')
 JOB = re.compile(r'job="([^"]*)"')
 EXPORTED = re.compile(r"\bexported_((?:container|namespace|pod)=)")
 POD = re.compile(r"(?<![\w])((?:container|namespace|pod)=)")
-COPIES = ("as scraped", "scraped twice", "exporter replaced", "exporter's own pod", "silent")
+COPIES = (
+    "as scraped",
+    "scraped twice",
+    "exporter replaced",
+    "exporter's own pod",
+    "silent",
+    "pod mapping off",
+)
 # Copies also read in shards by node (a shard sees its nodes' GPU series, the combiner the rest).
 IN_SHARDS = ("scraped twice, in shards", "exporter's own pod, in shards")
+UNMAPPED_SOURCES = ("pod mapping off", "pod mapping off, in shards")
 # The kubelet's and vLLM's scrapes failing for 15 minutes, across the start of an hourly batch:
 # no I/O or latency reading in [00:55, 01:10).
 SILENT = (
@@ -82,6 +95,47 @@ EXPORTER_PODS = {
     "10.42.0.12": ("nvidia-dcgm-exporter-q9d4w", "gpu-node-02"),
 }
 INSTANCE = re.compile(r'instance="([^":]*):\d+"')
+# gpu-node-02's dcgm-exporter with its Kubernetes pod mapping off (or its pod-resources socket
+# not mounted): its series name no pod, so its GPUs look free while their pods run on.
+UNMAPPED = 'instance="10.42.0.12:9400"'
+POD_LABELS = re.compile(r',?\b(?:exported_)?(?:container|namespace|pod)="[^"]*"')
+# A Job's pod that completed a day before and is not deleted yet: kube-state-metrics still
+# writes its GPU request (kube-state-metrics#1051), but it holds no GPU. In every copy.
+COMPLETED = (
+    'job="kube-state-metrics",instance="10.42.0.5:8080",namespace="nlp",'
+    'pod="eval-sweep-0001-x7k2p",uid="8c1f0d52-completed"'
+)
+
+
+# In the copy with the mapping off only: a pod running with GPUs on gpu-node-03, whose GPU
+# exporter Prometheus does not scrape (none deployed there).
+UNEXPORTED = (
+    'job="kube-state-metrics",instance="10.42.0.5:8080",namespace="nlp",'
+    'pod="asr-finetune-0002-m4q8z",uid="5d2e7a10-unexported"'
+)
+
+
+def _kube_pod(pod: str, job: str, node: str, phase: str, at: int) -> list[str]:
+    """kube-state-metrics' series at one tick of a Job's pod scheduled a day before the
+    spans, requesting 2 GPUs."""
+    started = KEPT[0][0] - 86_400
+    lines = [
+        f"kube_pod_created{{{pod}}} {started} {at}",
+        f'kube_pod_info{{{pod},host_ip="10.0.0.11",pod_ip="10.42.1.77",node="{node}",'
+        f'created_by_kind="Job",created_by_name="{job}",'
+        f'priority_class="training-batch",host_network="false"}} 1 {at}',
+        f'kube_pod_owner{{{pod},owner_kind="Job",owner_name="{job}",'
+        f'owner_is_controller="true"}} 1 {at}',
+        f'kube_pod_labels{{{pod},label_team="nlp"}} 1 {at}',
+        f'kube_pod_container_resource_requests{{{pod},container="main",'
+        f'resource="nvidia_com_gpu",unit="integer"}} 2 {at}',
+        f"kube_pod_status_scheduled_time{{{pod}}} {started + 5} {at}",
+    ]
+    phases = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+    return lines + [
+        f'kube_pod_status_phase{{{pod},phase="{each}"}} {int(each == phase)} {at}'
+        for each in phases
+    ]
 
 
 def _other_spelling(labels: str) -> str:
@@ -139,8 +193,12 @@ def _copies(line: str, at: int) -> list[str]:
     silent = [f"{name}{{{rest}"]
     if SILENT[0] <= at < SILENT[1] and SILENT_JOBS.search(rest):
         silent = [f"up{{{rest.rsplit(' ', 2)[0]} 0 {at}"] if name == "up" else []
+    unmapped = [f"{name}{{{rest}"]
+    if name.startswith("DCGM_") and UNMAPPED in rest:
+        unmapped = [f"{name}{{{POD_LABELS.sub('', rest)}"]
     held = {
         "as scraped": [f"{name}{{{rest}"],
+        "pod mapping off": unmapped,
         "silent": silent,
         "scraped twice": [f"{name}{{{labels}" for labels in twice],
         "exporter replaced": [f"{name}{{{replaced}"],
@@ -149,27 +207,63 @@ def _copies(line: str, at: int) -> list[str]:
     return [line.replace("{", f'{{copy="{copy}",', 1) for copy in COPIES for line in held[copy]]
 
 
+HOLDER = re.compile(r'\b(?:exported_)?pod="([^"]*)"')
+RUNNING = re.compile(r'^kube_pod_status_phase\{.*\bpod="([^"]*)".*phase="Running"\} 1 ')
+
+
 @pytest.fixture(scope="module")
-def copies_pool(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+def copies_pool(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, dict]:
+    """The simulator's truth, the TSDB of the copies, and at each tick, as scraped, the pods
+    gpu-node-02's exporter named and the pods kube-state-metrics saw Running."""
     out = tmp_path_factory.mktemp("scrape-targets")
+    holders: dict[int, set[str]] = defaultdict(set)
+    running: dict[int, set[str]] = defaultdict(set)
     simulate(POOL, out)
+    ticks: set[int] = set()
+    # Without pods, a time-sliced GPU's series and its pods' ones are one: written once a tick.
+    unmapped: set[str] = set()
     with open(out / "metrics.om") as lines, open(out / "copies.om", "w") as copies:
         for line in lines:
             if line.startswith("#"):
                 continue
             at = int(line.rsplit(" ", 1)[1])
-            if any(first <= at < end for first, end in KEPT):
-                copies.writelines(f"{copy}\n" for copy in _copies(line.rstrip("\n"), at))
+            if not any(first <= at < end for first, end in KEPT):
+                continue
+            if line.startswith("DCGM_FI_DEV_FB_USED{") and UNMAPPED in line:
+                holders[at].update(HOLDER.findall(line))
+            elif found := RUNNING.match(line):
+                running[at].add(found[1])
+            written = [line.rstrip("\n")]
+            if at not in ticks:
+                ticks.add(at)
+                written += _kube_pod(COMPLETED, "eval-sweep-0001", "gpu-node-01", "Succeeded", at)
+                copies.writelines(
+                    line.replace("{", '{copy="pod mapping off",', 1) + "\n"
+                    for line in _kube_pod(
+                        UNEXPORTED, "asr-finetune-0002", "gpu-node-03", "Running", at
+                    )
+                )
+            for copy in (copy for written_line in written for copy in _copies(written_line, at)):
+                if (
+                    copy.startswith("DCGM_")
+                    and UNMAPPED in copy
+                    and 'copy="pod mapping off"' in copy
+                ):
+                    series_at = f"{copy.rsplit(' ', 2)[0]} {at}"
+                    if series_at in unmapped:
+                        continue
+                    unmapped.add(series_at)
+                copies.write(f"{copy}\n")
         copies.write("# EOF\n")
     (out / "metrics.om").unlink()
     backfill(out / "copies.om", out / "tsdb")
     (out / "copies.om").unlink()
-    return json.loads((out / "truth.json").read_text()), out / "tsdb"
+    return json.loads((out / "truth.json").read_text()), out / "tsdb", (holders, running)
 
 
 @pytest.fixture(scope="module")
 @starts("Prometheus")
-def copies_prometheus(copies_pool: tuple[dict, Path]) -> Iterator[PrometheusProcess]:
+def copies_prometheus(copies_pool: tuple[dict, Path, dict]) -> Iterator[PrometheusProcess]:
     running = prometheus_over(copies_pool[1], POOL.scrape_interval_seconds)
     yield running
     running.stop()
@@ -184,7 +278,7 @@ def copy_sources(
     """Each copy ingested (committed) by a source of its own; two of them in shards too."""
     with django_db_blocker.unblock():
         made = {}
-        for copy in dict.fromkeys((*COPIES, *IN_SHARDS, *SILENT_SOURCES)):
+        for copy in dict.fromkeys((*COPIES, *IN_SHARDS, *SILENT_SOURCES, *UNMAPPED_SOURCES)):
             made[copy] = Source.objects.create(
                 name=copy,
                 url=copies_prometheus.url,
@@ -251,7 +345,7 @@ def test_it_names_the_second_target_in_the_windows_warnings(copy_sources) -> Non
     }
     assert 'and job="dcgm-exporter-again" instance="10.42.0.12:9400"' in devices[0]
     meters = {w.split(":", 1)[0] for w in doubled}
-    assert meters == {"devices", "io", "latency", "pod_details"}
+    assert meters == {"devices", "identity", "io", "latency", "pod_details"}
     assert any('job="vllm-again"' in w for w in doubled if w.startswith("latency:"))
     assert any('instance="10.42.0.6:8080"' in w for w in doubled if w.startswith("pod_details:"))
     replaced = _warnings(copy_sources["exporter replaced"])
@@ -313,3 +407,64 @@ def test_it_counts_io_and_requests_across_a_silent_scrape_once(copy_sources, cop
         for name in (copy, "as scraped")
     )
     assert resumed > scraped  # the gap's reads land on the interval after it
+
+
+def _windows(source_id: int) -> dict[datetime, IngestWindow]:
+    return {window.start: window for window in IngestWindow.objects.filter(source_id=source_id)}
+
+
+def _allocated(source_id: int) -> dict[datetime, Decimal]:
+    return {
+        start: alloc
+        for start, alloc in UsageInterval.objects.filter(task__source_id=source_id)
+        .values_list("interval_start")
+        .annotate(alloc=Sum("alloc_gpu_seconds"))
+    }
+
+
+@pytest.mark.parametrize("copy", UNMAPPED_SOURCES)
+def test_it_counts_the_gpus_of_pods_no_series_names_as_missing(
+    copy_sources, copies_pool, copy: str
+) -> None:
+    """gpu-node-02's exporter names no pod: its pods' GPU-seconds are lost to billing (their
+    GPUs look free). Where the same pods held the node's GPUs at every tick of a window and
+    kube-state-metrics saw them Running at its start and its end (they ran through it),
+    those GPU-seconds count as missing samples and the window names the node: it is
+    incomplete, so the month does not close on it unnoticed. Where a pod started, ended or
+    was preempted inside the window, less is counted, never more. The completed pod that
+    still requests GPUs in kube-state-metrics (every copy) is not counted: the copy as
+    scraped is complete."""
+    holders, running = copies_pool[2]
+    scraped, unmapped = (_allocated(copy_sources[name]) for name in ("as scraped", copy))
+    windows = _windows(copy_sources[copy])
+    assert {w.completeness for w in _windows(copy_sources["as scraped"]).values()} == {1}
+    steady = 0
+    for start, window in windows.items():
+        lost = scraped.get(start, Decimal(0)) - unmapped.get(start, Decimal(0))
+        counted = (window.samples_expected - window.samples_seen) * POOL.scrape_interval_seconds
+        first = int(start.timestamp())
+        named = [holders.get(at, set()) for at in range(first, first + 300, 60)]
+        through = named[0] <= running[first] & running[first + 300]
+        attribution = [w for w in window.warnings if w.startswith("attribution: node gpu-node-02")]
+        if lost and through and all(pods == named[0] for pods in named):
+            steady += 1
+            assert counted == lost, start
+            assert window.completeness < 1
+            assert len(attribution) == 1
+            assert f"{counted} GPU-seconds counted missing" in attribution[0]
+        else:
+            assert counted <= lost, start
+    assert steady >= WINDOWS * 3 // 4  # most windows: the check is not vacuous
+    # The pod on a node no exporter reports: said in every window (Running at both ends of
+    # each but the spans' last), counted nowhere (above); the completed pod: never.
+    unexported = [
+        start
+        for start, window in windows.items()
+        if any(
+            w.startswith("attribution: node gpu-node-03: 1 pod(s)")
+            and "nlp/asr-finetune-0002-m4q8z requesting 2 GPU(s); no GPU exporter reports" in w
+            for w in window.warnings
+        )
+    ]
+    assert len(unexported) == WINDOWS - len(SPANS)
+    assert "eval-sweep" not in str([window.warnings for window in windows.values()])
