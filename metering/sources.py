@@ -608,11 +608,20 @@ def _identity_meters(plan: QueryPlan) -> tuple[tuple[str, str, tuple[str, ...]],
     )
 
 
-def gpu_requests_matcher(plan: QueryPlan) -> str:
-    """kube-state-metrics' names of a GPU request: the mapping's resource (`nvidia_com_gpu`),
-    and a MIG instance's under the device plugin's mixed strategy (`nvidia_com_mig_3g_40gb`)."""
-    names = f"{regex_alternatives([plan.gpu_resource])}|nvidia_com_mig_.+"
-    return label_matcher("resource", names, "=~")
+MIG_RESOURCES = re.compile(r"nvidia_com_mig_.+")
+
+
+def _gpu_requests_part(plan: QueryPlan, by: tuple[str, ...]) -> Part:
+    """Each pod's GPU request, summed over its containers, under kube-state-metrics' names
+    of it: the mapping's resource (`nvidia_com_gpu`), and a MIG instance's under the device
+    plugin's mixed strategy (`nvidia_com_mig_3g_40gb`), asked apart (two disjoint selectors,
+    so the mapping's value stays an exact match)."""
+    metric = "kube_pod_container_resource_requests"
+    mapped = selector(plan, metric, label_matcher("resource", plan.gpu_resource))
+    if MIG_RESOURCES.fullmatch(plan.gpu_resource):
+        return Part(mapped, by, "sum")
+    mig = selector(plan, metric, label_matcher("resource", MIG_RESOURCES.pattern, "=~"))
+    return Part(mapped, by, "sum", also=(mig,))
 
 
 def identity_parts(plan: QueryPlan) -> dict[str, Part]:
@@ -633,8 +642,7 @@ def identity_parts(plan: QueryPlan) -> dict[str, Part]:
     # Which pods hold GPUs and run: a pod that does so for a whole interval and that no GPU
     # series names was not metered (measure._unattributed_missing). A completed pod keeps its
     # requests in kube-state-metrics until it is deleted, so the phase is read too.
-    requests_ = selector(plan, "kube_pod_container_resource_requests", gpu_requests_matcher(plan))
-    parts["requests"] = Part(requests_, pod, "sum")
+    parts["requests"] = _gpu_requests_part(plan, pod)
     parts["running"] = Part(selector(plan, "kube_pod_status_phase", 'phase="Running"'), pod)
     reason = selector(
         plan, "kube_pod_status_reason", label_matcher("reason", plan.preemption_reason)
