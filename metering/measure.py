@@ -49,6 +49,9 @@ MAX_DENOMINATOR = 1_000_000
 # fewer, wider ones cost less: a 10,000-GPU batch asked 42 queries of 100 pods for the pods
 # it saw scheduled. A few hundred names keep a request a sensible size.
 NARROWED_BATCH = 250
+# The meters read as counters: what a pod counted while its exporter was not scraped lands
+# on the interval of the next answer.
+COUNTER_METERS = ("io", "latency")
 
 
 @dataclass
@@ -215,6 +218,9 @@ class Observation:
     shared: set[str]  # time-sliced GPUs (see _time_sliced_devices)
     queries: list[dict[str, Any]]
     evaluation_seconds: float
+    # The scrape targets that answered pods' I/O or latency series in the batch, with the
+    # meter (see _counter_targets_warn).
+    counter_targets: dict[Target, str] = field(default_factory=dict)
 
 
 @collector_paused
@@ -233,9 +239,9 @@ def observe(
     step = plan.step_seconds
     observed = {start: Observed() for start in range(first - step, last + 1, step)}
     runner = _Runner(client, plan, first - step, last)
-    _observe_meters(runner, observed, plan, first, parallel)
+    counter_targets = _observe_meters(runner, observed, plan, first, parallel)
     shared = _follow_ups(runner, observed, plan) if follow_ups else set()
-    return Observation(observed, shared, runner.queries, runner.evaluation_seconds)
+    return Observation(observed, shared, runner.queries, runner.evaluation_seconds, counter_targets)
 
 
 @collector_paused
@@ -256,6 +262,7 @@ def follow_up(
         shared,
         [*observation.queries, *runner.queries],
         observation.evaluation_seconds + runner.evaluation_seconds,
+        observation.counter_targets,
     )
 
 
@@ -265,9 +272,11 @@ def _observe_meters(
     plan: sources.QueryPlan,
     first: int,
     parallel: int,
-) -> None:
-    """Every meter of the plan, parsed into `observed`."""
+) -> dict[Target, str]:
+    """Every meter of the plan, parsed into `observed`; returns the scrape targets that
+    answered I/O or latency series, with the meter."""
     step = plan.step_seconds
+    counter_targets: dict[Target, str] = {}
     grouped: dict[str, dict[str, sources.QueryRun]] = defaultdict(dict)
     # One request per range query, and one per raw-sample selector however many parts take a
     # function of it, in the meters' order; each with the parts that read it.
@@ -317,6 +326,8 @@ def _observe_meters(
                 runs = []
                 for k in keys:
                     run = answers[k].result()
+                    if name in COUNTER_METERS:  # the targets, before grouping drops them
+                        counter_targets.update((_target(s.labels), name) for s in run.series)
                     if part.samples:
                         if k not in taken:
                             functions = {p.function for _, _, p, _ in readers[k]}
@@ -336,6 +347,7 @@ def _observe_meters(
                     runner.record(name, sources.tagged_parts(parts), joined)
                     PARSERS[name](joined, observed, plan)
                     _repeated_warn(joined, observed, plan)
+    return counter_targets
 
 
 def _follow_ups(
@@ -443,16 +455,56 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
     # (a failed scrape) does not make the next one count from zero.
     io_earlier = {pod: dict(counters) for pod, counters in observed[first - step].io_last.items()}
     latency_earlier = dict(observed[first - step].latency_last)
+    counter_targets = _counter_targets(observation.counter_targets, observed)
     intervals = {}
     for start in range(first, last + 1, step):
         now = observed[start]
         intervals[start] = _derive(
             now, observed[start - step], plan, shared, known, io_earlier, latency_earlier
         )
+        _counter_targets_warn(intervals[start], now, counter_targets)
         for pod, counters in now.io_last.items():
             io_earlier.setdefault(pod, {}).update(counters)
         latency_earlier.update(now.latency_last)
     return Measured(intervals, observation.queries, observation.evaluation_seconds, plan)
+
+
+def _counter_targets(
+    answered: dict[Target, str], observed: dict[int, Observed]
+) -> dict[Target, str]:
+    """The scrape targets whose missed scrapes delay a meter's counts: those that answered
+    I/O or latency series in the batch, and, for latency, the other targets of their jobs (a
+    replica silent through the whole batch answered nothing in it)."""
+    found = dict(answered)
+    jobs = {job for (job, _), meter in answered.items() if meter == "latency"}
+    for interval in observed.values():
+        for target in interval.targets:
+            if target[0] in jobs:
+                found.setdefault(target, "latency")
+    return found
+
+
+def _counter_targets_warn(
+    facts: IntervalFacts, now: Observed, counter_targets: dict[Target, str]
+) -> None:
+    """One warning per meter where its targets missed scrapes in the interval: counters
+    carry what the pods counted meanwhile to the interval of the next answer (see `derive`),
+    so this interval's I/O, or its requests, P99 and SLA test, miss it."""
+    missed: dict[str, list[tuple[Target, int, int]]] = defaultdict(list)
+    for target, (attempted, answered) in sorted(now.targets.items()):
+        meter = counter_targets.get(target)
+        if meter is not None and answered < attempted:
+            missed[meter].append((target, answered, attempted))
+    for meter in COUNTER_METERS:
+        if not missed[meter]:
+            continue
+        (target, answered, attempted), count = missed[meter][0], len(missed[meter])
+        short = "requests, P99 and SLA test" if meter == "latency" else "I/O"
+        facts.warnings.append(
+            f"{meter}: {count} scrape target(s) missed scrapes, e.g. {_target_text(target)}"
+            f" answered {answered} of {attempted}; what their pods counted meanwhile lands on"
+            f" the interval of their next answer, so this interval's {short} miss it"
+        )
 
 
 _Request = tuple[bool, str]  # (raw samples?, the selector or the query)

@@ -59,8 +59,9 @@ logger = logging.getLogger(__name__)
 # scrape target answered for it (`SeriesTicks.also_target`), which 3 could not; 5: a pod's
 # identity holds its owner's kind and its address (`PodIdentity`), which tell an exporter's
 # own pod; 6: it also holds the GPUs the pod requests and whether it runs, which tell a pod
-# that no GPU series names (`measure._unattributed_missing`).
-OBSERVATION_VERSION = 6
+# that no GPU series names (`measure._unattributed_missing`); 7: the observation holds the
+# scrape targets that answered I/O or latency series (`Observation.counter_targets`).
+OBSERVATION_VERSION = 7
 
 Asked = TypeVar("Asked")
 
@@ -326,14 +327,20 @@ def observations_merge(shards: Iterable[Observation]) -> Observation:
     merged: dict[int, Observed] = {}
     queries: list[dict[str, Any]] = []
     evaluation_seconds = 0.0
+    counter_targets: dict[tuple[str, str], str] = {}
     for shard in shards:
         for start, part in shard.observed.items():
             _observed_add(merged.setdefault(start, Observed()), part)
         queries.extend(shard.queries)
         evaluation_seconds += shard.evaluation_seconds
+        counter_targets.update(shard.counter_targets)
     merged = {start: merged[start] for start in sorted(merged)}
     return Observation(
-        observed=merged, shared=set(), queries=queries, evaluation_seconds=evaluation_seconds
+        observed=merged,
+        shared=set(),
+        queries=queries,
+        evaluation_seconds=evaluation_seconds,
+        counter_targets=counter_targets,
     )
 
 

@@ -59,3 +59,27 @@ def test_it_says_which_pods_count_from_zero_after_more_than_the_look_up() -> Non
         ],
         [],
     ]
+
+
+def test_it_names_the_targets_of_counters_that_missed_scrapes_and_their_silent_replicas() -> None:
+    """A target that answered latency series in the batch, and another replica of its job
+    silent through the whole batch; the kubelet's; a target of another job that answered
+    nothing of these meters is none of their business."""
+    now = Observed()
+    now.targets = {
+        ("vllm", "10.0.0.1:8000"): [5, 2],
+        ("vllm", "10.0.0.2:8000"): [5, 0],  # silent through the batch: known by its job
+        ("kubelet", "10.1.0.1:10250"): [5, 4],
+        ("node-exporter", "10.1.0.1:9100"): [5, 0],
+        ("vllm", "10.0.0.3:8000"): [5, 5],
+    }
+    answered = {("vllm", "10.0.0.1:8000"): "latency", ("kubelet", "10.1.0.1:10250"): "io"}
+    targets = measure._counter_targets(answered, {BEFORE: now})
+    facts = measure.IntervalFacts()
+    measure._counter_targets_warn(facts, now, targets)
+    assert [warning.split("; ")[0] for warning in facts.warnings] == [
+        'io: 1 scrape target(s) missed scrapes, e.g. job="kubelet" instance="10.1.0.1:10250"'
+        " answered 4 of 5",
+        'latency: 2 scrape target(s) missed scrapes, e.g. job="vllm" instance="10.0.0.1:8000"'
+        " answered 2 of 5",
+    ]

@@ -23,7 +23,8 @@ own pods on their series, cAdvisor and vLLM silent for 15 minutes, and gpu-node-
 exporter with its pod mapping off (also read in shards). The next three store exactly the
 rows of the first, which are the simulator's truth, and the windows name the second target;
 the silent copy counts the same I/O and requests, inside a batch and across a batch's start;
-the unmapped copy counts what its node's pods lost as missing samples.
+the unmapped copy counts what its node's pods lost as missing samples. The silent copy's
+gap windows say that their requests and I/O land on the interval after.
 """
 
 from __future__ import annotations
@@ -85,6 +86,9 @@ SILENT = (
     int(datetime(2026, 9, 28, 1, 10, tzinfo=UTC).timestamp()),
 )
 SILENT_JOBS = re.compile(r'job="(kubelet|vllm)"')
+# The simulator writes `up` for dcgm-exporter's targets only; Prometheus writes it for every
+# target, so the copies get it for the kubelet's and vLLM's too (0 while silent).
+COUNTER_TARGET = re.compile(r'job="(?:kubelet|vllm)",instance="[^"]*"')
 # The silent copy read in batches of 48 windows (the gap inside one) and of 12 (an hour: the
 # gap covers the interval before the 01:00 batch and its first two), the latter in shards too.
 SILENT_SOURCES = {"silent": 48, "silent, in hourly batches": 12, "silent, hourly, in shards": 12}
@@ -218,6 +222,7 @@ def copies_pool(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, d
     out = tmp_path_factory.mktemp("scrape-targets")
     holders: dict[int, set[str]] = defaultdict(set)
     running: dict[int, set[str]] = defaultdict(set)
+    counter_targets: dict[int, set[str]] = defaultdict(set)
     simulate(POOL, out)
     ticks: set[int] = set()
     # Without pods, a time-sliced GPU's series and its pods' ones are one: written once a tick.
@@ -233,6 +238,8 @@ def copies_pool(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, d
                 holders[at].update(HOLDER.findall(line))
             elif found := RUNNING.match(line):
                 running[at].add(found[1])
+            elif found := COUNTER_TARGET.search(line):
+                counter_targets[at].add(found[0])
             written = [line.rstrip("\n")]
             if at not in ticks:
                 ticks.add(at)
@@ -254,6 +261,9 @@ def copies_pool(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, d
                         continue
                     unmapped.add(series_at)
                 copies.write(f"{copy}\n")
+        for at, targets in sorted(counter_targets.items()):
+            for target in sorted(targets):
+                copies.writelines(f"{copy}\n" for copy in _copies(f"up{{{target}}} 1 {at}", at))
         copies.write("# EOF\n")
     (out / "metrics.om").unlink()
     backfill(out / "copies.om", out / "tsdb")
@@ -468,3 +478,26 @@ def test_it_counts_the_gpus_of_pods_no_series_names_as_missing(
     ]
     assert len(unexported) == WINDOWS - len(SPANS)
     assert "eval-sweep" not in str([window.warnings for window in windows.values()])
+
+
+@pytest.mark.parametrize("copy", list(SILENT_SOURCES))
+def test_it_says_which_windows_a_silent_scrape_moved_counts_from(copy_sources, copy: str) -> None:
+    """What the pods counted while the kubelet's and vLLM's scrapes failed lands on the
+    interval after the gap: the gap's windows say so, per meter, naming a target (of every
+    replica, those that scaled out at 01:00 too), so a reader of their P99, SLA test or I/O
+    knows it is short. Completeness, a GPU measure, stays 1."""
+    gap = {datetime.fromtimestamp(at, UTC) for at in range(SILENT[0], SILENT[1], 300)}
+    said: dict[str, set[datetime]] = defaultdict(set)
+    for start, window in _windows(copy_sources[copy]).items():
+        assert window.completeness == 1
+        for warning in window.warnings:
+            meter = warning.split(":", 1)[0]
+            said[meter].add(start)
+            assert " scrape target(s) missed scrapes, e.g. " in warning
+            assert ('job="kubelet"' if meter == "io" else 'job="vllm"') in warning
+            assert "answered 0 of 5" in warning
+    assert said == {"io": gap, "latency": gap}
+    scaled_out = next(
+        w for w in _windows(copy_sources[copy])[max(gap)].warnings if w.startswith("latency:")
+    )
+    assert scaled_out.startswith("latency: 4 scrape target(s)")
