@@ -49,9 +49,21 @@ MAX_DENOMINATOR = 1_000_000
 # fewer, wider ones cost less: a 10,000-GPU batch asked 42 queries of 100 pods for the pods
 # it saw scheduled. A few hundred names keep a request a sensible size.
 NARROWED_BATCH = 250
-# The meters read as counters: what a pod counted while its exporter was not scraped lands
-# on the interval of the next answer.
-COUNTER_METERS = ("io", "latency")
+# The meters whose scrape targets' missed scrapes a window names (`_gap_targets_warn`), with
+# what the interval misses for them. Counters (I/O, latency buckets) are right over a gap but
+# what the pods counted in it lands on the interval of the next answer; kube-state-metrics
+# says what a pod is and whether it was preempted only while it is scraped.
+GAP_EFFECTS = {
+    "io": "what their pods counted meanwhile lands on the interval of their next answer, so"
+    " this interval's I/O miss it",
+    "latency": "what their pods counted meanwhile lands on the interval of their next answer,"
+    " so this interval's requests, P99 and SLA test miss it",
+    "identity": "a pod preempted meanwhile may go unseen (no preemption, no starvation"
+    " credit), and pods are described as in the nearest interval",
+}
+# Meters whose other targets of the same job count too: a replica or shard silent through
+# the whole batch answered nothing in it (a kubelet's job also scrapes nodes without GPUs).
+GAP_JOBS_METERS = frozenset({"latency", "identity"})
 
 
 @dataclass
@@ -218,9 +230,9 @@ class Observation:
     shared: set[str]  # time-sliced GPUs (see _time_sliced_devices)
     queries: list[dict[str, Any]]
     evaluation_seconds: float
-    # The scrape targets that answered pods' I/O or latency series in the batch, with the
-    # meter (see _counter_targets_warn).
-    counter_targets: dict[Target, str] = field(default_factory=dict)
+    # The scrape targets that answered the series of a meter in GAP_EFFECTS in the batch, with
+    # the meter (see _gap_targets_warn).
+    gap_targets: dict[Target, str] = field(default_factory=dict)
 
 
 @collector_paused
@@ -239,9 +251,9 @@ def observe(
     step = plan.step_seconds
     observed = {start: Observed() for start in range(first - step, last + 1, step)}
     runner = _Runner(client, plan, first - step, last)
-    counter_targets = _observe_meters(runner, observed, plan, first, parallel)
+    gap_targets = _observe_meters(runner, observed, plan, first, parallel)
     shared = _follow_ups(runner, observed, plan) if follow_ups else set()
-    return Observation(observed, shared, runner.queries, runner.evaluation_seconds, counter_targets)
+    return Observation(observed, shared, runner.queries, runner.evaluation_seconds, gap_targets)
 
 
 @collector_paused
@@ -262,7 +274,7 @@ def follow_up(
         shared,
         [*observation.queries, *runner.queries],
         observation.evaluation_seconds + runner.evaluation_seconds,
-        observation.counter_targets,
+        observation.gap_targets,
     )
 
 
@@ -274,9 +286,9 @@ def _observe_meters(
     parallel: int,
 ) -> dict[Target, str]:
     """Every meter of the plan, parsed into `observed`; returns the scrape targets that
-    answered I/O or latency series, with the meter."""
+    answered the series of a meter in GAP_EFFECTS, with the meter."""
     step = plan.step_seconds
-    counter_targets: dict[Target, str] = {}
+    gap_targets: dict[Target, str] = {}
     grouped: dict[str, dict[str, sources.QueryRun]] = defaultdict(dict)
     # One request per range query, and one per raw-sample selector however many parts take a
     # function of it, in the meters' order; each with the parts that read it.
@@ -326,8 +338,8 @@ def _observe_meters(
                 runs = []
                 for k in keys:
                     run = answers[k].result()
-                    if name in COUNTER_METERS:  # the targets, before grouping drops them
-                        counter_targets.update((_target(s.labels), name) for s in run.series)
+                    if name in GAP_EFFECTS:  # the targets, before grouping drops them
+                        gap_targets.update((_target(s.labels), name) for s in run.series)
                     if part.samples:
                         if k not in taken:
                             functions = {p.function for _, _, p, _ in readers[k]}
@@ -347,7 +359,7 @@ def _observe_meters(
                     runner.record(name, sources.tagged_parts(parts), joined)
                     PARSERS[name](joined, observed, plan)
                     _repeated_warn(joined, observed, plan)
-    return counter_targets
+    return gap_targets
 
 
 def _follow_ups(
@@ -455,55 +467,58 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
     # (a failed scrape) does not make the next one count from zero.
     io_earlier = {pod: dict(counters) for pod, counters in observed[first - step].io_last.items()}
     latency_earlier = dict(observed[first - step].latency_last)
-    counter_targets = _counter_targets(observation.counter_targets, observed)
+    gap_targets = _gap_targets(observation.gap_targets, observed)
+    scheduled = _scheduled_since(observed)
     intervals = {}
     for start in range(first, last + 1, step):
         now = observed[start]
         intervals[start] = _derive(
-            now, observed[start - step], plan, shared, known, io_earlier, latency_earlier
+            now,
+            observed[start - step],
+            plan,
+            shared,
+            known,
+            io_earlier,
+            latency_earlier,
+            scheduled[start],
         )
-        _counter_targets_warn(intervals[start], now, counter_targets)
+        _gap_targets_warn(intervals[start], now, gap_targets)
         for pod, counters in now.io_last.items():
             io_earlier.setdefault(pod, {}).update(counters)
         latency_earlier.update(now.latency_last)
     return Measured(intervals, observation.queries, observation.evaluation_seconds, plan)
 
 
-def _counter_targets(
-    answered: dict[Target, str], observed: dict[int, Observed]
-) -> dict[Target, str]:
-    """The scrape targets whose missed scrapes delay a meter's counts: those that answered
-    I/O or latency series in the batch, and, for latency, the other targets of their jobs (a
-    replica silent through the whole batch answered nothing in it)."""
+def _gap_targets(answered: dict[Target, str], observed: dict[int, Observed]) -> dict[Target, str]:
+    """The scrape targets whose missed scrapes cost a meter (GAP_EFFECTS): those that answered
+    its series in the batch and, for GAP_JOBS_METERS, the other targets of their jobs."""
     found = dict(answered)
-    jobs = {job for (job, _), meter in answered.items() if meter == "latency"}
+    jobs = {job: meter for (job, _), meter in answered.items() if meter in GAP_JOBS_METERS}
     for interval in observed.values():
         for target in interval.targets:
-            if target[0] in jobs:
-                found.setdefault(target, "latency")
+            meter = jobs.get(target[0])
+            if meter is not None:
+                found.setdefault(target, meter)
     return found
 
 
-def _counter_targets_warn(
-    facts: IntervalFacts, now: Observed, counter_targets: dict[Target, str]
-) -> None:
-    """One warning per meter where its targets missed scrapes in the interval: counters
-    carry what the pods counted meanwhile to the interval of the next answer (see `derive`),
-    so this interval's I/O, or its requests, P99 and SLA test, miss it."""
+def _gap_targets_warn(facts: IntervalFacts, now: Observed, gap_targets: dict[Target, str]) -> None:
+    """One warning per meter whose targets missed scrapes in the interval (Prometheus' `up`),
+    saying what the interval misses for it (GAP_EFFECTS). Completeness, a measure of GPU
+    samples, is not lowered: the counts are right, and a late or unseen preemption is not a
+    GPU sample."""
     missed: dict[str, list[tuple[Target, int, int]]] = defaultdict(list)
     for target, (attempted, answered) in sorted(now.targets.items()):
-        meter = counter_targets.get(target)
+        meter = gap_targets.get(target)
         if meter is not None and answered < attempted:
             missed[meter].append((target, answered, attempted))
-    for meter in COUNTER_METERS:
+    for meter, effect in GAP_EFFECTS.items():
         if not missed[meter]:
             continue
         (target, answered, attempted), count = missed[meter][0], len(missed[meter])
-        short = "requests, P99 and SLA test" if meter == "latency" else "I/O"
         facts.warnings.append(
             f"{meter}: {count} scrape target(s) missed scrapes, e.g. {_target_text(target)}"
-            f" answered {answered} of {attempted}; what their pods counted meanwhile lands on"
-            f" the interval of their next answer, so this interval's {short} miss it"
+            f" answered {answered} of {attempted}; {effect}"
         )
 
 
@@ -1350,14 +1365,41 @@ def _disappeared(observed: dict[int, Observed]) -> set[str]:
 
 
 def _newly_scheduled(observed: dict[int, Observed]) -> set[str]:
+    return {pod[1] for pods in _scheduled_since(observed).values() for pod in pods}
+
+
+def _scheduled_since(observed: dict[int, Observed]) -> dict[int, dict[PodKey, int]]:
+    """For each interval of the batch, the pods scheduled in it, with when: the scheduling
+    time kube-state-metrics shows for a pod differs from the last it showed for it in the
+    batch (unscheduled before, or a pod of the same name re-created), or it shows the pod
+    for the first time since the interval before the batch, which it described.
+
+    Kept per pod over the batch, not taken from the interval just before: after
+    kube-state-metrics missed the scrapes of an interval's end (or of all but part of it),
+    the pods it shows again are not all new (a wait each, a task for a pod that never held a
+    GPU, and their details asked again). Where it described nothing yet in the batch, a pod
+    is new if scheduled since the interval before the batch began: earlier ones belong to an
+    earlier batch."""
     starts = sorted(observed)
-    pods = set()
-    for before, start in pairwise(starts):
+    first = starts[0]
+    last_scheduled: dict[PodKey, int | None] = {}
+    described = False  # kube-state-metrics answered at an interval's end so far
+    found: dict[int, dict[PodKey, int]] = {}
+    for start in starts:
+        new = found[start] = {}
         for pod, identity in observed[start].identity.items():
-            earlier = observed[before].identity.get(pod)
-            if identity.scheduled is not None and (earlier is None or earlier.scheduled is None):
-                pods.add(pod[1])
-    return pods
+            scheduled = identity.scheduled
+            if pod not in last_scheduled:
+                if scheduled is not None and start > first and (described or scheduled >= first):
+                    new[pod] = scheduled
+            elif scheduled is not None and scheduled != last_scheduled[pod]:
+                new[pod] = scheduled
+            if scheduled is not None or pod not in last_scheduled:
+                last_scheduled[pod] = scheduled
+        if not described:
+            described = any(not i.from_history for i in observed[start].identity.values())
+    del found[first]
+    return found
 
 
 def _newly_preempted(observed: dict[int, Observed]) -> set[str]:
@@ -1396,16 +1438,16 @@ def _derive(
     known: dict[Target, dict[str, GpuInfo]],
     io_earlier: dict[PodKey, dict[str, Decimal]],
     latency_earlier: dict[tuple[str, str, str], dict[str, Decimal]],
+    scheduled: dict[PodKey, int],
 ) -> IntervalFacts:
+    """One interval's facts; `scheduled` holds the pods scheduled since kube-state-metrics'
+    last view (`_scheduled_since`): a wait each."""
     facts = IntervalFacts(identity=now.identity, warnings=list(now.warnings))
     _derive_gpus(facts, now, plan, shared)
     _derive_completeness(facts, now, before, plan, known)
     _derive_io(facts, now, io_earlier)
     _derive_latency(facts, now, latency_earlier)
-    for pod, identity in now.identity.items():
-        earlier = before.identity.get(pod)
-        if identity.scheduled is not None and (earlier is None or earlier.scheduled is None):
-            facts.waits[pod] = identity.scheduled
+    facts.waits.update(scheduled)
     _derive_preemptions(facts, now, before, plan, shared)
     return facts
 

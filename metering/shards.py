@@ -60,7 +60,7 @@ logger = logging.getLogger(__name__)
 # identity holds its owner's kind and its address (`PodIdentity`), which tell an exporter's
 # own pod; 6: it also holds the GPUs the pod requests and whether it runs, which tell a pod
 # that no GPU series names (`measure._unattributed_missing`); 7: the observation holds the
-# scrape targets that answered I/O or latency series (`Observation.counter_targets`).
+# scrape targets that answered I/O, latency or identity series (`Observation.gap_targets`).
 OBSERVATION_VERSION = 7
 
 Asked = TypeVar("Asked")
@@ -327,20 +327,20 @@ def observations_merge(shards: Iterable[Observation]) -> Observation:
     merged: dict[int, Observed] = {}
     queries: list[dict[str, Any]] = []
     evaluation_seconds = 0.0
-    counter_targets: dict[tuple[str, str], str] = {}
+    gap_targets: dict[tuple[str, str], str] = {}
     for shard in shards:
         for start, part in shard.observed.items():
             _observed_add(merged.setdefault(start, Observed()), part)
         queries.extend(shard.queries)
         evaluation_seconds += shard.evaluation_seconds
-        counter_targets.update(shard.counter_targets)
+        gap_targets.update(shard.gap_targets)
     merged = {start: merged[start] for start in sorted(merged)}
     return Observation(
         observed=merged,
         shared=set(),
         queries=queries,
         evaluation_seconds=evaluation_seconds,
-        counter_targets=counter_targets,
+        gap_targets=gap_targets,
     )
 
 

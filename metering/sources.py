@@ -216,6 +216,14 @@ class QueryPlan:
         """The range of an interval's samples, [S, S + step), for a query evaluated at S + step."""
         return f"[{self.range_ms}ms] offset 1ms"
 
+    @property
+    def window_to_end(self) -> str:
+        """An interval's samples and the one at its end, which identity reads (`identity_parts`
+        are instant selectors at S + step): for a pod's constants (creation time, GPU request),
+        which a pod that kube-state-metrics shows again at that end, after missing the
+        interval's scrapes, has only there."""
+        return f"[{self.range_ms + 1}ms]"
+
     def samples_window(self, start: int, end: int) -> str:
         """The range of the samples in [start, end) for an instant query evaluated at `end`
         (Unix seconds), as `window` holds one interval's."""
@@ -686,8 +694,9 @@ def pod_details_parts(plan: QueryPlan, pods: Iterable[str]) -> dict[str, Part]:
         only = label_matcher(pod_label, names, "=~")
         created = selector(plan, "kube_pod_created", only)
         requests_ = selector(plan, "kube_pod_container_resource_requests", requested, only)
-        parts[f"created_{pod_label}"] = Part(f"last_over_time({created}{plan.window})", pod)
-        parts[f"gpus_{pod_label}"] = Part(f"last_over_time({requests_}{plan.window})", pod, "sum")
+        window = plan.window_to_end
+        parts[f"created_{pod_label}"] = Part(f"last_over_time({created}{window})", pod)
+        parts[f"gpus_{pod_label}"] = Part(f"last_over_time({requests_}{window})", pod, "sum")
     return parts
 
 

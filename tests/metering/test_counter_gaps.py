@@ -74,9 +74,9 @@ def test_it_names_the_targets_of_counters_that_missed_scrapes_and_their_silent_r
         ("vllm", "10.0.0.3:8000"): [5, 5],
     }
     answered = {("vllm", "10.0.0.1:8000"): "latency", ("kubelet", "10.1.0.1:10250"): "io"}
-    targets = measure._counter_targets(answered, {BEFORE: now})
+    targets = measure._gap_targets(answered, {BEFORE: now})
     facts = measure.IntervalFacts()
-    measure._counter_targets_warn(facts, now, targets)
+    measure._gap_targets_warn(facts, now, targets)
     assert [warning.split("; ")[0] for warning in facts.warnings] == [
         'io: 1 scrape target(s) missed scrapes, e.g. job="kubelet" instance="10.1.0.1:10250"'
         " answered 4 of 5",

@@ -16,15 +16,18 @@ after the gap: its whole I/O and every request it had served landed on one inter
 A dcgm-exporter with its pod mapping off wrote its GPUs as free while their pods ran: their
 GPU-seconds went unbilled, with completeness 1 and no warning.
 
-One Prometheus holds six copies of six hours of a simulated day, told apart by a `copy`
+One Prometheus holds seven copies of six hours of a simulated day, told apart by a `copy`
 label (each source reads its own through `label_mapping.matchers`): as scraped, everything
 scraped twice (also read in shards), gpu-node-01's exporter replaced at 01:02, the exporters'
-own pods on their series, cAdvisor and vLLM silent for 15 minutes, and gpu-node-02's
-exporter with its pod mapping off (also read in shards). The next three store exactly the
+own pods on their series, cAdvisor and vLLM silent for 15 minutes, gpu-node-02's exporter
+with its pod mapping off (also read in shards), and kube-state-metrics silent for the same
+15 minutes. The next three store exactly the
 rows of the first, which are the simulator's truth, and the windows name the second target;
 the silent copy counts the same I/O and requests, inside a batch and across a batch's start;
 the unmapped copy counts what its node's pods lost as missing samples. The silent copy's
-gap windows say that their requests and I/O land on the interval after.
+gap windows say that their requests and I/O land on the interval after. Without
+kube-state-metrics, every pod it showed again looked newly scheduled (a wait each, a task
+for the completed pod) and the waits of the pods scheduled in the gap were lost.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ COPIES = (
     "exporter's own pod",
     "silent",
     "pod mapping off",
+    "kube-state-metrics silent",
 )
 # Copies also read in shards by node (a shard sees its nodes' GPU series, the combiner the rest).
 IN_SHARDS = ("scraped twice, in shards", "exporter's own pod, in shards")
@@ -87,8 +91,11 @@ SILENT = (
 )
 SILENT_JOBS = re.compile(r'job="(kubelet|vllm)"')
 # The simulator writes `up` for dcgm-exporter's targets only; Prometheus writes it for every
-# target, so the copies get it for the kubelet's and vLLM's too (0 while silent).
-COUNTER_TARGET = re.compile(r'job="(?:kubelet|vllm)",instance="[^"]*"')
+# target, so the copies get it for the kubelet's, vLLM's and kube-state-metrics' too (0 while
+# silent).
+SCRAPED_TARGET = re.compile(r'job="(?:kubelet|vllm|kube-state-metrics)",instance="[^"]*"')
+# In another copy, kube-state-metrics is silent over the same 15 minutes.
+KSM_JOB = 'job="kube-state-metrics"'
 # The silent copy read in batches of 48 windows (the gap inside one) and of 12 (an hour: the
 # gap covers the interval before the 01:00 batch and its first two), the latter in shards too.
 SILENT_SOURCES = {"silent": 48, "silent, in hourly batches": 12, "silent, hourly, in shards": 12}
@@ -200,8 +207,12 @@ def _copies(line: str, at: int) -> list[str]:
     unmapped = [f"{name}{{{rest}"]
     if name.startswith("DCGM_") and UNMAPPED in rest:
         unmapped = [f"{name}{{{POD_LABELS.sub('', rest)}"]
+    ksm_silent = [f"{name}{{{rest}"]
+    if SILENT[0] <= at < SILENT[1] and KSM_JOB in rest:
+        ksm_silent = [f"up{{{rest.rsplit(' ', 2)[0]} 0 {at}"] if name == "up" else []
     held = {
         "as scraped": [f"{name}{{{rest}"],
+        "kube-state-metrics silent": ksm_silent,
         "pod mapping off": unmapped,
         "silent": silent,
         "scraped twice": [f"{name}{{{labels}" for labels in twice],
@@ -222,7 +233,7 @@ def copies_pool(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, d
     out = tmp_path_factory.mktemp("scrape-targets")
     holders: dict[int, set[str]] = defaultdict(set)
     running: dict[int, set[str]] = defaultdict(set)
-    counter_targets: dict[int, set[str]] = defaultdict(set)
+    scraped_targets: dict[int, set[str]] = defaultdict(set)
     simulate(POOL, out)
     ticks: set[int] = set()
     # Without pods, a time-sliced GPU's series and its pods' ones are one: written once a tick.
@@ -238,8 +249,8 @@ def copies_pool(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, d
                 holders[at].update(HOLDER.findall(line))
             elif found := RUNNING.match(line):
                 running[at].add(found[1])
-            elif found := COUNTER_TARGET.search(line):
-                counter_targets[at].add(found[0])
+            elif found := SCRAPED_TARGET.search(line):
+                scraped_targets[at].add(found[0])
             written = [line.rstrip("\n")]
             if at not in ticks:
                 ticks.add(at)
@@ -261,7 +272,7 @@ def copies_pool(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, d
                         continue
                     unmapped.add(series_at)
                 copies.write(f"{copy}\n")
-        for at, targets in sorted(counter_targets.items()):
+        for at, targets in sorted(scraped_targets.items()):
             for target in sorted(targets):
                 copies.writelines(f"{copy}\n" for copy in _copies(f"up{{{target}}} 1 {at}", at))
         copies.write("# EOF\n")
@@ -501,3 +512,33 @@ def test_it_says_which_windows_a_silent_scrape_moved_counts_from(copy_sources, c
         w for w in _windows(copy_sources[copy])[max(gap)].warnings if w.startswith("latency:")
     )
     assert scaled_out.startswith("latency: 4 scrape target(s)")
+
+
+def test_it_meters_through_a_silent_kube_state_metrics_and_names_what_it_missed(
+    copy_sources,
+) -> None:
+    """kube-state-metrics silent for 15 minutes: every pod is known again when it answers,
+    as it was before (not newly scheduled, so no wait, task or details for pods that never
+    held a GPU, like the completed one), the pods scheduled in the gap get their waits
+    (creation time read where it answers again), and usage, capacity and latency are those
+    of the copy as scraped. The gang preempted at 01:01 is not seen (kube-state-metrics
+    says so only while scraped): the gap's windows say that a preemption may go unseen."""
+    scraped, silent = (
+        stored(copy_sources[name]) for name in ("as scraped", "kube-state-metrics silent")
+    )
+    for table in ("usage", "capacity", "latency", "waits"):
+        assert silent[table] == scraped[table], table
+    assert [row[3] for row in scraped["preemptions"]] == ["llama3-8b-sft-0005-svj67"]
+    assert silent["preemptions"] == []
+    # Only the preempted task's row differs (its end and creation came with the preemption).
+    differing = {row[1] for row in set(scraped["tasks"]) ^ set(silent["tasks"])}
+    assert differing == {"recsys-sft-0005"}
+    gap = {datetime.fromtimestamp(at, UTC) for at in range(SILENT[0], SILENT[1], 300)}
+    said = {
+        start
+        for start, window in _windows(copy_sources["kube-state-metrics silent"]).items()
+        for warning in window.warnings
+        if warning.startswith('identity: 1 scrape target(s) missed scrapes, e.g. job="kube-')
+        and "answered 0 of 5; a pod preempted meanwhile may go unseen" in warning
+    }
+    assert said == gap
