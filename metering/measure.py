@@ -508,9 +508,10 @@ def _gap_targets_warn(facts: IntervalFacts, now: Observed, gap_targets: dict[Tar
     samples, is not lowered: the counts are right, and a late or unseen preemption is not a
     GPU sample."""
     missed: dict[str, list[tuple[Target, int, int]]] = defaultdict(list)
-    for target, (attempted, answered) in sorted(now.targets.items()):
+    failed = [(target, counts) for target, counts in now.targets.items() if counts[1] < counts[0]]
+    for target, (attempted, answered) in sorted(failed):  # most intervals: none
         meter = gap_targets.get(target)
-        if meter is not None and answered < attempted:
+        if meter is not None:
             missed[meter].append((target, answered, attempted))
     for meter, effect in GAP_EFFECTS.items():
         if not missed[meter]:
@@ -1736,7 +1737,6 @@ def _unattributed_missing(
             facts.warnings.append(f"{found}; no GPU exporter reports the node")
             continue
         missing = min(seen, math.ceil(sum(gpus for _, gpus in pods)) * ticks)
-        seen_by_node[node] = seen - missing
         facts.samples_seen -= missing
         facts.warnings.append(
             f"{found} (dcgm-exporter's pod mapping off or broken there?);"

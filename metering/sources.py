@@ -690,11 +690,11 @@ def pod_details_parts(plan: QueryPlan, pods: Iterable[str]) -> dict[str, Part]:
     requested = label_matcher("resource", plan.gpu_resource)
     names = regex_alternatives(pods)
     pod = _labels(POD_LABELS)
+    window = plan.window_to_end
     for pod_label in ("exported_pod", "pod"):
         only = label_matcher(pod_label, names, "=~")
         created = selector(plan, "kube_pod_created", only)
         requests_ = selector(plan, "kube_pod_container_resource_requests", requested, only)
-        window = plan.window_to_end
         parts[f"created_{pod_label}"] = Part(f"last_over_time({created}{window})", pod)
         parts[f"gpus_{pod_label}"] = Part(f"last_over_time({requests_}{window})", pod, "sum")
     return parts

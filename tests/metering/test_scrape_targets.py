@@ -296,7 +296,7 @@ def copy_sources(
     django_db_blocker: pytest.FixtureRequest,
     copies_prometheus: PrometheusProcess,
 ) -> Iterator[dict[str, int]]:
-    """Each copy ingested (committed) by a source of its own; two of them in shards too."""
+    """Each copy ingested (committed) by a source of its own; four of them in shards too."""
     with django_db_blocker.unblock():
         made = {}
         for copy in dict.fromkeys((*COPIES, *IN_SHARDS, *SILENT_SOURCES, *UNMAPPED_SOURCES)):
