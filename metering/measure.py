@@ -462,6 +462,7 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
     """Each interval's facts from what was observed (no Prometheus, no database)."""
     step = plan.step_seconds
     observed, shared = observation.observed, observation.shared
+    _scrape_interval_check(observed, plan)
     known = _known_gpus(observed)
     # Each pod's (replica's) last reading so far: a reading missing from the interval before
     # (a failed scrape) does not make the next one count from zero.
@@ -487,6 +488,59 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
             io_earlier.setdefault(pod, {}).update(counters)
         latency_earlier.update(now.latency_last)
     return Measured(intervals, observation.queries, observation.evaluation_seconds, plan)
+
+
+class ScrapeIntervalError(sources.SourceConfigurationError):
+    """Prometheus scraped a GPU exporter more often than the source's scrape interval allows."""
+
+
+def _scrape_interval_check(observed: dict[int, Observed], plan: sources.QueryPlan) -> None:
+    """Refuses the batch (`ScrapeIntervalError`) when Prometheus' `up` shows a GPU exporter
+    scraped more often than the source's `scrape_interval_seconds`, which every GPU tick is
+    taken to last: counted so, a pod scraped every 10 s where the source says 15 would be
+    billed half as much again, and capacity with it, with every window complete. Two
+    Prometheus replicas read undeduplicated double `up` the same way (and the I/O and latency
+    sums). Only GPU exporters' targets count: other jobs may be scraped at their own pace.
+
+    A late scrape can put one tick more into an interval (and one fewer into the next), so
+    an interval may hold one tick more than the step allows, and the batch one more in all.
+    Fewer ticks than expected are left to completeness: a Prometheus down for a while looks
+    the same."""
+    ticks = plan.step_seconds // plan.scrape_seconds
+    gpu_targets: set[Target] = set()
+    for interval in observed.values():
+        for series in interval.series.values():
+            gpu_targets.add(series.target)
+            if series.also_target is not None:
+                gpu_targets.add(series.also_target)
+    scraped: dict[Target, int] = defaultdict(int)
+    over: dict[Target, tuple[int, int, int]] = {}  # target -> (scrapes, intervals, first start)
+    for start, interval in observed.items():
+        for target, (attempted, _) in interval.targets.items():
+            if target not in gpu_targets:
+                continue
+            scraped[target] += attempted
+            if attempted > ticks + 1:
+                over.setdefault(target, (attempted, 1, start))
+    first = min(observed, default=0)
+    for target, count in scraped.items():
+        if count > len(observed) * ticks + 1:
+            over.setdefault(target, (count, len(observed), first))
+    if not over:
+        return
+    target = min(over)
+    count, intervals, start = over[target]
+    seconds = intervals * plan.step_seconds
+    raise ScrapeIntervalError(
+        f"scrape interval: Prometheus scraped {len(over)} GPU exporter(s) more often than the"
+        f" source's scrape_interval_seconds of {plan.scrape_seconds} s allows, e.g."
+        f" {_target_text(target)} {count} times in the {seconds} s from"
+        f" {datetime.fromtimestamp(start, UTC):%Y-%m-%dT%H:%M:%SZ} (every"
+        f" {seconds / count:.3g} s, where {intervals * ticks} scrapes were expected): set the"
+        " source's scrape interval to the one Prometheus scrapes dcgm-exporter at, or, if two"
+        " Prometheus replicas answer undeduplicated, point the source at a deduplicating"
+        " querier; nothing was stored"
+    )
 
 
 def _gap_targets(answered: dict[Target, str], observed: dict[int, Observed]) -> dict[Target, str]:
@@ -1691,6 +1745,10 @@ def _derive_completeness(
         if (job, instance) in now.targets:
             attempted, answered = now.targets[(job, instance)]
             message += f"; its exporter answered {answered} of {attempted} scrapes"
+            if attempted < ticks:  # Prometheus down a while, or scraping less often
+                message += (
+                    f", {ticks} expected at the source's scrape interval of {plan.scrape_seconds} s"
+                )
         facts.warnings.append(message)
 
 

@@ -34,7 +34,11 @@ class Source(models.Model):
     basic_auth_user = models.CharField(max_length=200, blank=True)
     basic_auth_password = models.CharField(max_length=200, blank=True)
     verify_tls = models.BooleanField(default=True)
-    scrape_interval_seconds = models.PositiveIntegerField(default=15)
+    scrape_interval_seconds = models.PositiveIntegerField(
+        default=15,
+        help_text="How often Prometheus scrapes dcgm-exporter: each GPU sample counts as this"
+        " many seconds. Windows scraped more often fail, naming the exporter.",
+    )
     label_mapping = models.JSONField(default=dict, blank=True)
     priority_class_kinds = models.JSONField(default=dict, blank=True)
     max_concurrent_queries = models.PositiveSmallIntegerField(default=4)

@@ -183,7 +183,11 @@ def shards_combine(*, batch_id: int) -> list[IngestWindow]:
     for query in merged.queries:
         query.setdefault("shard", "combiner")
     first, last = int(batch.first_start.timestamp()), int(batch.last_start.timestamp())
-    measured = measure.derive(merged, plan, first, last)
+    try:
+        measured = measure.derive(merged, plan, first, last)
+    except sources.SourceConfigurationError as error:  # a scrape interval that is not the source's
+        _batch_fail(batch, f"source {batch.source.name}: {error}")
+        return run
     del merged  # what Prometheus answered: the write needs the facts only
     accept_loss = LossAcceptance(**batch.accept_loss) if batch.accept_loss else None
     began = time.perf_counter()
