@@ -87,7 +87,15 @@ class PrometheusError(Exception):
 
 
 class PrometheusUnavailable(PrometheusError):
-    """Unreachable, timed out or answering 5xx/429: retry later, the data is not lost."""
+    """Unreachable, timed out, answering 5xx/429, or answering with part of the data missing:
+    retry later, the data is not lost."""
+
+
+class PrometheusPartialAnswer(PrometheusUnavailable):
+    """An answer that says part of the data is missing: a Thanos querier with a store down
+    (its default allows partial responses, with a warning), VictoriaMetrics' `isPartial`, a
+    Prometheus whose remote read failed. Metered, the missing series would just be absent:
+    no samples expected of GPUs never seen, so every window complete and under-billed."""
 
 
 class PrometheusQueryError(PrometheusError):
@@ -962,6 +970,11 @@ class _LimitedSession(requests.Session):
         return response
 
 
+# Prometheus' notes on a query itself (its annotations; Thanos tells them apart from a store's
+# warnings so): a counter function over a gauge, histograms of mixed kinds. Not about the data.
+PROMQL_NOTES = ("PromQL info:", "PromQL warning:")
+
+
 class PrometheusClient:
     """query_range through prometheus-api-client, with auth, TLS, time-outs and a size cap."""
 
@@ -1110,7 +1123,27 @@ class PrometheusClient:
             raise PrometheusQueryError(
                 f"Prometheus answered a result that is not a list of series: {str(result)[:200]}"
             )
+        self._whole_answer_check()
         return result
+
+    def _whole_answer_check(self) -> None:
+        """Raises `PrometheusPartialAnswer` when the last answer says data is missing from it:
+        a warning that is not PromQL's own note on the query (`PromQL info:`, `PromQL
+        warning:`, which say nothing about the data), or `isPartial`."""
+        payload = _object(getattr(self._session.local, "payload", None))
+        warnings = payload.get("warnings")
+        missing = [
+            str(warning)
+            for warning in (warnings if isinstance(warnings, list) else [])
+            if not str(warning).startswith(PROMQL_NOTES)
+        ]
+        if payload.get("isPartial") is True:
+            missing.insert(0, "isPartial: true")
+        if missing:
+            raise PrometheusPartialAnswer(
+                "Prometheus answered with part of the data missing, retrying until it answers"
+                f" whole: {'; '.join(missing)[:1000]}"
+            )
 
 
 def series_merge(

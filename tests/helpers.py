@@ -5,6 +5,10 @@ from __future__ import annotations
 import io
 import json
 import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from django.core.management import call_command
@@ -68,3 +72,16 @@ def off_site_urls(html: str) -> list[str]:
     Tests look at URLs, not for the text "cdn": a random CSRF token holds "cdn" now and then.
     """
     return [url for url in _ASSET_URL.findall(html) if _OFF_SITE.match(url)]
+
+
+@contextmanager
+def http_served(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`handler` serving on a free port of 127.0.0.1 in a thread; yields its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -9,16 +9,16 @@ production) so the test runs in seconds; the code path is the production one.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from metering import services, sources
 from metering.models import CapacityInterval, IngestWindow, Source, UsageInterval
+from tests.helpers import http_served
 
 START = datetime.fromisoformat("2026-10-01T00:00:00Z")
 HUGE = 3 * 1024 * 1024  # bytes sent; the cap is lowered to 1 MiB below
@@ -83,14 +83,9 @@ class Hostile(BaseHTTPRequestHandler):
 @pytest.fixture
 def hostile() -> Iterator[type[Hostile]]:
     handler = type("HostileHandler", (Hostile,), {})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    handler.url = f"http://127.0.0.1:{server.server_port}"
-    yield handler
-    server.shutdown()
-    server.server_close()
+    with http_served(handler) as url:
+        handler.url = url
+        yield handler
 
 
 @pytest.fixture
