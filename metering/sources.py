@@ -243,6 +243,21 @@ class QueryPlan:
         return f"[{self.range_ms}ms:{self.scrape}] offset 1ms"
 
     @property
+    def tick_slot(self) -> str:
+        """The range of one tick's sample inside a `ticks_window` subquery: at its point p,
+        the samples in [p, p + scrape), as `window` holds an interval's.
+
+        A subquery's points fall on multiples of the scrape interval, but Prometheus scrapes
+        each target at an offset of its own (a hash of its labels), so its samples fall
+        between the points. An instant selector at p reads the sample before p: the one of
+        the tick before, which may be in the interval before. Each tick of a time-sliced GPU
+        then landed one tick late, so on the other side of an interval's, a peak hour's or a
+        month's boundary from the samples that `count_over_time` counts. Read forward (a
+        negative offset, Prometheus 2.33 on) the points hold the ticks the counts hold."""
+        scrape_ms = self.scrape_seconds * 1000
+        return f"[{scrape_ms - (1 if self.closed_ranges else 0)}ms] offset -{scrape_ms - 1}ms"
+
+    @property
     def reads_raw_samples(self) -> bool:
         """Whether the device meter fetches DCGM_FI_DEV_FB_USED's raw samples once and takes
         its three range functions (ticks, peak, mean) per interval in Python
@@ -499,8 +514,11 @@ def shared_devices_query(
     device = "UUID, GPU_I_ID"
     own = sorted(exporters)
 
+    def at_tick(series: str) -> str:  # the sample of the tick at each point (`tick_slot`)
+        return f"last_over_time({series}{plan.tick_slot})"
+
     def once(metric: str) -> str:
-        exported, plain = pod_series(plan, metric, only, not_pods=own)
+        exported, plain = map(at_tick, pod_series(plan, metric, only, not_pods=own))
         for label in ("pod", "namespace"):
             exported = f'label_replace({exported}, "{label}", "$1", "exported_{label}", "(.+)")'
         return f"max by ({DEVICE_POD_LABELS}) ({exported} or {plain})"
@@ -514,7 +532,7 @@ def shared_devices_query(
         per_tick = f"({expression}) / on({device}) group_left() count by ({device}) ({holders})"
         return f"max by ({DEVICE_SERIES_LABELS}) (sum_over_time(({per_tick}){window}))"
 
-    any_series = f"count by ({device}) ({selector(plan, 'DCGM_FI_DEV_FB_USED', only)})"
+    any_series = f"count by ({device}) ({at_tick(selector(plan, 'DCGM_FI_DEV_FB_USED', only))})"
     parts = {
         "alloc": split(f"({held} >= bool 0) ^ -1", held),
         "busy": split(busy, busy),
@@ -718,7 +736,9 @@ def preemption_ticks_query(plan: QueryPlan, pods: Iterable[str]) -> str:
         series = selector(
             plan, "kube_pod_status_reason", reason, label_matcher(pod_label, names, "=~")
         )
-        parts.append(f"min by ({POD_LABELS}) (min_over_time(timestamp({series} == 1){window}))")
+        # `timestamp` of an expression is its point's: the tick whose slot holds the sample.
+        at_tick = f"last_over_time({series}{plan.tick_slot})"
+        parts.append(f"min by ({POD_LABELS}) (min_over_time(timestamp({at_tick} == 1){window}))")
     return " or ".join(parts)
 
 

@@ -91,6 +91,12 @@ class PoolConfig:
     # Multi-node training Jobs submitted at the start: each runs one pod per node on two
     # different nodes at once (a gang), so one task's pods sit on several nodes.
     gang_jobs: int = 0
+    # Prometheus scrapes each target at an offset of its own within the scrape interval (a
+    # hash of its labels), and stores its samples at that time, between the ticks. True:
+    # each target's samples are written so, at 1 s to one interval after their tick (a test
+    # Prometheus' look-back is just under an interval, see prometheus.lookback_for); False:
+    # on the tick. The truth is the same: a sample stays in its tick's interval.
+    scrape_offsets: bool = False
 
     def __post_init__(self) -> None:
         _check_whole("--gpus", self.gpus, 1, MAX_GPUS)
@@ -116,6 +122,8 @@ class PoolConfig:
             raise SimulatorConfigError(
                 f"--gpu-models must be one of {', '.join(GPU_MODEL_MIXES)}, got {self.gpu_models!r}"
             )
+        if self.scrape_offsets and self.scrape_interval_seconds < 2:
+            raise SimulatorConfigError("scrape offsets need a scrape interval of 2 s or more")
         if not all(isinstance(silent, SilentExporter) for silent in self.silent_exporters):
             raise SimulatorConfigError("silent_exporters must hold SilentExporter values")
 

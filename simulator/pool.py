@@ -17,6 +17,7 @@ import datetime as dt
 import math
 import random
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from operator import add
@@ -1048,6 +1049,27 @@ def run_ticks(pool: Pool, ticks: range) -> Iterator[tuple[int, list[str]]]:
         yield t, pool.step(t)
 
 
+class ScrapeOffsets:
+    """Each scrape target's offset within the scrape interval, as Prometheus spreads its
+    scrapes (a hash of the target's `instance`), from 1 s to the interval, in milliseconds."""
+
+    def __init__(self, scrape_seconds: int) -> None:
+        self.span_ms = max(1, scrape_seconds * 1000 - 1000)
+        self.of_instance: dict[str, int] = {}
+
+    def stamp(self, line: str, t: int) -> str:
+        """The timestamp of `line`'s sample of tick `t`: seconds, to the millisecond."""
+        at = line.find('instance="')
+        if at < 0:
+            return str(t)
+        instance = line[at + 10 : line.find('"', at + 10)]
+        offset = self.of_instance.get(instance)
+        if offset is None:
+            offset = 1000 + zlib.crc32(instance.encode()) % self.span_ms
+            self.of_instance[instance] = offset
+        return f"{t + offset // 1000}.{offset % 1000:03d}"
+
+
 def write_openmetrics(pool: Pool, path: Path) -> int:
     """Stream every tick's samples to `path` (OpenMetrics, seconds timestamps, `# EOF`).
     Returns the number of samples written. Memory stays flat: one tick is held at a time."""
@@ -1070,6 +1092,8 @@ def write_openmetrics_parts(
     samples = 0
     out_file = None
     part_end = None
+    config = pool.config
+    offsets = ScrapeOffsets(config.scrape_interval_seconds) if config.scrape_offsets else None
     try:
         for t, lines in run_ticks(pool, pool.config.ticks() if ticks is None else ticks):
             if out_file is None or (part_seconds and t >= part_end):
@@ -1080,7 +1104,10 @@ def write_openmetrics_parts(
                 paths.append(path)
                 out_file = open(path, "w", encoding="utf-8", buffering=1 << 20)
                 part_end = t - t % part_seconds + part_seconds if part_seconds else None
-            if lines:
+            if lines and offsets is not None:
+                out_file.write("".join(f"{line} {offsets.stamp(line, t)}\n" for line in lines))
+                samples += len(lines)
+            elif lines:
                 # Lines are prebuilt "name{labels} " prefixes plus a value: joining them with
                 # " <t>\n" appends every timestamp at C speed.
                 separator = f" {t}\n"

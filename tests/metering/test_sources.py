@@ -46,6 +46,10 @@ def test_it_counts_each_tick_once_with_a_window_one_millisecond_short() -> None:
     assert plan.ticks_window == "[299999ms:15s] offset 1ms"
     left_open = replace(plan, closed_ranges=False)
     assert left_open.window == "[300000ms] offset 1ms"
+    # At each point p of the subquery, the tick's sample in [p, p + 15 s), wherever in it
+    # Prometheus scraped (tests/metering/test_scrape_offsets.py).
+    assert plan.tick_slot == "[14999ms] offset -14999ms"
+    assert left_open.tick_slot == "[15000ms] offset -14999ms"
     for build in sources.METERS.values():
         promql = build(plan)
         assert "[299999ms] offset 1ms" in promql and "[5m]" not in promql
