@@ -28,8 +28,12 @@ from tests.metering import exposition
 from tests.slow import starts
 
 # A week across the October month boundary (UTC and Asia/Shanghai) and many peak/off-peak
-# boundaries (09:00 and 22:00 local), small enough to ingest in seconds.
-POOL = PoolConfig(gpus=8, days=7, start=date(2026, 9, 28), seed=11, scrape_interval_seconds=60)
+# boundaries (09:00 and 22:00 local), small enough to ingest in seconds. Each target's samples
+# lie between the ticks, at an offset of its own, as Prometheus stores real scrapes (the
+# other simulated pools of the tests keep them on the ticks).
+POOL = PoolConfig(
+    gpus=8, days=7, start=date(2026, 9, 28), seed=11, scrape_interval_seconds=60, scrape_offsets=True
+)
 # Two 5-minute windows of real exporter samples at a 15 s scrape.
 EDGE_START = int(datetime(2026, 10, 5, tzinfo=UTC).timestamp())
 EDGE_SCRAPE = 15
