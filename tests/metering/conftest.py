@@ -32,7 +32,12 @@ from tests.slow import starts
 # lie between the ticks, at an offset of its own, as Prometheus stores real scrapes (the
 # other simulated pools of the tests keep them on the ticks).
 POOL = PoolConfig(
-    gpus=8, days=7, start=date(2026, 9, 28), seed=11, scrape_interval_seconds=60, scrape_offsets=True
+    gpus=8,
+    days=7,
+    start=date(2026, 9, 28),
+    seed=11,
+    scrape_interval_seconds=60,
+    scrape_offsets=True,
 )
 # Two 5-minute windows of real exporter samples at a 15 s scrape.
 EDGE_START = int(datetime(2026, 10, 5, tzinfo=UTC).timestamp())
