@@ -1769,9 +1769,10 @@ def _unattributed_missing(
     incomplete and the month's close refuses it until the mapping is mended and the window
     ingested again, or the loss accepted. A MIG instance or a time-sliced replica counts as
     kube-state-metrics counts it, the node's sum rounded up. On a node no GPU exporter
-    reports (none deployed there, a node outside this source's pool, or a `Hostname` that is
-    not the node's name) there are no samples to count, so the window only says so. Pods on
-    a node whose exporter missed scrapes are left to that count."""
+    reports (none deployed there: a new node pool the DaemonSet does not tolerate; or a
+    `Hostname` that is not the node's name) the pods' GPUs were not scraped at all: their
+    ticks are expected and missing, so the window is incomplete the same way. Pods on a node
+    whose exporter missed scrapes are left to that count."""
     ticks = plan.step_seconds // plan.scrape_seconds
     named = {key[3:] for key in now.series if key[4]}
     unmetered: dict[str, list[tuple[PodKey, Fraction]]] = defaultdict(list)
@@ -1790,15 +1791,18 @@ def _unattributed_missing(
             f" interval with GPUs that no GPU series names, e.g. {namespace}/{name}"
             f" requesting {gpus} GPU(s)"
         )
+        requested = math.ceil(sum(gpus for _, gpus in pods)) * ticks
         seen = seen_by_node.get(node, 0)
-        if not seen:
-            facts.warnings.append(f"{found}; no GPU exporter reports the node")
-            continue
-        missing = min(seen, math.ceil(sum(gpus for _, gpus in pods)) * ticks)
-        facts.samples_seen -= missing
+        if seen:  # scraped, but as free GPUs
+            missing = min(seen, requested)
+            facts.samples_seen -= missing
+            cause = "dcgm-exporter's pod mapping off or broken there?"
+        else:  # not scraped at all
+            missing = requested
+            facts.samples_expected += missing
+            cause = "no GPU exporter reports the node"
         facts.warnings.append(
-            f"{found} (dcgm-exporter's pod mapping off or broken there?);"
-            f" {missing * plan.scrape_seconds} GPU-seconds counted missing"
+            f"{found} ({cause}); {missing * plan.scrape_seconds} GPU-seconds counted missing"
         )
 
 

@@ -76,12 +76,13 @@ def test_it_leaves_pods_that_did_not_run_through_or_are_named_uncounted() -> Non
     assert facts.warnings == []
 
 
-def test_it_counts_no_more_than_the_node_showed_and_nothing_where_none_reports_it() -> None:
+def test_it_counts_no_more_than_the_node_showed_and_all_requested_where_none_reports_it() -> None:
     before, now = interval(gpus=2), interval(gpus=2)
     running(before, now, "greedy", 8)  # more than the node's 2 GPUs: a time-sliced request
     running(before, now, "elsewhere", 1, node="gpu-b")  # no GPU exporter reports gpu-b
     facts = derived(before, now)
-    assert (facts.samples_seen, facts.samples_expected) == (0, 2 * TICKS)
+    # gpu-a's 2 GPUs counted missing, not seen; gpu-b's 1 GPU expected, and missing.
+    assert (facts.samples_seen, facts.samples_expected) == (0, 2 * TICKS + TICKS)
     assert [warning.split(", e.g.")[0] for warning in facts.warnings] == [
         "attribution: node gpu-a: 1 pod(s) ran the whole interval with GPUs that no GPU"
         " series names",
@@ -89,7 +90,9 @@ def test_it_counts_no_more_than_the_node_showed_and_nothing_where_none_reports_i
         " series names",
     ]
     assert facts.warnings[0].endswith("; 600 GPU-seconds counted missing")
-    assert facts.warnings[1].endswith("; no GPU exporter reports the node")
+    assert facts.warnings[1].endswith(
+        " (no GPU exporter reports the node); 300 GPU-seconds counted missing"
+    )
 
 
 def test_it_leaves_pods_on_a_node_whose_exporter_missed_scrapes_to_that_count() -> None:
