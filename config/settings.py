@@ -222,6 +222,9 @@ for _name in ("TANDEM_INGEST_BATCH_WINDOWS", "TANDEM_INGEST_BATCH_GPU_WINDOWS"):
 TANDEM_INGEST_CATCHUP_WINDOWS = env_int("TANDEM_INGEST_CATCHUP_WINDOWS", 288)
 TANDEM_INGEST_RETRY_BACKOFF_SECONDS = env_int("TANDEM_INGEST_RETRY_BACKOFF_SECONDS", 5)
 TANDEM_INGEST_RETRY_BACKOFF_MAX_SECONDS = env_int("TANDEM_INGEST_RETRY_BACKOFF_MAX_SECONDS", 600)
+# Samples may reach Prometheus late (remote write catching up, a querier's store behind): beat
+# ingests again a window below TANDEM_MIN_COMPLETENESS that ended less than this long ago.
+TANDEM_INGEST_LATE_SECONDS = env_int("TANDEM_INGEST_LATE_SECONDS", 3600)
 # A month closes only when every ingest window saw at least this share of expected samples.
 TANDEM_MIN_COMPLETENESS = Decimal(os.environ.get("TANDEM_MIN_COMPLETENESS", "0.99"))
 

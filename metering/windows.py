@@ -98,8 +98,10 @@ def windows_due_create(*, source: Source, now: datetime | None = None) -> list[l
     The backlog is every window since the source's `ingest_from` (else its first window)
     that is missing (an outage of beat, the broker or the database, however long) or lost
     (pending or running, untouched for longer than a retry waits: a worker killed with its
-    message unacknowledged, a broker restarted without persistence). Ingesting is idempotent,
-    so queueing a window that was merely slow costs a query, never a double count.
+    message unacknowledged, a broker restarted without persistence), and every recent window
+    that came out incomplete, for a second look at samples that arrived late (`_late_windows`).
+    Ingesting is idempotent, so queueing a window that was merely slow costs a query, never a
+    double count.
 
     Bounded so that an outage of weeks never becomes thousands of tasks in one tick: at most
     TANDEM_INGEST_CATCHUP_WINDOWS backlog windows are in flight per source (those queued by
@@ -119,9 +121,10 @@ def windows_due_create(*, source: Source, now: datetime | None = None) -> list[l
         .exclude(pk=newest.pk)
         .order_by("start")[:budget]
     )
+    late = _late_windows(source, newest, now, limit=budget - len(lost))
     # Only windows queued now are created: one left pending unqueued would count as in flight.
-    missing = _missing_starts(source, before=newest.start, limit=budget - len(lost))
-    backlog = sorted([*lost, *_windows_add(source, missing)], key=lambda w: w.start)
+    missing = _missing_starts(source, before=newest.start, limit=budget - len(lost) - len(late))
+    backlog = sorted([*lost, *late, *_windows_add(source, missing)], key=lambda w: w.start)
     # Touched now: until the retry horizon passes they count as in flight, not lost again.
     IngestWindow.objects.filter(pk__in=[w.pk for w in backlog]).update(updated=now)
     per_task = catchup_windows_per_task(source)
@@ -156,6 +159,31 @@ def _backlog_budget(source: Source, newest: IngestWindow, now: datetime) -> int:
         .count()
     )
     return max(0, settings.TANDEM_INGEST_CATCHUP_WINDOWS - in_flight)
+
+
+def _late_windows(
+    source: Source, newest: IngestWindow, now: datetime, *, limit: int
+) -> list[IngestWindow]:
+    """Done windows below TANDEM_MIN_COMPLETENESS that ended less than
+    TANDEM_INGEST_LATE_SECONDS ago, untouched since a retry would have touched them: a second
+    look at samples that reached Prometheus after the window was ingested (remote write
+    catching up after a network cut, an agent replaying its write-ahead log after a restart).
+    The writer never replaces stored rows with rows of fewer samples, so a look that finds no
+    more changes nothing. A window incomplete for good (an exporter silent) is looked at a
+    few times within that span, one narrow query each, then left to the close."""
+    if limit <= 0:
+        return []
+    return list(
+        IngestWindow.objects.filter(
+            source=source,
+            status=IngestWindow.Status.DONE,
+            completeness__lt=settings.TANDEM_MIN_COMPLETENESS,
+            end__gte=now - timedelta(seconds=settings.TANDEM_INGEST_LATE_SECONDS),
+            updated__lt=_stale_before(now),
+        )
+        .exclude(pk=newest.pk)
+        .order_by("start")[:limit]
+    )
 
 
 def _missing_starts(source: Source, *, before: datetime, limit: int) -> list[datetime]:

@@ -130,3 +130,33 @@ def test_it_creates_no_window_it_does_not_queue() -> None:
     assert queued == [first + STEP * index for index in range(5)]  # 3 lost, 2 missing
     # 10:00 ... 10:20 and the newest, 11:55: the other missing windows wait for later ticks.
     assert IngestWindow.objects.filter(source=source).count() == 6
+
+
+@pytest.mark.django_db
+@override_settings(
+    TANDEM_STEP_SECONDS=300, TANDEM_INGEST_LAG_SECONDS=60, TANDEM_INGEST_LATE_SECONDS=3600
+)
+def test_it_looks_again_at_recent_incomplete_windows_only() -> None:
+    source = Source.objects.create(name="s", url="http://127.0.0.1:9")
+    first = datetime(2026, 10, 5, 10, 55, tzinfo=UTC)
+    # (completeness, minutes since last touched) of 10:55 ... 11:50, all done.
+    done = {
+        0: ("0.5", 30),  # 10:55: ended 11:00, more than the hour before NOW
+        1: ("0.5", 30),  # 11:00: looked at again
+        2: ("1", 30),  # complete
+        3: ("0.98", 5),  # incomplete, but looked at 5 minutes ago
+        4: ("0.98", 30),  # looked at again
+    }
+    for index in range(12):
+        start = first + STEP * index
+        made = IngestWindow.objects.create(source=source, start=start, end=start + STEP)
+        completeness, touched = done.get(index, ("1", 30))
+        IngestWindow.objects.filter(pk=made.pk).update(
+            status="done", completeness=completeness, updated=NOW - timedelta(minutes=touched)
+        )
+
+    _, *backlog = services.windows_due_create(source=source, now=NOW)
+
+    assert [w.start for batch in backlog for w in batch] == [first + STEP, first + STEP * 4]
+    # Touched by this tick: the next one queues only its newest window.
+    assert services.windows_due_create(source=source, now=NOW + STEP)[1:] == []
