@@ -14,23 +14,28 @@ STEP = timedelta(seconds=300)
 NOW = datetime(2026, 10, 5, 12, 1, 30, tzinfo=UTC)  # 12:00 closed 90 s ago, past the 60 s lag
 
 
+def window_at(
+    source: Source, start: datetime, status: str, touched_minutes_ago: int, completeness: str = "0"
+) -> IngestWindow:
+    """A window of the source as a worker left it, last touched that long before NOW."""
+    made = IngestWindow.objects.create(source=source, start=start, end=start + STEP)
+    IngestWindow.objects.filter(pk=made.pk).update(
+        status=status,
+        completeness=completeness,
+        updated=NOW - timedelta(minutes=touched_minutes_ago),
+    )
+    return made
+
+
 @pytest.mark.django_db
 @override_settings(TANDEM_STEP_SECONDS=300, TANDEM_INGEST_LAG_SECONDS=60)
 def test_it_queues_the_newest_window_the_gaps_and_the_stale_ones_only() -> None:
     source = Source.objects.create(name="s", url="http://127.0.0.1:9")
     first = datetime(2026, 10, 5, 10, 0, tzinfo=UTC)
-
-    def window(start: datetime, status: str, touched_minutes_ago: int) -> IngestWindow:
-        made = IngestWindow.objects.create(source=source, start=start, end=start + STEP)
-        IngestWindow.objects.filter(pk=made.pk).update(
-            status=status, updated=NOW - timedelta(minutes=touched_minutes_ago)
-        )
-        return made
-
     for index in range(12):  # 10:00 ... 10:55, all done
-        window(first + STEP * index, "done", 60)
-    stale = window(first + STEP * 12, "running", 30)  # a worker was killed on it
-    window(first + STEP * 13, "pending", 1)  # retrying right now: leave it alone
+        window_at(source, first + STEP * index, "done", 60)
+    stale = window_at(source, first + STEP * 12, "running", 30)  # a worker was killed on it
+    window_at(source, first + STEP * 13, "pending", 1)  # retrying right now: leave it alone
     # 11:10 ... 11:50 were never created (a lost beat message, a broker restart)
 
     newest, *backlog = services.windows_due_create(source=source, now=NOW)
@@ -118,11 +123,7 @@ def test_it_creates_no_window_it_does_not_queue() -> None:
     source = Source.objects.create(name="s", url="http://127.0.0.1:9")
     first = datetime(2026, 10, 5, 10, 0, tzinfo=UTC)
     for index in (0, 1, 2):  # lost: running, untouched for an hour
-        start = first + STEP * index
-        made = IngestWindow.objects.create(source=source, start=start, end=start + STEP)
-        IngestWindow.objects.filter(pk=made.pk).update(
-            status="running", updated=NOW - timedelta(hours=1)
-        )
+        window_at(source, first + STEP * index, "running", 60)
 
     _, *backlog = services.windows_due_create(source=source, now=NOW)
 
@@ -148,12 +149,8 @@ def test_it_looks_again_at_recent_incomplete_windows_only() -> None:
         4: ("0.98", 30),  # looked at again
     }
     for index in range(12):
-        start = first + STEP * index
-        made = IngestWindow.objects.create(source=source, start=start, end=start + STEP)
         completeness, touched = done.get(index, ("1", 30))
-        IngestWindow.objects.filter(pk=made.pk).update(
-            status="done", completeness=completeness, updated=NOW - timedelta(minutes=touched)
-        )
+        window_at(source, first + STEP * index, "done", touched, completeness)
 
     _, *backlog = services.windows_due_create(source=source, now=NOW)
 
