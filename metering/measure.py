@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import decimal
 import math
+import re
 import threading
 from bisect import bisect_left
 from collections import defaultdict
@@ -462,7 +463,7 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
     """Each interval's facts from what was observed (no Prometheus, no database)."""
     step = plan.step_seconds
     observed, shared = observation.observed, observation.shared
-    _scrape_interval_check(observed, plan)
+    _scrape_interval_check(observed, plan, first)
     known = _known_gpus(observed)
     # Each pod's (replica's) last reading so far: a reading missing from the interval before
     # (a failed scrape) does not make the next one count from zero.
@@ -494,38 +495,39 @@ class ScrapeIntervalError(sources.SourceConfigurationError):
     """Prometheus scraped a GPU exporter more often than the source's scrape interval allows."""
 
 
-def _scrape_interval_check(observed: dict[int, Observed], plan: sources.QueryPlan) -> None:
+def _scrape_interval_check(
+    observed: dict[int, Observed], plan: sources.QueryPlan, first: int
+) -> None:
     """Refuses the batch (`ScrapeIntervalError`) when Prometheus' `up` shows a GPU exporter
     scraped more often than the source's `scrape_interval_seconds`, which every GPU tick is
     taken to last: counted so, a pod scraped every 10 s where the source says 15 would be
     billed half as much again, and capacity with it, with every window complete. Two
     Prometheus replicas read undeduplicated double `up` the same way (and the I/O and latency
-    sums). Only GPU exporters' targets count: other jobs may be scraped at their own pace.
+    sums). Only the batch's own intervals count (the one before is another batch's), and only
+    targets that answered some GPU series alone in the interval: other jobs may be scraped at
+    their own pace, and a series two targets answered is counted per tick at the source's
+    interval (`_time_sliced_devices`) whatever their pace.
 
     A late scrape can put one tick more into an interval (and one fewer into the next), so
     an interval may hold one tick more than the step allows, and the batch one more in all.
     Fewer ticks than expected are left to completeness: a Prometheus down for a while looks
     the same."""
     ticks = plan.step_seconds // plan.scrape_seconds
-    gpu_targets: set[Target] = set()
-    for interval in observed.values():
-        for series in interval.series.values():
-            gpu_targets.add(series.target)
-            if series.also_target is not None:
-                gpu_targets.add(series.also_target)
     scraped: dict[Target, int] = defaultdict(int)
     over: dict[Target, tuple[int, int, int]] = {}  # target -> (scrapes, intervals, first start)
-    for start, interval in observed.items():
+    batch = [start for start in sorted(observed) if start >= first]
+    for start in batch:
+        interval = observed[start]
+        alone = {s.target for s in interval.series.values() if s.also_target is None}
         for target, (attempted, _) in interval.targets.items():
-            if target not in gpu_targets:
+            if target not in alone:
                 continue
             scraped[target] += attempted
             if attempted > ticks + 1:
                 over.setdefault(target, (attempted, 1, start))
-    first = min(observed, default=0)
     for target, count in scraped.items():
-        if count > len(observed) * ticks + 1:
-            over.setdefault(target, (count, len(observed), first))
+        if count > len(batch) * ticks + 1:
+            over.setdefault(target, (count, len(batch), first))
     if not over:
         return
     target = min(over)
@@ -1771,19 +1773,29 @@ def _unattributed_missing(
     kube-state-metrics counts it, the node's sum rounded up. On a node no GPU exporter
     reports (none deployed there: a new node pool the DaemonSet does not tolerate; or a
     `Hostname` that is not the node's name) the pods' GPUs were not scraped at all: their
-    ticks are expected and missing, so the window is incomplete the same way. Pods on a node
-    whose exporter missed scrapes are left to that count."""
+    ticks are expected and missing, so the window is incomplete the same way; unless an
+    exporter that missed scrapes in the interval goes by a name that is no pod's node (its
+    GPUs, counted missing already, may be these: the window only says so). Pods on a node
+    whose exporter missed scrapes are left to that count, and pods on the source's
+    `unmetered_nodes` (another source's pool) to that source."""
     ticks = plan.step_seconds // plan.scrape_seconds
     named = {key[3:] for key in now.series if key[4]}
+    outside = re.compile(plan.unmetered_nodes) if plan.unmetered_nodes else None
     unmetered: dict[str, list[tuple[PodKey, Fraction]]] = defaultdict(list)
     for pod, identity in now.identity.items():
         if not identity.running or not identity.gpus_requested or pod in named:
             continue
+        if outside is not None and outside.fullmatch(identity.node):
+            continue  # another source's node
         earlier = before.identity.get(pod)
         if earlier is None or not earlier.running or pod in now.preempted:
             continue
         if identity.node not in silent_nodes:
             unmetered[identity.node].append((pod, identity.gpus_requested))
+    # An exporter that missed scrapes under a name kube-state-metrics gives no pod's node (a
+    # `Hostname` that is not the node's name): its GPUs, counted missing already, may be
+    # those of a node that looks unreported.
+    unnamed_silent = sorted(silent_nodes - {identity.node for identity in now.identity.values()})
     for node, pods in sorted(unmetered.items()):
         (namespace, name), gpus = min(pods)
         found = (
@@ -1797,6 +1809,12 @@ def _unattributed_missing(
             missing = min(seen, requested)
             facts.samples_seen -= missing
             cause = "dcgm-exporter's pod mapping off or broken there?"
+        elif unnamed_silent:
+            facts.warnings.append(
+                f"{found} (no GPU exporter reports the node by that name); not counted:"
+                f" {unnamed_silent[0]}'s exporter missed scrapes, counted missing already"
+            )
+            continue
         else:  # not scraped at all
             missing = requested
             facts.samples_expected += missing

@@ -79,6 +79,9 @@ MAPPING_DEFAULTS: dict[str, Any] = {
     "latency_histogram": "vllm:e2e_request_latency_seconds",
     "preemption_reason": "PreemptionByScheduler",
     "gpu_resource": "nvidia_com_gpu",
+    # a regular expression of the nodes whose GPUs this source does not meter (another
+    # source's pool): pods running there with GPUs are not counted missing; "" = none
+    "unmetered_nodes": "",
 }
 
 
@@ -199,6 +202,7 @@ class QueryPlan:
     latency_histogram: str = MAPPING_DEFAULTS["latency_histogram"]
     preemption_reason: str = MAPPING_DEFAULTS["preemption_reason"]
     gpu_resource: str = MAPPING_DEFAULTS["gpu_resource"]
+    unmetered_nodes: str = ""  # see MAPPING_DEFAULTS
     priority_class_kinds: Mapping[str, str] = field(
         default_factory=lambda: dict(DEFAULT_PRIORITY_CLASS_KINDS)
     )
@@ -301,6 +305,13 @@ def query_plan_for(source: Source, *, step_seconds: int) -> QueryPlan:
     for key in ("preemption_reason", "gpu_resource"):
         if not isinstance(mapping[key], str) or not mapping[key]:
             raise SourceConfigurationError(f"label_mapping.{key} must be a non-empty string")
+    unmetered = mapping["unmetered_nodes"]
+    try:
+        re.compile(unmetered)
+    except (re.error, TypeError) as error:
+        raise SourceConfigurationError(
+            f"label_mapping.unmetered_nodes must be a regular expression ({error})"
+        ) from error
     matchers = mapping["matchers"]
     if not isinstance(matchers, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in matchers.items()
@@ -331,6 +342,7 @@ def query_plan_for(source: Source, *, step_seconds: int) -> QueryPlan:
         latency_histogram=histogram,
         preemption_reason=mapping["preemption_reason"],
         gpu_resource=mapping["gpu_resource"],
+        unmetered_nodes=unmetered,
         priority_class_kinds=dict(kinds),
     )
 

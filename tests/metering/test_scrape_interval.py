@@ -17,6 +17,7 @@ FIRST = 1_790_000_100  # a multiple of the step
 DCGM = ("dcgm-exporter", "10.42.0.11:9400")
 DCGM_2 = ("dcgm-exporter", "10.42.0.12:9400")
 KSM = ("kube-state-metrics", "10.42.0.5:8080")
+FAST_JOB = ("dcgm-exporter-fast", "10.42.0.11:9400")
 
 
 def plan(scrape_seconds: int) -> sources.QueryPlan:
@@ -52,7 +53,7 @@ def test_it_refuses_a_batch_whose_gpu_exporter_is_scraped_more_often() -> None:
     assert str(refused.value) == (
         "scrape interval: Prometheus scraped 1 GPU exporter(s) more often than the source's"
         ' scrape_interval_seconds of 15 s allows, e.g. job="dcgm-exporter"'
-        ' instance="10.42.0.11:9400" 30 times in the 300 s from 2026-09-21T14:10:00Z (every'
+        ' instance="10.42.0.11:9400" 30 times in the 300 s from 2026-09-21T14:15:00Z (every'
         " 10 s, where 20 scrapes were expected): set the source's scrape interval to the one"
         " Prometheus scrapes dcgm-exporter at, or, if two Prometheus replicas answer"
         " undeduplicated, point the source at a deduplicating querier; nothing was stored"
@@ -68,9 +69,9 @@ def test_it_refuses_up_counted_twice_by_undeduplicated_replicas() -> None:
 
 def test_it_refuses_one_tick_more_in_every_interval_of_the_batch() -> None:
     # A scrape every 150 s where the source says 300: one tick more an interval, never two,
-    # but two more over the batch than a late scrape can put there.
+    # but two more over the batch's two intervals than a late scrape can put there.
     found = observation({DCGM: 2}, {DCGM: 2}, {DCGM: 2})
-    with pytest.raises(measure.ScrapeIntervalError, match="6 times in the 900 s"):
+    with pytest.raises(measure.ScrapeIntervalError, match="4 times in the 600 s"):
         derive(found, scrape_seconds=300)
 
 
@@ -79,6 +80,23 @@ def test_it_takes_a_late_scrape_for_one_tick_more_in_one_interval() -> None:
     found = observation({DCGM: 20}, {DCGM: 21}, {DCGM: 19}, {DCGM: 20})
     derived = derive(found, scrape_seconds=15)
     assert sorted(derived.intervals) == [FIRST, FIRST + STEP, FIRST + 2 * STEP]
+
+
+def test_it_leaves_the_interval_before_the_batch_to_its_own_batch() -> None:
+    # Prometheus moved from 10 s to 15 s at the batch's start: the batch is right.
+    found = observation({DCGM: 30}, {DCGM: 20}, {DCGM: 20})
+    assert sorted(derive(found, scrape_seconds=15).intervals) == [FIRST, FIRST + STEP]
+
+
+def test_it_leaves_a_target_whose_series_another_target_answers_too() -> None:
+    # A second job scrapes the exporter every 5 s: its series are counted per tick at the
+    # source's 15 s, one value a tick whatever the targets (`_time_sliced_devices`).
+    found = observation(*[{DCGM: 20}] * 2)
+    for interval in found.observed.values():
+        interval.targets[FAST_JOB] = [60, 60]
+        for series in interval.series.values():
+            series.also_target = FAST_JOB
+    assert list(derive(found, scrape_seconds=15).intervals) == [FIRST]
 
 
 def test_it_lets_jobs_without_gpus_keep_their_own_pace() -> None:

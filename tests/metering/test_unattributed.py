@@ -116,3 +116,40 @@ def test_it_asks_the_mig_resources_apart_from_the_mapped_one() -> None:
     )
     queries = sources.identity_parts(mig_only)["requests"].queries
     assert queries == ('kube_pod_container_resource_requests{resource="nvidia_com_mig_1g"}',)
+
+
+def test_it_counts_nothing_twice_where_a_silent_exporter_may_be_the_node() -> None:
+    # gpu-a's exporter missed every scrape, and goes by a name no pod's node carries: the pod
+    # on "gpu-a.internal" may run on its GPUs, already counted missing.
+    before, now = interval(), interval(answered=0)
+    running(before, now, "trainer-0", 2, node="gpu-a.internal")
+    facts = derived(before, now)
+    assert (facts.samples_seen, facts.samples_expected) == (0, 4 * TICKS)
+    assert [w for w in facts.warnings if w.startswith("attribution")] == [
+        "attribution: node gpu-a.internal: 1 pod(s) ran the whole interval with GPUs that no"
+        " GPU series names, e.g. ml/trainer-0 requesting 2 GPU(s) (no GPU exporter reports"
+        " the node by that name); not counted: gpu-a's exporter missed scrapes, counted"
+        " missing already"
+    ]
+
+
+def test_it_leaves_pods_on_another_sources_nodes_alone() -> None:
+    plan = sources.query_plan_for(
+        Source(
+            name="pool",
+            url="http://127.0.0.1:9",
+            scrape_interval_seconds=60,
+            label_mapping={"unmetered_nodes": "team-b-.*"},
+        ),
+        step_seconds=300,
+    )
+    before, now = interval(), interval()
+    running(before, now, "theirs", 4, node="team-b-gpu-1")
+    running(before, now, "ours", 1, node="gpu-z")
+    facts = IntervalFacts()
+    measure._derive_completeness(facts, now, before, plan, {})
+    assert (facts.samples_seen, facts.samples_expected) == (4 * TICKS, 4 * TICKS + TICKS)
+    assert [w.split(", e.g.")[0] for w in facts.warnings] == [
+        "attribution: node gpu-z: 1 pod(s) ran the whole interval with GPUs that no GPU"
+        " series names"
+    ]
