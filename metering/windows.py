@@ -165,21 +165,22 @@ def _late_windows(
     source: Source, newest: IngestWindow, now: datetime, *, limit: int
 ) -> list[IngestWindow]:
     """Done windows below TANDEM_MIN_COMPLETENESS that ended less than
-    TANDEM_INGEST_LATE_SECONDS ago, untouched since a retry would have touched them: a second
-    look at samples that reached Prometheus after the window was ingested (remote write
-    catching up after a network cut, an agent replaying its write-ahead log after a restart).
-    The writer never replaces stored rows with rows of fewer samples, so a look that finds no
-    more changes nothing. A window incomplete for good (an exporter silent) is looked at a
-    few times within that span, one narrow query each, then left to the close."""
+    TANDEM_INGEST_LATE_SECONDS ago, untouched for a quarter of that span: a second look at
+    samples that reached Prometheus after the window was ingested (remote write catching up
+    after a network cut, an agent replaying its write-ahead log after a restart). The writer
+    never replaces stored rows with rows of a lower completeness, so a look that finds no
+    more changes nothing. A window incomplete for good (an exporter silent) is looked at
+    three times or so, one narrow query each, then left to the close."""
     if limit <= 0:
         return []
+    late = timedelta(seconds=settings.TANDEM_INGEST_LATE_SECONDS)
     return list(
         IngestWindow.objects.filter(
             source=source,
             status=IngestWindow.Status.DONE,
             completeness__lt=settings.TANDEM_MIN_COMPLETENESS,
-            end__gte=now - timedelta(seconds=settings.TANDEM_INGEST_LATE_SECONDS),
-            updated__lt=_stale_before(now),
+            end__gte=now - late,
+            updated__lt=now - late / 4,
         )
         .exclude(pk=newest.pk)
         .order_by("start")[:limit]
