@@ -31,6 +31,7 @@ from metering.models import (
     IngestWindow,
     Source,
 )
+from metering.windows import windows_fail
 from metering.writer import LossAcceptance, _run_write
 
 logger = logging.getLogger(__name__)
@@ -173,13 +174,13 @@ def _run_ingest(
             return
         measured = _measure(source, plan, run[0].start, run[-1].start)
     except sources.SourceConfigurationError as error:
-        _windows_mark(ids, IngestWindow.Status.FAILED, f"source {source.name}: {error}")
+        windows_fail(ids, f"source {source.name}: {error}")
         return
     except sources.PrometheusUnavailable as error:
         _windows_mark(ids, IngestWindow.Status.PENDING, str(error))
         raise
     except sources.PrometheusQueryError as error:
-        _windows_mark(ids, IngestWindow.Status.FAILED, str(error))
+        windows_fail(ids, str(error))
         return
     began = time.perf_counter()
     task_ids = _tasks_upsert(source, plan, measured)

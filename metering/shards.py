@@ -49,6 +49,7 @@ from metering import measure, querying, sources
 from metering.identity import _services_upsert, _tasks_upsert
 from metering.measure import Observation, Observed
 from metering.models import IngestBatch, IngestShard, IngestWindow
+from metering.windows import windows_fail
 from metering.writer import LossAcceptance, _run_write
 
 logger = logging.getLogger(__name__)
@@ -315,7 +316,7 @@ def _windows_touch(batch: IngestBatch, status: str, error: str) -> None:
 
 def _batch_fail(batch: IngestBatch, error: str) -> None:
     with transaction.atomic():
-        _windows_touch(batch, IngestWindow.Status.FAILED, error)
+        windows_fail(batch.window_ids, error)
         IngestBatch.objects.filter(pk=batch.pk).delete()
 
 

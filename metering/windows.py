@@ -77,6 +77,23 @@ def windows_create(*, source: Source, start: datetime, end: datetime) -> list[In
     )
 
 
+def windows_fail(window_ids: list[int], error: str) -> None:
+    """Windows whose attempt failed for good (an unusable source, a refused query): failed,
+    unless they hold rows from an earlier attempt (an operator's ingest again, beat's second
+    look at a short window). Those stay done with their rows and say the attempt was
+    refused: a refused second attempt never takes a measured window out of a month."""
+    now = timezone.now()  # `updated` by hand: update() skips auto_now
+    windows = IngestWindow.objects.filter(pk__in=window_ids)
+    windows.filter(first_written__isnull=False).update(
+        status=IngestWindow.Status.DONE,
+        error=f"ingested again and refused, the rows stored before kept: {error}"[:2000],
+        updated=now,
+    )
+    windows.filter(first_written__isnull=True).update(
+        status=IngestWindow.Status.FAILED, error=error[:2000], updated=now
+    )
+
+
 def window_newest_closed_create(*, source: Source, now: datetime | None = None) -> IngestWindow:
     """The newest window whose end is older than the ingest lag (created if missing)."""
     step = settings.TANDEM_STEP_SECONDS

@@ -63,6 +63,17 @@ def test_it_fails_every_window_scraped_more_often_and_meters_once_mended(
     assert {(w.status, w.completeness) for w in windows.all()} == {("done", 1)}
     assert stored_alloc(start, end) == truth_alloc(pool_truth, start, end)
 
+    # Set wrong again and ingested again: refused, the windows keep their rows and stay done.
+    source.scrape_interval_seconds = 100
+    source.save()
+    ingest_span(source, start, end, batch=12)
+    for window in windows.all():
+        assert (window.status, window.completeness) == ("done", 1)
+        assert window.error.startswith(
+            "ingested again and refused, the rows stored before kept: source"
+        )
+    assert stored_alloc(start, end) == truth_alloc(pool_truth, start, end)
+
 
 @pytest.mark.django_db(transaction=True)
 def test_it_says_how_many_scrapes_were_expected_where_fewer_came(source, pool_truth) -> None:
