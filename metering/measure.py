@@ -513,21 +513,10 @@ def _scrape_interval_check(
     Fewer ticks than expected are left to completeness: a Prometheus down for a while looks
     the same."""
     ticks = plan.step_seconds // plan.scrape_seconds
-    scraped: dict[Target, int] = defaultdict(int)
-    over: dict[Target, tuple[int, int, int]] = {}  # target -> (scrapes, intervals, first start)
     batch = [start for start in sorted(observed) if start >= first]
-    for start in batch:
-        interval = observed[start]
-        alone = {s.target for s in interval.series.values() if s.also_target is None}
-        for target, (attempted, _) in interval.targets.items():
-            if target not in alone:
-                continue
-            scraped[target] += attempted
-            if attempted > ticks + 1:
-                over.setdefault(target, (attempted, 1, start))
-    for target, count in scraped.items():
-        if count > len(batch) * ticks + 1:
-            over.setdefault(target, (count, len(batch), first))
+    over = _scraped_over(observed, batch, ticks, alone=False)
+    if over:  # rare: only then is every series looked at, for the targets answering alone
+        over = _scraped_over(observed, batch, ticks, alone=True)
     if not over:
         return
     target = min(over)
@@ -543,6 +532,33 @@ def _scrape_interval_check(
         " Prometheus replicas answer undeduplicated, point the source at a deduplicating"
         " querier; nothing was stored"
     )
+
+
+def _scraped_over(
+    observed: dict[int, Observed], batch: list[int], ticks: int, *, alone: bool
+) -> dict[Target, tuple[int, int, int]]:
+    """The scrape targets scraped more often than `ticks` an interval allows (one more in an
+    interval, one more over the batch), each with (scrapes, intervals, first start); with
+    `alone`, only targets that answered some GPU series alone in the interval."""
+    scraped: dict[Target, int] = defaultdict(int)
+    over: dict[Target, tuple[int, int, int]] = {}
+    for start in batch:
+        interval = observed[start]
+        counted = (
+            {s.target for s in interval.series.values() if s.also_target is None}
+            if alone
+            else interval.targets
+        )
+        for target, (attempted, _) in interval.targets.items():
+            if target not in counted:
+                continue
+            scraped[target] += attempted
+            if attempted > ticks + 1:
+                over.setdefault(target, (attempted, 1, start))
+    for target, count in scraped.items():
+        if count > len(batch) * ticks + 1:
+            over.setdefault(target, (count, len(batch), batch[0]))
+    return over
 
 
 def _gap_targets(answered: dict[Target, str], observed: dict[int, Observed]) -> dict[Target, str]:
@@ -1795,7 +1811,11 @@ def _unattributed_missing(
     # An exporter that missed scrapes under a name kube-state-metrics gives no pod's node (a
     # `Hostname` that is not the node's name): its GPUs, counted missing already, may be
     # those of a node that looks unreported.
-    unnamed_silent = sorted(silent_nodes - {identity.node for identity in now.identity.values()})
+    unnamed_silent = (
+        sorted(silent_nodes - {identity.node for identity in now.identity.values()})
+        if silent_nodes and unmetered
+        else []
+    )
     for node, pods in sorted(unmetered.items()):
         (namespace, name), gpus = min(pods)
         found = (

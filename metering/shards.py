@@ -32,6 +32,7 @@ or combiner of a deleted attempt finds nothing to do.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import itertools
 import logging
@@ -184,10 +185,9 @@ def shards_combine(*, batch_id: int) -> list[IngestWindow]:
     for query in merged.queries:
         query.setdefault("shard", "combiner")
     first, last = int(batch.first_start.timestamp()), int(batch.last_start.timestamp())
-    try:
-        measured = measure.derive(merged, plan, first, last)
-    except sources.SourceConfigurationError as error:  # a scrape interval that is not the source's
-        _batch_fail(batch, f"source {batch.source.name}: {error}")
+    # A scrape interval that is not the source's fails the windows as an unusable source.
+    measured = _asked(batch, functools.partial(measure.derive, merged, plan, first, last))
+    if measured is None:
         return run
     del merged  # what Prometheus answered: the write needs the facts only
     accept_loss = LossAcceptance(**batch.accept_loss) if batch.accept_loss else None
@@ -212,7 +212,8 @@ def shards_combine(*, batch_id: int) -> list[IngestWindow]:
 
 
 def _asked(batch: IngestBatch, ask: Callable[[], Asked]) -> Asked | None:
-    """What `ask` observed. None when the source is unusable or Prometheus refused a query:
+    """What `ask` observed or derived. None when the source is unusable or Prometheus refused
+    a query:
     the windows failed, the attempt dropped. `sources.PrometheusUnavailable` leaves the
     windows pending, with the error, and is raised for the caller to retry."""
     try:

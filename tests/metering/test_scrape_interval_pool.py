@@ -1,11 +1,12 @@
 """A source whose scrape interval is not the one Prometheus scrapes dcgm-exporter at, against
 the simulated pool in a real Prometheus (scraped every 60 s, with Prometheus' `up`).
 
-Every GPU tick is taken to last the source's interval. Said to be 100 s, the pool's 60 s
-ticks were counted as time-sliced GPUs and capacity as capped ticks: windows complete, no
-warning, the pool's capacity 80 GPU-seconds more and its allocation about 17 less over 12 hours
-(150 s: allocation about 724 less). Said to be 30 s, half the ticks looked missing, with no word
-of why. tests/metering/test_scrape_interval.py holds the rule on hand-made observations."""
+Every GPU tick is taken to last the source's interval. On 9132e2d, said to be 100 s, the
+pool's 60 s ticks were counted as time-sliced GPUs and capacity as capped ticks: windows
+complete, no warning, the pool's capacity 80 GPU-seconds more and its allocation about 17
+less over 12 hours (150 s: allocation about 724 less). Said to be 30 s, half the ticks
+looked missing, with no word of why. tests/metering/test_scrape_interval.py holds the rule
+on hand-made observations."""
 
 from __future__ import annotations
 

@@ -3,15 +3,15 @@ at an offset of its own within the scrape interval, so its samples never fall on
 multiples of the interval that a subquery's points fall on. The simulator writes them so
 with `scrape_offsets` (each target 1 s to one interval after its tick); the truth is the same.
 
-On the code before, the per-tick view of time-sliced GPUs read at each point the sample
-before it, one tick late: over these two days at 60 s, 29 task intervals' allocation (and
-their busy time) moved a tick into the interval after, the totals unchanged, across interval
-boundaries and so across peak hours' and months'; and each preemption was dated a tick late.
-Now a point reads the sample of its own tick (`QueryPlan.tick_slot`), at 60 s and at 150 s
-(raw samples) alike, and every row equals the one metered from samples on the ticks, except
-where a pod is first seen: identity is read at each interval's end, and a sample exactly
-there (on the tick) is the next interval's, so the grid copy sees a pod one interval sooner
-(a task's `first_seen`, which window writes its wait).
+On the code before (e7fd829), the per-tick view of time-sliced GPUs read at each point the
+sample before it, one tick late: over these two days at 60 s, 29 task intervals' allocation
+(and their busy time) moved a tick into the interval after, the totals unchanged, across
+interval boundaries and so across peak hours' and months'; and each preemption was dated a
+tick late. Now a point reads the sample of its own tick (`QueryPlan.tick_slot`), at 60 s and
+at 150 s (raw samples) alike, and every row equals the one metered from samples on the
+ticks, except where a pod is first seen: identity is read at each interval's end, and a
+sample exactly there (on the tick) is the next interval's, so the grid copy sees a pod one
+interval sooner (a task's `first_seen`, which window writes its wait).
 """
 
 from __future__ import annotations
