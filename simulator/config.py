@@ -42,11 +42,14 @@ def parse_timezone(name: str) -> ZoneInfo:
 class SilentExporter:
     """One node's dcgm-exporter answers no scrape during [start, start + seconds) (Unix
     seconds): Prometheus records `up` 0 for it and none of its GPUs' series, while the GPUs and
-    their pods carry on (truth.json counts them: the pool did that work)."""
+    their pods carry on (truth.json counts them: the pool did that work). `gone`: its target
+    is gone from Prometheus' service discovery (the exporter's pod deleted), so there is no
+    `up` either, while kube-state-metrics still lists the node."""
 
     node: str  # e.g. "gpu-node-02"
     start: int
     seconds: int
+    gone: bool = False
 
     def __post_init__(self) -> None:
         _check_whole("silent exporter start", self.start, 0, 2**40)
@@ -57,12 +60,15 @@ class SilentExporter:
 
 
 def parse_silent_exporter(text: str) -> SilentExporter:
-    """`NODE,START,SECONDS` (START in ISO 8601 with a zone), e.g.
-    `gpu-node-02,2026-10-06T02:00:00Z,3600`."""
-    parts = text.split(",")
-    if len(parts) != 3:
-        raise SimulatorConfigError(f"--silent-exporter must be NODE,START,SECONDS, got {text!r}")
-    node, start, seconds = (part.strip() for part in parts)
+    """`NODE,START,SECONDS[,gone]` (START in ISO 8601 with a zone), e.g.
+    `gpu-node-02,2026-10-06T02:00:00Z,3600` (`gone`: no `up` either, see SilentExporter)."""
+    parts = [part.strip() for part in text.split(",")]
+    gone = len(parts) == 4 and parts[3] == "gone"
+    if len(parts) != 3 and not gone:
+        raise SimulatorConfigError(
+            f"--silent-exporter must be NODE,START,SECONDS[,gone], got {text!r}"
+        )
+    node, start, seconds = parts[:3]
     try:
         moment = dt.datetime.fromisoformat(start.replace("Z", "+00:00"))
     except ValueError:
@@ -73,7 +79,7 @@ def parse_silent_exporter(text: str) -> SilentExporter:
         )
     if not (seconds.isascii() and seconds.isdigit()):
         raise SimulatorConfigError(f"--silent-exporter seconds must be whole, got {seconds!r}")
-    return SilentExporter(node=node, start=int(moment.timestamp()), seconds=int(seconds))
+    return SilentExporter(node=node, start=int(moment.timestamp()), seconds=int(seconds), gone=gone)
 
 
 @dataclass(frozen=True)

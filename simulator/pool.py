@@ -37,6 +37,7 @@ from simulator.layout import (
 )
 from simulator.truth import TaskSpool, iso, write_streamed_truth
 from simulator.workload import (
+    KSM_TARGET,
     LATENCY_BOUNDS,
     LATENCY_LE,
     LOG_LATENCY_BOUNDS,
@@ -153,13 +154,8 @@ class Pool:
         self.bare_prefixes = {d: _dcgm_prefixes(d, "") for d in self.devices}
         # What Prometheus itself writes per scrape of each node's dcgm-exporter.
         self.up_prefixes = {node: _up_prefix(node) for node in self.nodes}
-        names = {node.name for node in self.nodes}
-        for silent in config.silent_exporters:
-            if silent.node not in names:
-                raise SimulatorConfigError(
-                    f"--silent-exporter node {silent.node!r} is not one of "
-                    f"{', '.join(sorted(names))}"
-                )
+        # kube-state-metrics' view of each node's GPUs, written while the node is up.
+        self.node_capacity_lines = {node: _node_capacity_line(node) for node in self.nodes}
         self.whole_count = sum(len(v) for v in self.whole_by_node.values())
         self.max_whole_per_node = max(len(v) for v in self.whole_by_node.values())
         # Free whole-GPU slots per present node, kept up to date lazily so that placing a pod
@@ -186,6 +182,14 @@ class Pool:
         self._create_services()
         if self.separate:
             self._add_inference_pool()
+        # After the inference nodes: a silent exporter may be on one of them.
+        names = {node.name for node in self.nodes}
+        for silent in config.silent_exporters:
+            if silent.node not in names:
+                raise SimulatorConfigError(
+                    f"--silent-exporter node {silent.node!r} is not one of "
+                    f"{', '.join(sorted(names))}"
+                )
         self._dirty.update(self.exclusive_by_node)
         self.max_exclusive_per_node = max(len(v) for v in self.exclusive_by_node.values())
 
@@ -458,6 +462,7 @@ class Pool:
             self.whole_by_node[node] = devices
             self.exclusive_by_node[node] = devices
             self.up_prefixes[node] = _up_prefix(node)
+            self.node_capacity_lines[node] = _node_capacity_line(node)
             self.gpus += node.gpus
             self.devices += devices
             self.bare_prefixes.update({d: _dcgm_prefixes(d, "") for d in devices})
@@ -890,10 +895,12 @@ class Pool:
         for pod in self.running:
             if pod.telemetry:
                 self._sample_pod(pod, t)
-        silent = self._silent_nodes(t)
+        silent, gone = self._silent_nodes(t)
         for node in self.nodes:
             if node.present:
-                lines.append(self.up_prefixes[node] + ("0" if node in silent else "1"))
+                lines.append(self.node_capacity_lines[node])
+                if node not in gone:
+                    lines.append(self.up_prefixes[node] + ("0" if node in silent else "1"))
         training_units = self._emit_devices(present, interval, lines, silent)
         crowding = training_units / (SHARE_UNITS * len(present)) if present else 0.0
         if self.separate:
@@ -935,9 +942,15 @@ class Pool:
             values.insert(0, PERCENT[min(100, engine + 2) if engine else 0])
         return engine, used, values
 
-    def _silent_nodes(self, t: int) -> set[Node]:
-        names = {silent.node for silent in self.config.silent_exporters if silent.covers(t)}
-        return {node for node in self.nodes if node.name in names} if names else set()
+    def _silent_nodes(self, t: int) -> tuple[set[Node], set[Node]]:
+        """The nodes whose exporter is silent at `t`, and those of them whose target is gone."""
+        covering = [silent for silent in self.config.silent_exporters if silent.covers(t)]
+        if not covering:
+            return set(), set()
+        names = {silent.node for silent in covering}
+        gone = {silent.node for silent in covering if silent.gone}
+        silent_nodes = {node for node in self.nodes if node.name in names}
+        return silent_nodes, {node for node in silent_nodes if node.name in gone}
 
     def _emit_devices(
         self, present: list[Gpu], interval: int, lines: list[str], silent: set[Node]
@@ -1037,6 +1050,13 @@ def _pod_labels(node: Node, pod: Pod, container: str) -> str:
 def _up_prefix(node: Node) -> str:
     """What Prometheus itself writes per scrape of a node's dcgm-exporter."""
     return f'up{{job="dcgm-exporter",instance="{node.ip}:9400"}} '
+
+
+def _node_capacity_line(node: Node) -> str:
+    return (
+        f'kube_node_status_capacity{{{KSM_TARGET},node="{node.name}",resource="nvidia_com_gpu",'
+        f'unit="integer"}} {len(node.gpus)}'
+    )
 
 
 def _dcgm_prefixes(device: Device, pod_labels: str) -> list[str]:

@@ -27,7 +27,10 @@ two uses within any interval. A GPU is present at a tick when any series of it i
 Prometheus' own `up{job="dcgm-exporter",instance="<node ip>:9400"}` is written per node at each
 tick while the node is up: 1, or 0 while the exporter is silent (`PoolConfig.silent_exporters`;
 its GPUs' series are then not written, but the GPUs and pods work on and this file counts them
-in capacity and allocation). A node that is down has no `up` series (its target is gone).
+in capacity and allocation; a `gone` one has no `up` series either). A node that is down has no
+`up` series (its target is gone) and is not listed by kube-state-metrics, which writes
+`kube_node_status_capacity{node,resource="nvidia_com_gpu",unit="integer"}` (its GPUs) for every
+node that is up.
 
 Label spellings vary per node, as in real pools: `Hostname` or `hostname`; pod attribution as
 `pod`/`namespace`/`container` or, on other nodes, `exported_pod`/`exported_namespace`/
@@ -44,7 +47,7 @@ Top level
           "pod_label_style": "pod"|"exported_pod", "gpus": [{"UUID", "gpu",
           "mode": "whole"|"mig"|"timesliced", "modelName",
           "instances": [{"GPU_I_ID", "GPU_I_PROFILE"}]}]}],
-          "silent_exporters": [{"node", "start" (ISO Z), "seconds"}],
+          "silent_exporters": [{"node", "start" (ISO Z), "seconds", "gone"}],
           "samples_written": N},
  "capacity": {"<interval>": "<gpu_seconds>"},   physical GPUs present x s, summed over the
                                                 interval's ticks (a MIG GPU's instances sum to 1)
@@ -140,7 +143,12 @@ def build_truth(pool: Pool, *, samples_written: int) -> dict:
             "pools": config.pools,
             "nodes": describe_nodes(pool.nodes),
             "silent_exporters": [
-                {"node": silent.node, "start": iso(silent.start), "seconds": silent.seconds}
+                {
+                    "node": silent.node,
+                    "start": iso(silent.start),
+                    "seconds": silent.seconds,
+                    "gone": silent.gone,
+                }
                 for silent in config.silent_exporters
             ],
             "samples_written": samples_written,

@@ -46,12 +46,29 @@ EDGE_SCRAPE = 15
 EDGE_TICKS = range(EDGE_START, EDGE_START + 600, EDGE_SCRAPE)
 
 
+def simulated(config: PoolConfig, out: Path) -> dict:
+    """`config`'s pool simulated into `out` and back-filled with promtool into `out / "tsdb"`;
+    its truth. The metrics file goes (hundreds of MB for POOL; the TSDB holds it all)."""
+    simulate(config, out)
+    backfill(out / "metrics.om", out / "tsdb")
+    (out / "metrics.om").unlink()
+    return json.loads((out / "truth.json").read_text())
+
+
+def simulated_prometheus(config: PoolConfig, out: Path) -> Iterator[tuple[dict, PrometheusProcess]]:
+    """`simulated`, then a real Prometheus over it, for a fixture to `yield from`."""
+    truth = simulated(config, out)
+    running = prometheus_over(out / "tsdb", config.scrape_interval_seconds)
+    try:
+        yield truth, running
+    finally:
+        running.stop()
+
+
 @pytest.fixture(scope="session")
 def pool_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("pool")
-    simulate(POOL, out)
-    backfill(out / "metrics.om", out / "tsdb")
-    (out / "metrics.om").unlink()  # hundreds of MB; the TSDB holds it all
+    simulated(POOL, out)
     return out
 
 

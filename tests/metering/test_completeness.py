@@ -16,8 +16,8 @@ from dashboards import selectors as dashboard_selectors
 from metering.models import CapacityInterval, IngestWindow, Source
 from simulator.config import PoolConfig, SilentExporter
 from simulator.pool import simulate
-from simulator.prometheus import PrometheusProcess, backfill
-from tests.metering.conftest import ingest_span, prometheus_over
+from simulator.prometheus import PrometheusProcess
+from tests.metering.conftest import ingest_span, simulated_prometheus
 
 START = date(2026, 10, 6)
 SILENT_NODE = "gpu-node-02"
@@ -38,13 +38,7 @@ SILENT = PoolConfig(
 def silent_pool(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[dict, PrometheusProcess]]:
-    out: Path = tmp_path_factory.mktemp("silent-pool")
-    simulate(SILENT, out)
-    backfill(out / "metrics.om", out / "tsdb")
-    (out / "metrics.om").unlink()
-    running = prometheus_over(out / "tsdb", SILENT.scrape_interval_seconds)
-    yield json.loads((out / "truth.json").read_text()), running
-    running.stop()
+    yield from simulated_prometheus(SILENT, tmp_path_factory.mktemp("silent-pool"))
 
 
 def at(epoch: int) -> datetime:
@@ -120,5 +114,5 @@ def test_it_keeps_the_truth_when_an_exporter_is_silent(tmp_path: Path) -> None:
     assert silent_truth["capacity"] == loud_truth["capacity"]
     assert silent_truth["meta"]["samples_written"] < loud_truth["meta"]["samples_written"]
     assert silent_truth["meta"]["silent_exporters"] == [
-        {"node": "gpu-node-02", "start": "2026-10-05T17:00:00Z", "seconds": 3600}
+        {"node": "gpu-node-02", "start": "2026-10-05T17:00:00Z", "seconds": 3600, "gone": False}
     ]

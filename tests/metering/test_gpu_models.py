@@ -30,10 +30,9 @@ from billing.services import (
 )
 from metering.models import CapacityHour, CapacityInterval, Source, UsageHour, UsageInterval
 from simulator.config import PoolConfig
-from simulator.pool import simulate
-from simulator.prometheus import PrometheusProcess, backfill
+from simulator.prometheus import PrometheusProcess
 from tests.factories import windows_complete
-from tests.metering.conftest import ingest_span, pool_span, prometheus_over
+from tests.metering.conftest import ingest_span, pool_span, prometheus_over, simulated
 from tests.slow import starts
 
 ISO = "%Y-%m-%dT%H:%M:%SZ"
@@ -66,9 +65,7 @@ CLASS_OF_MODEL = {H100: "H100", A100: "A100", L40S: "default"}  # L40S: no class
 @pytest.fixture(scope="module")
 def mixed_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("mixed")
-    simulate(MIXED, out)
-    backfill(out / "metrics.om", out / "tsdb")
-    (out / "metrics.om").unlink()
+    simulated(MIXED, out)
     return out
 
 

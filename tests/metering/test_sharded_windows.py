@@ -11,7 +11,6 @@ pool-wide pod meters), so every task that ran on both nodes has pods in two shar
 from __future__ import annotations
 
 import io
-import json
 import pickle
 import subprocess
 import time
@@ -36,11 +35,11 @@ from metering.models import (
     UsageInterval,
 )
 from simulator.config import PoolConfig
-from simulator.pool import simulate
-from simulator.prometheus import PrometheusProcess, backfill
+from simulator.prometheus import PrometheusProcess
 from tests.metering.conftest import (
     ingest_span,
     prometheus_over,
+    simulated,
     source_remove,
     wait_for,
     windows_status,
@@ -63,10 +62,7 @@ NODE_PATTERNS = ["gpu-node-01", "gpu-node-02"]
 @pytest.fixture(scope="module")
 def gang_pool(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
     out = tmp_path_factory.mktemp("gang-pool")
-    simulate(POOL, out)
-    backfill(out / "metrics.om", out / "tsdb")
-    (out / "metrics.om").unlink()
-    return json.loads((out / "truth.json").read_text()), out / "tsdb"
+    return simulated(POOL, out), out / "tsdb"
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ def test_it_writes_metrics_and_truth(tmp_path):
         "--scrape-interval=300",
         "--step=900",
         "--silent-exporter=gpu-node-02,2026-09-30T18:00:00Z,1800",
+        "--silent-exporter=gpu-node-01,2026-09-30T20:00:00Z,600,gone",
         f"--out={tmp_path / 'new'}",
     )
 
@@ -32,13 +33,22 @@ def test_it_writes_metrics_and_truth(tmp_path):
     assert (meta["gpus"], meta["scrape_interval_seconds"], meta["step_seconds"]) == (3, 300, 900)
     assert (tmp_path / "new" / "metrics.om").read_text().endswith("# EOF\n")
     assert meta["silent_exporters"] == [
-        {"node": "gpu-node-02", "start": "2026-09-30T18:00:00Z", "seconds": 1800}
+        {"node": "gpu-node-02", "start": "2026-09-30T18:00:00Z", "seconds": 1800, "gone": False},
+        {"node": "gpu-node-01", "start": "2026-09-30T20:00:00Z", "seconds": 600, "gone": True},
     ]
     metrics = (tmp_path / "new" / "metrics.om").read_text()
     # 18:00 and 18:25 fall in the silence: Prometheus' up is 0 for that node's exporter.
     silent_up = 'up{job="dcgm-exporter",instance="10.42.0.12:9400"} 0'
     assert f"{silent_up} {1790791200}" in metrics and f"{silent_up} {1790791200 + 1500}" in metrics
     assert metrics.count(silent_up) == 6  # 1800 s at a 300 s scrape
+    # The gone target has no `up` at all for 600 s (2 scrapes), and kube-state-metrics lists
+    # its node throughout (288 ticks of a day).
+    gone_up = 'up{job="dcgm-exporter",instance="10.42.0.11:9400"} '
+    assert metrics.count(gone_up) == 288 - 2
+    assert f"{gone_up}1 {1790798400}" not in metrics
+    assert f"{gone_up}1 {1790798400 + 600}" in metrics
+    listed = 'kube_node_status_capacity{job="kube-state-metrics",instance="10.42.0.5:8080",'
+    assert metrics.count(f'{listed}node="gpu-node-01",resource="nvidia_com_gpu"') == 288
 
 
 @pytest.mark.parametrize(
@@ -54,6 +64,7 @@ def test_it_writes_metrics_and_truth(tmp_path):
         (["--silent-exporter=gpu-node-09,2026-10-01T02:00:00Z,600"], "--silent-exporter"),
         (["--silent-exporter=gpu-node-01,yesterday,600"], "--silent-exporter"),
         (["--silent-exporter=gpu-node-01,2026-10-01T02:00:00Z"], "--silent-exporter"),
+        (["--silent-exporter=gpu-node-01,2026-10-01T02:00:00Z,600,gne"], "--silent-exporter"),
     ],
 )
 def test_it_refuses_nonsense_with_one_line(tmp_path, arguments, named):

@@ -54,8 +54,9 @@ class Command(BaseCommand):
             "--silent-exporter",
             action="append",
             default=[],
-            metavar="NODE,START,SECONDS",
-            help="that node's dcgm-exporter answers no scrape for SECONDS from START (ISO 8601)",
+            metavar="NODE,START,SECONDS[,gone]",
+            help="that node's dcgm-exporter answers no scrape for SECONDS from START (ISO 8601);"
+            " gone: its target is gone too (no up), the node still listed",
         )
         parser.add_argument(
             "--part-days",
