@@ -126,8 +126,11 @@ class Observed:
     present: dict[Device, int] = field(default_factory=dict)
     # Scrape target -> [scrapes attempted, scrapes answered] (Prometheus' `up`).
     targets: dict[Target, list[int]] = field(default_factory=dict)
-    # GPUs reported by targets silent for the whole batch, from a look-back.
+    # GPUs reported by targets silent for the whole batch, or on nodes whose exporter left no
+    # trace in it, from a look-back.
     silent_gpus: dict[str, GpuInfo] = field(default_factory=dict)
+    # GPU nodes kube-state-metrics lists at the interval's end (none where it lists no nodes).
+    gpu_nodes: set[str] = field(default_factory=set)
     gpus: dict[str, GpuInfo] = field(default_factory=dict)  # set by _gpu_presence
     warnings: list[str] = field(default_factory=list)
 
@@ -384,6 +387,10 @@ def _follow_ups(
     for instances in _batches(_silent_unknown_targets(observed, known)):
         result = runner.run("silent", sources.silent_devices_query(plan, instances))
         _parse_silent(result, observed, plan)
+    unseen = {node for _, node, gpus in _unreported_gpu_nodes(observed, plan) if gpus is None}
+    for nodes in _batches(unseen):
+        query = sources.node_devices_query(plan, nodes)
+        _parse_silent(runner.run("vanished", query, at_start=True), observed, plan)
     preempted = _newly_preempted(observed)
     for pods in _batches(preempted):
         result = runner.run("preemption_ticks", sources.preemption_ticks_query(plan, pods))
@@ -465,6 +472,7 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
     observed, shared = observation.observed, observation.shared
     _scrape_interval_check(observed, plan, first)
     known = _known_gpus(observed)
+    vanished = _vanished_gpus(observed, plan)
     # Each pod's (replica's) last reading so far: a reading missing from the interval before
     # (a failed scrape) does not make the next one count from zero.
     io_earlier = {pod: dict(counters) for pod, counters in observed[first - step].io_last.items()}
@@ -483,6 +491,7 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
             io_earlier,
             latency_earlier,
             scheduled[start],
+            vanished.get(start, {}),
         )
         _gap_targets_warn(intervals[start], now, gap_targets)
         for pod, counters in now.io_last.items():
@@ -1117,8 +1126,15 @@ def _parse_shared(
 def _parse_targets(
     result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
 ) -> None:
+    nodes = [series for series in result.series if series.labels.get("meter") == "gpu_nodes"]
+    up = [series for series in result.series if series.labels.get("meter") != "gpu_nodes"]
     for interval, labels, _, value, _ in _points(
-        result, observed, plan, needs_pod=False, required=("meter", "instance")
+        replace(result, series=nodes), observed, plan, needs_pod=False, required=("node",)
+    ):
+        if value > 0:
+            interval.gpu_nodes.add(labels["node"])
+    for interval, labels, _, value, _ in _points(
+        replace(result, series=up), observed, plan, needs_pod=False, required=("meter", "instance")
     ):
         counts = interval.targets.setdefault((labels.get("job", ""), labels["instance"]), [0, 0])
         counts[0 if labels["meter"] == "attempted" else 1] = round(value)
@@ -1419,6 +1435,54 @@ def _silent_unknown_targets(
     }
 
 
+def _unreported_gpu_nodes(
+    observed: dict[int, Observed], plan: sources.QueryPlan
+) -> Iterator[tuple[int, str, dict[str, GpuInfo] | None]]:
+    """(interval, node, its GPUs as last seen before) for each interval of the batch and each
+    GPU node kube-state-metrics lists at its end that no GPU series names in it: last seen in
+    an earlier interval of the batch, or the one before it, or else in the look-back of
+    `sources.node_devices_query` (on the interval before the batch); None where never seen.
+    Nodes of the source's `unmetered_nodes` are another source's."""
+    first = min(observed)
+    unreported = {
+        start: now.gpu_nodes - {gpu.node for gpu in now.gpus.values()}
+        for start, now in observed.items()
+        if start != first and now.gpu_nodes
+    }
+    if not any(unreported.values()):  # every listed node reported: the usual batch
+        return
+    outside = re.compile(plan.unmetered_nodes) if plan.unmetered_nodes else None
+    last_seen: dict[str, dict[str, GpuInfo]] = defaultdict(dict)
+    for uuid, gpu in observed[first].silent_gpus.items():
+        last_seen[gpu.node][uuid] = gpu
+    for start in sorted(observed):
+        now = observed[start]
+        for node in sorted(unreported.get(start, ())):
+            if outside is None or not outside.fullmatch(node):
+                yield start, node, last_seen.get(node)
+        reported: dict[str, dict[str, GpuInfo]] = defaultdict(dict)
+        for uuid, gpu in now.gpus.items():
+            reported[gpu.node][uuid] = gpu
+        last_seen.update(reported)
+
+
+def _vanished_gpus(
+    observed: dict[int, Observed], plan: sources.QueryPlan
+) -> dict[int, dict[str, GpuInfo]]:
+    """Per interval, the GPUs of nodes kube-state-metrics still lists whose exporter left no
+    trace in it, `up` included (its target gone from Prometheus' service discovery: the
+    exporter's pod deleted, its DaemonSet changed; or its samples not arrived): missing at
+    every tick, as a silent exporter's are, not gone as a removed node's. An exporter that
+    Prometheus recorded scrapes of is left to that record (`_derive_completeness`)."""
+    found: dict[int, dict[str, GpuInfo]] = defaultdict(dict)
+    for start, _, gpus in _unreported_gpu_nodes(observed, plan):
+        now = observed[start]
+        for uuid, gpu in (gpus or {}).items():
+            if gpu.target not in now.targets and uuid not in now.gpus:
+                found[start][uuid] = gpu
+    return found
+
+
 def _without_identity(observed: dict[int, Observed]) -> set[str]:
     """Pods that used GPUs or disk in an interval but were gone at its end."""
     pods = set()
@@ -1512,12 +1576,13 @@ def _derive(
     io_earlier: dict[PodKey, dict[str, Decimal]],
     latency_earlier: dict[tuple[str, str, str], dict[str, Decimal]],
     scheduled: dict[PodKey, int],
+    vanished: dict[str, GpuInfo],
 ) -> IntervalFacts:
     """One interval's facts; `scheduled` holds the pods scheduled since kube-state-metrics'
-    last view (`_scheduled_since`): a wait each."""
+    last view (`_scheduled_since`): a wait each; `vanished` the GPUs of `_vanished_gpus`."""
     facts = IntervalFacts(identity=now.identity, warnings=list(now.warnings))
     _derive_gpus(facts, now, plan, shared)
-    _derive_completeness(facts, now, before, plan, known)
+    _derive_completeness(facts, now, before, plan, known, vanished)
     _derive_io(facts, now, io_earlier)
     _derive_latency(facts, now, latency_earlier)
     facts.waits.update(scheduled)
@@ -1718,6 +1783,7 @@ def _derive_completeness(
     before: Observed,
     plan: sources.QueryPlan,
     known: dict[Target, dict[str, GpuInfo]],
+    vanished: dict[str, GpuInfo] | None = None,
 ) -> None:
     """Samples expected and seen, per GPU and per exporter: a GPU seen in this interval or the
     one before is expected at every tick, and so is every GPU of an exporter that failed
@@ -1725,8 +1791,11 @@ def _derive_completeness(
     its share of the pool. Where Prometheus recorded its scrapes (`up`), a tick at which a
     GPU's exporter answered without it is no sample missing: the GPU was absent (capacity
     says so); the ticks its exporter failed, or at which Prometheus scraped nothing at all, are.
-    Warnings name each node with GPUs missing, the GPUs and for how long."""
+    So are all ticks of the GPUs in `vanished` (`_vanished_gpus`: their node still listed,
+    their exporter without a trace). Warnings name each node with GPUs missing, the GPUs and
+    for how long."""
     ticks = plan.step_seconds // plan.scrape_seconds
+    vanished = vanished or {}
     expected = {**before.gpus, **now.gpus}
     for target, (attempted, answered) in now.targets.items():
         if answered < attempted:
@@ -1735,12 +1804,16 @@ def _derive_completeness(
             }
             for uuid, gpu in silent.items():
                 expected.setdefault(uuid, gpu)
+    for uuid, gpu in vanished.items():
+        expected.setdefault(uuid, gpu)
     scraped = max((attempted for attempted, _ in now.targets.values()), default=0)
     missing_by_node: dict[tuple[str, Target], list[tuple[str, int]]] = defaultdict(list)
     seen_by_node: dict[str, int] = defaultdict(int)
     for uuid, gpu in sorted(expected.items()):
         seen = min(ticks, now.gpus[uuid].ticks if uuid in now.gpus else 0)
-        if now.targets:
+        if uuid in vanished:
+            missing = ticks
+        elif now.targets:
             attempted, answered = now.targets.get(gpu.target, (0, 0))
             missing = max(0, attempted - answered) + max(0, ticks - scraped)
         else:  # no record of scrapes: every tick without the GPU is missing
@@ -1767,6 +1840,11 @@ def _derive_completeness(
                 message += (
                     f", {ticks} expected at the source's scrape interval of {plan.scrape_seconds} s"
                 )
+        elif any(uuid in vanished for uuid, _ in gpus):
+            message += (
+                "; no sample of its exporter, `up` included, while kube-state-metrics lists"
+                " the node (the exporter's target gone from Prometheus, or its samples late)"
+            )
         facts.warnings.append(message)
 
 

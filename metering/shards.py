@@ -62,8 +62,9 @@ logger = logging.getLogger(__name__)
 # identity holds its owner's kind and its address (`PodIdentity`), which tell an exporter's
 # own pod; 6: it also holds the GPUs the pod requests and whether it runs, which tell a pod
 # that no GPU series names (`measure._unattributed_missing`); 7: the observation holds the
-# scrape targets that answered I/O, latency or identity series (`Observation.gap_targets`).
-OBSERVATION_VERSION = 7
+# scrape targets that answered I/O, latency or identity series (`Observation.gap_targets`);
+# 8: each interval holds the GPU nodes kube-state-metrics lists (`Observed.gpu_nodes`).
+OBSERVATION_VERSION = 8
 
 Asked = TypeVar("Asked")
 
@@ -360,6 +361,7 @@ def _observed_add(into: Observed, part: Observed) -> None:
     into.identity.update(part.identity)
     into.preempted |= part.preempted
     into.targets.update(part.targets)
+    into.gpu_nodes |= part.gpu_nodes
     seen = set(into.warnings)
     into.warnings.extend(warning for warning in part.warnings if warning not in seen)
 

@@ -562,10 +562,39 @@ def targets_parts(plan: QueryPlan) -> dict[str, Part]:
     GPUs that left (completeness, see measure._derive_completeness)."""
     up = f"{selector(plan, 'up')}{plan.window}"
     by = _labels(TARGET_LABELS)
+    # The GPU nodes kube-state-metrics lists at the interval's end (capacity of the source's
+    # GPU resource, or of a MIG instance's): a node whose exporter left no trace, `up`
+    # included, is still there and its GPUs are missing, not gone (measure._vanished_gpus).
+    resources = f"{regex_alternatives([plan.gpu_resource])}|{MIG_RESOURCES.pattern}"
+    capacity = selector(
+        plan, "kube_node_status_capacity", label_matcher("resource", resources, "=~")
+    )
     return {
         "attempted": Part(f"count_over_time({up})", by, "sum"),
         "answered": Part(f"sum_over_time({up})", by, "sum"),
+        "gpu_nodes": Part(capacity, ("node",)),
     }
+
+
+# How far back the GPUs of a node whose exporter left no trace are looked up, when the batch
+# never saw them: a weekend without the exporter is still counted missing on Monday.
+NODE_LOOKBACK = "7d"
+
+
+def node_devices_query(plan: QueryPlan, nodes: Iterable[str]) -> str:
+    """The GPU devices reported on the given nodes in the last NODE_LOOKBACK (by `Hostname`,
+    else `hostname`, as `NodeSet` reads a node): what a GPU node kube-state-metrics still
+    lists had, where its exporter left no trace in the batch (narrowed, and rare)."""
+    names = regex_alternatives(nodes)
+    spellings = (
+        (label_matcher("Hostname", names, "=~"),),
+        ('Hostname=""', label_matcher("hostname", names, "=~")),
+    )
+    return " or ".join(
+        f"group by (UUID, GPU_I_ID, {TARGET_LABELS}, {NODE_LABELS}) (last_over_time("
+        f"{selector(plan, 'DCGM_FI_DEV_FB_USED', *spelling)}[{NODE_LOOKBACK}]))"
+        for spelling in spellings
+    )
 
 
 def silent_devices_query(plan: QueryPlan, instances: Iterable[str]) -> str:

@@ -133,16 +133,21 @@ def test_it_counts_nothing_twice_where_a_silent_exporter_may_be_the_node() -> No
     ]
 
 
-def test_it_leaves_pods_on_another_sources_nodes_alone() -> None:
-    plan = sources.query_plan_for(
+def unmetered_plan(nodes: str) -> sources.QueryPlan:
+    """PLAN with the source's `unmetered_nodes` set to `nodes`."""
+    return sources.query_plan_for(
         Source(
             name="pool",
             url="http://127.0.0.1:9",
             scrape_interval_seconds=60,
-            label_mapping={"unmetered_nodes": "team-b-.*"},
+            label_mapping={"unmetered_nodes": nodes},
         ),
         step_seconds=300,
     )
+
+
+def test_it_leaves_pods_on_another_sources_nodes_alone() -> None:
+    plan = unmetered_plan("team-b-.*")
     before, now = interval(), interval()
     running(before, now, "theirs", 4, node="team-b-gpu-1")
     running(before, now, "ours", 1, node="gpu-z")
