@@ -126,11 +126,16 @@ class Observed:
     present: dict[Device, int] = field(default_factory=dict)
     # Scrape target -> [scrapes attempted, scrapes answered] (Prometheus' `up`).
     targets: dict[Target, list[int]] = field(default_factory=dict)
-    # GPUs reported by targets silent for the whole batch, or on nodes whose exporter left no
-    # trace in it, from a look-back.
+    # GPUs reported by targets silent for the whole batch, from a look-back.
     silent_gpus: dict[str, GpuInfo] = field(default_factory=dict)
-    # GPU nodes kube-state-metrics lists at the interval's end (none where it lists no nodes).
+    # kube-state-metrics' nodes at the interval's end: those with GPUs (none where it lists no
+    # nodes), when each was created, and those being taken out (sources.LEAVING_TAINTS).
     gpu_nodes: set[str] = field(default_factory=set)
+    node_created: dict[str, int] = field(default_factory=dict)
+    nodes_leaving: set[str] = field(default_factory=set)
+    # On the interval before the batch: GPUs of listed nodes whose exporter left no trace,
+    # from the look-back of sources.node_devices_query, each with when it was last seen.
+    node_gpus: dict[str, GpuInfo] = field(default_factory=dict)
     gpus: dict[str, GpuInfo] = field(default_factory=dict)  # set by _gpu_presence
     warnings: list[str] = field(default_factory=list)
 
@@ -145,6 +150,7 @@ class GpuInfo:
     node: str = ""
     fault_domain: str = ""
     model: str = ""
+    last_seen: int = 0  # Unix seconds, to the hour: set by a look-back only
 
 
 ModelKey = tuple[str, str, str]  # (namespace, pod, GPU model)
@@ -386,11 +392,12 @@ def _follow_ups(
     known = _known_gpus(observed)
     for instances in _batches(_silent_unknown_targets(observed, known)):
         result = runner.run("silent", sources.silent_devices_query(plan, instances))
-        _parse_silent(result, observed, plan)
+        _parse_looked_up(result, observed, plan)
     unseen = {node for _, node, gpus in _unreported_gpu_nodes(observed, plan) if gpus is None}
     for nodes in _batches(unseen):
         query = sources.node_devices_query(plan, nodes)
-        _parse_silent(runner.run("vanished", query, at_start=True), observed, plan)
+        result = runner.run("vanished", query, at_start=True)
+        _parse_looked_up(result, observed, plan, into="node_gpus")
     preempted = _newly_preempted(observed)
     for pods in _batches(preempted):
         result = runner.run("preemption_ticks", sources.preemption_ticks_query(plan, pods))
@@ -1126,13 +1133,20 @@ def _parse_shared(
 def _parse_targets(
     result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
 ) -> None:
-    nodes = [series for series in result.series if series.labels.get("meter") == "gpu_nodes"]
-    up = [series for series in result.series if series.labels.get("meter") != "gpu_nodes"]
+    nodes = [series for series in result.series if series.labels.get("meter") in NODE_METERS]
+    up = [series for series in result.series if series.labels.get("meter") not in NODE_METERS]
     for interval, labels, _, value, _ in _points(
         replace(result, series=nodes), observed, plan, needs_pod=False, required=("node",)
     ):
-        if value > 0:
-            interval.gpu_nodes.add(labels["node"])
+        node, meter = labels["node"], labels["meter"]
+        if meter == "node_created":
+            interval.node_created[node] = int(value)
+        elif value <= 0:
+            continue
+        elif meter == "gpu_nodes":
+            interval.gpu_nodes.add(node)
+        else:
+            interval.nodes_leaving.add(node)
     for interval, labels, _, value, _ in _points(
         replace(result, series=up), observed, plan, needs_pod=False, required=("meter", "instance")
     ):
@@ -1140,15 +1154,26 @@ def _parse_targets(
         counts[0 if labels["meter"] == "attempted" else 1] = round(value)
 
 
-def _parse_silent(
-    result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
+# The parts of the targets meter that read kube-state-metrics' nodes (sources.targets_parts).
+NODE_METERS = frozenset({"gpu_nodes", "node_created", "node_leaving"})
+
+
+def _parse_looked_up(
+    result: sources.QueryRun,
+    observed: dict[int, Observed],
+    plan: sources.QueryPlan,
+    *,
+    into: str = "silent_gpus",
 ) -> None:
-    for interval, labels, _, _, _ in _points(
+    """A look-back's GPUs, into each interval's `silent_gpus` (sources.silent_devices_query)
+    or `node_gpus` (sources.node_devices_query, whose values say when each was last seen)."""
+    for interval, labels, _, value, _ in _points(
         result, observed, plan, needs_pod=False, required=("UUID", "instance")
     ):
-        interval.silent_gpus[labels["UUID"]] = GpuInfo(
+        getattr(interval, into)[labels["UUID"]] = GpuInfo(
             target=(labels.get("job", ""), labels["instance"]),
             node=labels.get("Hostname") or labels.get("hostname", ""),
+            last_seen=int(value) if into == "node_gpus" else 0,
         )
 
 
@@ -1441,8 +1466,12 @@ def _unreported_gpu_nodes(
     """(interval, node, its GPUs as last seen before) for each interval of the batch and each
     GPU node kube-state-metrics lists at its end that no GPU series names in it: last seen in
     an earlier interval of the batch, or the one before it, or else in the look-back of
-    `sources.node_devices_query` (on the interval before the batch); None where never seen.
-    Nodes of the source's `unmetered_nodes` are another source's."""
+    `sources.node_devices_query` (on the interval before the batch: the GPUs of the target
+    that reported last); None where never seen since the node was created. A node is
+    forgotten when it is not listed (it left: a new one may take its name).
+
+    Not yielded: nodes being taken out (`Observed.nodes_leaving`: their exporter may go
+    first), and nodes of the source's `unmetered_nodes` (another source's)."""
     first = min(observed)
     unreported = {
         start: now.gpu_nodes - {gpu.node for gpu in now.gpus.values()}
@@ -1452,18 +1481,40 @@ def _unreported_gpu_nodes(
     if not any(unreported.values()):  # every listed node reported: the usual batch
         return
     outside = re.compile(plan.unmetered_nodes) if plan.unmetered_nodes else None
-    last_seen: dict[str, dict[str, GpuInfo]] = defaultdict(dict)
-    for uuid, gpu in observed[first].silent_gpus.items():
-        last_seen[gpu.node][uuid] = gpu
+    last_seen: dict[str, tuple[int, dict[str, GpuInfo]]] = _looked_back(observed[first])
     for start in sorted(observed):
         now = observed[start]
         for node in sorted(unreported.get(start, ())):
-            if outside is None or not outside.fullmatch(node):
-                yield start, node, last_seen.get(node)
+            if node in now.nodes_leaving or (outside is not None and outside.fullmatch(node)):
+                continue
+            seen = last_seen.get(node)
+            if seen is not None and seen[0] < now.node_created.get(node, seen[0]):
+                seen = None  # a machine of the same name before this one
+            yield start, node, seen[1] if seen is not None else None
         reported: dict[str, dict[str, GpuInfo]] = defaultdict(dict)
         for uuid, gpu in now.gpus.items():
             reported[gpu.node][uuid] = gpu
-        last_seen.update(reported)
+        # Seen by the interval's end: a node created inside the interval reported them.
+        seen_by = start + plan.step_seconds
+        last_seen.update((node, (seen_by, gpus)) for node, gpus in reported.items())
+        if now.gpu_nodes:  # kube-state-metrics answered: a node it does not list has left
+            for node in [node for node in last_seen if node not in now.gpu_nodes]:
+                del last_seen[node]
+
+
+def _looked_back(before: Observed) -> dict[str, tuple[int, dict[str, GpuInfo]]]:
+    """Per node, when the look-back last saw its GPUs, and those it saw then (one scrape
+    stamps them all alike; to the look-back's resolution): an exporter replaced at a new
+    address, or a GPU replaced, within the look-back counts once."""
+    by_node: dict[str, dict[str, GpuInfo]] = defaultdict(dict)
+    for uuid, gpu in before.node_gpus.items():
+        by_node[gpu.node][uuid] = gpu
+    found = {}
+    for node, gpus in by_node.items():
+        newest = max(gpu.last_seen for gpu in gpus.values())
+        recent = newest - sources.NODE_LOOKBACK_STEP_SECONDS // 2
+        found[node] = (newest, {u: gpu for u, gpu in gpus.items() if gpu.last_seen > recent})
+    return found
 
 
 def _vanished_gpus(
@@ -1890,7 +1941,7 @@ def _unattributed_missing(
     # `Hostname` that is not the node's name): its GPUs, counted missing already, may be
     # those of a node that looks unreported.
     unnamed_silent = (
-        sorted(silent_nodes - {identity.node for identity in now.identity.values()})
+        sorted(silent_nodes - {identity.node for identity in now.identity.values()} - now.gpu_nodes)
         if silent_nodes and unmetered
         else []
     )

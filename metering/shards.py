@@ -63,7 +63,8 @@ logger = logging.getLogger(__name__)
 # own pod; 6: it also holds the GPUs the pod requests and whether it runs, which tell a pod
 # that no GPU series names (`measure._unattributed_missing`); 7: the observation holds the
 # scrape targets that answered I/O, latency or identity series (`Observation.gap_targets`);
-# 8: each interval holds the GPU nodes kube-state-metrics lists (`Observed.gpu_nodes`).
+# 8: each interval holds kube-state-metrics' nodes (`Observed.gpu_nodes`, `node_created`,
+# `nodes_leaving`), and a look-back's GPUs their last sighting (`node_gpus`, `GpuInfo.last_seen`).
 OBSERVATION_VERSION = 8
 
 Asked = TypeVar("Asked")
@@ -362,6 +363,8 @@ def _observed_add(into: Observed, part: Observed) -> None:
     into.preempted |= part.preempted
     into.targets.update(part.targets)
     into.gpu_nodes |= part.gpu_nodes
+    into.node_created.update(part.node_created)
+    into.nodes_leaving |= part.nodes_leaving
     seen = set(into.warnings)
     into.warnings.extend(warning for warning in part.warnings if warning not in seen)
 

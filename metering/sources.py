@@ -559,40 +559,59 @@ def shared_devices_query(
 def targets_parts(plan: QueryPlan) -> dict[str, Part]:
     """Per scrape target: the scrapes Prometheus attempted in the interval and those that
     answered (its own `up` series), so an exporter that stopped answering is told apart from
-    GPUs that left (completeness, see measure._derive_completeness)."""
+    GPUs that left (completeness, see measure._derive_completeness).
+
+    With them, kube-state-metrics' view of the nodes at the interval's end: those with GPUs
+    (capacity of the source's GPU resource, or of a MIG instance's), when each was created,
+    and those being taken out (`LEAVING_TAINTS`). A node listed with GPUs whose exporter left
+    no trace, `up` included, is still there: its GPUs are missing, not gone
+    (measure._vanished_gpus)."""
     up = f"{selector(plan, 'up')}{plan.window}"
     by = _labels(TARGET_LABELS)
-    # The GPU nodes kube-state-metrics lists at the interval's end (capacity of the source's
-    # GPU resource, or of a MIG instance's): a node whose exporter left no trace, `up`
-    # included, is still there and its GPUs are missing, not gone (measure._vanished_gpus).
-    resources = f"{regex_alternatives([plan.gpu_resource])}|{MIG_RESOURCES.pattern}"
-    capacity = selector(
-        plan, "kube_node_status_capacity", label_matcher("resource", resources, "=~")
+    leaving = selector(
+        plan, "kube_node_spec_taint", label_matcher("key", regex_alternatives(LEAVING_TAINTS), "=~")
     )
     return {
         "attempted": Part(f"count_over_time({up})", by, "sum"),
         "answered": Part(f"sum_over_time({up})", by, "sum"),
-        "gpu_nodes": Part(capacity, ("node",)),
+        "gpu_nodes": _gpu_resource_part(plan, "kube_node_status_capacity", ("node",), "max"),
+        "node_created": Part(selector(plan, "kube_node_created"), ("node",)),
+        "node_leaving": Part(leaving, ("node",)),
     }
 
 
+# The taints of a node on its way out: cordoned (drained for maintenance, or by an
+# autoscaler), or marked for deletion by the cluster autoscaler or Karpenter. Their exporter
+# may go before the node does (an autoscaler evicts DaemonSet pods too): its GPUs are leaving.
+LEAVING_TAINTS = (
+    "node.kubernetes.io/unschedulable",
+    "ToBeDeletedByClusterAutoscaler",
+    "karpenter.sh/disrupted",
+    "karpenter.sh/disruption",
+)
 # How far back the GPUs of a node whose exporter left no trace are looked up, when the batch
-# never saw them: a weekend without the exporter is still counted missing on Monday.
+# never saw them (a weekend without the exporter is still counted missing on Monday), and at
+# what resolution: one instant an hour reads one sample a series an hour, not a week of
+# them (a 15 s scrape's week of 10,000 GPUs would be some 400 M samples, past Prometheus'
+# `--query.max-samples`).
 NODE_LOOKBACK = "7d"
+NODE_LOOKBACK_STEP_SECONDS = 3600
 
 
 def node_devices_query(plan: QueryPlan, nodes: Iterable[str]) -> str:
-    """The GPU devices reported on the given nodes in the last NODE_LOOKBACK (by `Hostname`,
-    else `hostname`, as `NodeSet` reads a node): what a GPU node kube-state-metrics still
-    lists had, where its exporter left no trace in the batch (narrowed, and rare)."""
+    """When each GPU device reported on the given nodes was last seen in the last
+    NODE_LOOKBACK, to the hour (by `Hostname`, else `hostname`, as `NodeSet` reads a node):
+    what a GPU node kube-state-metrics still lists had, where its exporter left no trace in
+    the batch (narrowed, and rare)."""
     names = regex_alternatives(nodes)
     spellings = (
         (label_matcher("Hostname", names, "=~"),),
         ('Hostname=""', label_matcher("hostname", names, "=~")),
     )
+    step = f"{NODE_LOOKBACK_STEP_SECONDS}s"
     return " or ".join(
-        f"group by (UUID, GPU_I_ID, {TARGET_LABELS}, {NODE_LABELS}) (last_over_time("
-        f"{selector(plan, 'DCGM_FI_DEV_FB_USED', *spelling)}[{NODE_LOOKBACK}]))"
+        f"max by (UUID, GPU_I_ID, {TARGET_LABELS}, {NODE_LABELS}) (max_over_time(timestamp("
+        f"{selector(plan, 'DCGM_FI_DEV_FB_USED', *spelling)})[{NODE_LOOKBACK}:{step}]))"
         for spelling in spellings
     )
 
@@ -686,17 +705,21 @@ def _identity_meters(plan: QueryPlan) -> tuple[tuple[str, str, tuple[str, ...]],
 MIG_RESOURCES = re.compile(r"nvidia_com_mig_.+")
 
 
-def _gpu_requests_part(plan: QueryPlan, by: tuple[str, ...]) -> Part:
-    """Each pod's GPU request, summed over its containers, under kube-state-metrics' names
-    of it: the mapping's resource (`nvidia_com_gpu`), and a MIG instance's under the device
-    plugin's mixed strategy (`nvidia_com_mig_3g_40gb`), asked apart (two disjoint selectors,
-    so the mapping's value stays an exact match)."""
-    metric = "kube_pod_container_resource_requests"
+def _gpu_resource_part(plan: QueryPlan, metric: str, by: tuple[str, ...], how: str) -> Part:
+    """`metric` of GPU resources, under kube-state-metrics' names of them: the mapping's
+    resource (`nvidia_com_gpu`), and a MIG instance's under the device plugin's mixed
+    strategy (`nvidia_com_mig_3g_40gb`), asked apart (two disjoint selectors, so the
+    mapping's value stays an exact match)."""
     mapped = selector(plan, metric, label_matcher("resource", plan.gpu_resource))
     if MIG_RESOURCES.fullmatch(plan.gpu_resource):
-        return Part(mapped, by, "sum")
+        return Part(mapped, by, how)
     mig = selector(plan, metric, label_matcher("resource", MIG_RESOURCES.pattern, "=~"))
-    return Part(mapped, by, "sum", also=(mig,))
+    return Part(mapped, by, how, also=(mig,))
+
+
+def _gpu_requests_part(plan: QueryPlan, by: tuple[str, ...]) -> Part:
+    """Each pod's GPU request, summed over its containers (see `_gpu_resource_part`)."""
+    return _gpu_resource_part(plan, "kube_pod_container_resource_requests", by, "sum")
 
 
 def identity_parts(plan: QueryPlan) -> dict[str, Part]:

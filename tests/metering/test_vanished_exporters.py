@@ -46,6 +46,12 @@ def completeness(observed: dict[int, Observed], plan: sources.QueryPlan = PLAN) 
     return [(f.samples_seen, f.samples_expected) for f in facts.intervals.values()]
 
 
+def looked_back(before: Observed, *, at: int = 0, uuids: tuple[str, ...] = ("gpu-b-0", "gpu-b-1")):
+    """gpu-b's GPUs as sources.node_devices_query finds them, last seen `at`."""
+    for uuid in uuids:
+        before.node_gpus[uuid] = GpuInfo(target=LEAVES, node="gpu-b", last_seen=at)
+
+
 def test_it_counts_the_gpus_of_a_listed_node_whose_exporter_left_no_trace_missing() -> None:
     observed = batch(interval(), interval(), interval(b_reports=False), interval(b_reports=False))
     assert completeness(observed) == [(20, 20), (10, 20), (10, 20)]
@@ -97,8 +103,7 @@ def test_it_counts_a_node_looked_back_for_over_a_batch_inside_the_outage() -> No
     """The node's GPUs, last seen before the batch, come from `node_devices_query`'s
     look-back, which lands on the interval before the batch."""
     before = interval(b_reports=False)
-    for n in range(2):
-        before.silent_gpus[f"gpu-b-{n}"] = GpuInfo(target=LEAVES, node="gpu-b")
+    looked_back(before)
     outage = interval(b_reports=False)
     observed = batch(before, outage, interval(b_reports=False))
     # Without it, the node is one to look up.
@@ -131,13 +136,63 @@ def test_it_counts_a_vanished_nodes_running_pods_once() -> None:
 
 def test_it_asks_prometheus_for_the_nodes_gpus_by_either_label_spelling() -> None:
     query = sources.node_devices_query(PLAN, ["gpu-b", "gpu.c"])
+    # One instant an hour: a sample a series an hour is read, not a week of them.
     assert query == (
-        "group by (UUID, GPU_I_ID, job, instance, Hostname, hostname) (last_over_time("
-        'DCGM_FI_DEV_FB_USED{Hostname=~"gpu-b|gpu\\\\.c"}[7d])) or group by (UUID, GPU_I_ID,'
-        " job, instance, Hostname, hostname) (last_over_time(DCGM_FI_DEV_FB_USED{"
-        'Hostname="",hostname=~"gpu-b|gpu\\\\.c"}[7d]))'
+        "max by (UUID, GPU_I_ID, job, instance, Hostname, hostname) (max_over_time(timestamp("
+        'DCGM_FI_DEV_FB_USED{Hostname=~"gpu-b|gpu\\\\.c"})[7d:3600s])) or max by (UUID, GPU_I_ID,'
+        " job, instance, Hostname, hostname) (max_over_time(timestamp(DCGM_FI_DEV_FB_USED{"
+        'Hostname="",hostname=~"gpu-b|gpu\\\\.c"})[7d:3600s]))'
     )
     parts = sources.targets_parts(PLAN)
-    assert parts["gpu_nodes"].promql == (
-        'kube_node_status_capacity{resource=~"nvidia_com_gpu|nvidia_com_mig_.+"}'
+    assert parts["gpu_nodes"].queries == (
+        'kube_node_status_capacity{resource="nvidia_com_gpu"}',
+        'kube_node_status_capacity{resource=~"nvidia_com_mig_.+"}',
     )
+    assert parts["node_leaving"].promql == (
+        'kube_node_spec_taint{key=~"ToBeDeletedByClusterAutoscaler|karpenter\\\\.sh/disrupted|'
+        'karpenter\\\\.sh/disruption|node\\\\.kubernetes\\\\.io/unschedulable"}'
+    )
+
+
+def test_it_forgets_a_node_that_left_when_a_new_one_takes_its_name() -> None:
+    """Within the batch: gpu-b unlisted a while, then listed again before its exporter's
+    first sample. Through the look-back: the node created after the GPUs were last seen."""
+    left = interval(b_reports=False, listed=("gpu-a",))
+    new = interval(b_reports=False)
+    assert completeness(batch(interval(), interval(), left, new)) == [(20, 20), (10, 10), (10, 10)]
+    before = interval(b_reports=False)
+    looked_back(before, at=1_000)
+    recreated = interval(b_reports=False)
+    recreated.node_created["gpu-b"] = 2_000
+    assert completeness(batch(before, recreated)) == [(10, 10)]
+    recreated.node_created["gpu-b"] = 500  # the same machine: created before it was seen
+    assert completeness(batch(before, recreated)) == [(10, 20)]
+
+
+def test_it_counts_the_gpus_of_the_last_sighting_only() -> None:
+    """A GPU replaced within the look-back (its old UUID last seen a day before the others)
+    counts once: the node's two GPUs, not three."""
+    before = interval(b_reports=False)
+    looked_back(before, at=100_000)
+    looked_back(before, at=100_000 - 86_400, uuids=("gpu-b-old",))
+    assert completeness(batch(before, interval(b_reports=False))) == [(10, 20)]
+
+
+def test_it_leaves_a_node_on_its_way_out_alone() -> None:
+    """Cordoned, or marked for deletion by an autoscaler: its exporter may go first."""
+    leaving = interval(b_reports=False)
+    leaving.nodes_leaving.add("gpu-b")
+    assert completeness(batch(interval(), interval(), leaving)) == [(20, 20), (10, 10)]
+
+
+def test_it_still_counts_another_nodes_unreported_pods_beside_an_idle_vanished_node() -> None:
+    """gpu-b idle and its exporter gone; gpu-c, listed too, with no exporter and a pod holding
+    2 GPUs through the interval: both count missing (an idle vanished node once hid gpu-c's
+    pod, taken for an exporter under an unknown name)."""
+    before = interval(listed=("gpu-a", "gpu-b", "gpu-c"))
+    now = interval(b_reports=False, listed=("gpu-a", "gpu-b", "gpu-c"))
+    for observed in (before, now):
+        observed.identity["ml", "on-c"] = PodIdentity(
+            node="gpu-c", gpus_requested=Fraction(2), running=True, from_kube=True
+        )
+    assert completeness(batch(interval(), before, now)) == [(20, 20), (10, 30)]
