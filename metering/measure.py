@@ -134,7 +134,7 @@ class Observed:
     node_created: dict[str, int] = field(default_factory=dict)
     nodes_leaving: set[str] = field(default_factory=set)
     # On the interval before the batch: GPUs of listed nodes whose exporter left no trace,
-    # from the look-back of sources.node_devices_query, each with when it was last seen.
+    # from the look-back of sources.node_devices_query (since each node was created).
     node_gpus: dict[str, GpuInfo] = field(default_factory=dict)
     gpus: dict[str, GpuInfo] = field(default_factory=dict)  # set by _gpu_presence
     warnings: list[str] = field(default_factory=list)
@@ -150,7 +150,6 @@ class GpuInfo:
     node: str = ""
     fault_domain: str = ""
     model: str = ""
-    last_seen: int = 0  # Unix seconds, to the hour: set by a look-back only
 
 
 ModelKey = tuple[str, str, str]  # (namespace, pod, GPU model)
@@ -394,10 +393,11 @@ def _follow_ups(
         result = runner.run("silent", sources.silent_devices_query(plan, instances))
         _parse_looked_up(result, observed, plan)
     unseen = {node for _, node, gpus in _unreported_gpu_nodes(observed, plan) if gpus is None}
-    for nodes in _batches(unseen):
-        query = sources.node_devices_query(plan, nodes)
-        result = runner.run("vanished", query, at_start=True)
-        _parse_looked_up(result, observed, plan, into="node_gpus")
+    for seconds, nodes in sorted(_lookback_spans(observed, plan, unseen).items()):
+        for named in _batches(nodes):
+            query = sources.node_devices_query(plan, named, seconds)
+            result = runner.run("vanished", query, at_start=True)
+            _parse_looked_up(result, observed, plan, into="node_gpus")
     preempted = _newly_preempted(observed)
     for pods in _batches(preempted):
         result = runner.run("preemption_ticks", sources.preemption_ticks_query(plan, pods))
@@ -1166,14 +1166,13 @@ def _parse_looked_up(
     into: str = "silent_gpus",
 ) -> None:
     """A look-back's GPUs, into each interval's `silent_gpus` (sources.silent_devices_query)
-    or `node_gpus` (sources.node_devices_query, whose values say when each was last seen)."""
-    for interval, labels, _, value, _ in _points(
+    or `node_gpus` (sources.node_devices_query)."""
+    for interval, labels, _, _, _ in _points(
         result, observed, plan, needs_pod=False, required=("UUID", "instance")
     ):
         getattr(interval, into)[labels["UUID"]] = GpuInfo(
             target=(labels.get("job", ""), labels["instance"]),
             node=labels.get("Hostname") or labels.get("hostname", ""),
-            last_seen=int(value) if into == "node_gpus" else 0,
         )
 
 
@@ -1466,9 +1465,9 @@ def _unreported_gpu_nodes(
     """(interval, node, its GPUs as last seen before) for each interval of the batch and each
     GPU node kube-state-metrics lists at its end that no GPU series names in it: last seen in
     an earlier interval of the batch, or the one before it, or else in the look-back of
-    `sources.node_devices_query` (on the interval before the batch: the GPUs of the target
-    that reported last); None where never seen since the node was created. A node is
-    forgotten when it is not listed (it left: a new one may take its name).
+    `sources.node_devices_query` (on the interval before the batch); None where never seen
+    since the node was created. A node is forgotten when it is not listed (it left: a new
+    one may take its name).
 
     Not yielded: nodes being taken out (`Observed.nodes_leaving`: their exporter may go
     first), and nodes of the source's `unmetered_nodes` (another source's)."""
@@ -1481,7 +1480,7 @@ def _unreported_gpu_nodes(
     if not any(unreported.values()):  # every listed node reported: the usual batch
         return
     outside = re.compile(plan.unmetered_nodes) if plan.unmetered_nodes else None
-    last_seen: dict[str, tuple[int, dict[str, GpuInfo]]] = _looked_back(observed[first])
+    last_seen = _looked_back(observed, plan)
     for start in sorted(observed):
         now = observed[start]
         for node in sorted(unreported.get(start, ())):
@@ -1502,18 +1501,37 @@ def _unreported_gpu_nodes(
                 del last_seen[node]
 
 
-def _looked_back(before: Observed) -> dict[str, tuple[int, dict[str, GpuInfo]]]:
-    """Per node, when the look-back last saw its GPUs, and those it saw then (one scrape
-    stamps them all alike; to the look-back's resolution): an exporter replaced at a new
-    address, or a GPU replaced, within the look-back counts once."""
-    by_node: dict[str, dict[str, GpuInfo]] = defaultdict(dict)
-    for uuid, gpu in before.node_gpus.items():
-        by_node[gpu.node][uuid] = gpu
-    found = {}
-    for node, gpus in by_node.items():
-        newest = max(gpu.last_seen for gpu in gpus.values())
-        recent = newest - sources.NODE_LOOKBACK_STEP_SECONDS // 2
-        found[node] = (newest, {u: gpu for u, gpu in gpus.items() if gpu.last_seen > recent})
+def _lookback_spans(
+    observed: dict[int, Observed], plan: sources.QueryPlan, nodes: set[str]
+) -> dict[int, set[str]]:
+    """The nodes to look back for, by how far: sources.NODE_LOOKBACK_SECONDS, or since the
+    node was created (to the minute, down) where that is nearer: the GPUs of a machine that
+    had the name before it are not its own. A node created after the batch started has
+    none to look for."""
+    batch_start = min(observed) + plan.step_seconds
+    created: dict[str, int] = {}
+    for interval in observed.values():
+        for node, at in interval.node_created.items():
+            created.setdefault(node, at)
+    spans: dict[int, set[str]] = defaultdict(set)
+    for node in nodes:
+        seconds = sources.NODE_LOOKBACK_SECONDS
+        if node in created:
+            seconds = min(seconds, (batch_start - created[node]) // 60 * 60)
+        if seconds > 0:
+            spans[seconds].add(node)
+    return spans
+
+
+def _looked_back(
+    observed: dict[int, Observed], plan: sources.QueryPlan
+) -> dict[str, tuple[int, dict[str, GpuInfo]]]:
+    """Per node, the GPUs the look-back found (since the node was created, see
+    `_lookback_spans`), as seen by the batch's start."""
+    first = min(observed)
+    found: dict[str, tuple[int, dict[str, GpuInfo]]] = {}
+    for uuid, gpu in observed[first].node_gpus.items():
+        found.setdefault(gpu.node, (first + plan.step_seconds, {}))[1][uuid] = gpu
     return found
 
 

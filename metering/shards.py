@@ -64,7 +64,7 @@ logger = logging.getLogger(__name__)
 # that no GPU series names (`measure._unattributed_missing`); 7: the observation holds the
 # scrape targets that answered I/O, latency or identity series (`Observation.gap_targets`);
 # 8: each interval holds kube-state-metrics' nodes (`Observed.gpu_nodes`, `node_created`,
-# `nodes_leaving`), and a look-back's GPUs their last sighting (`node_gpus`, `GpuInfo.last_seen`).
+# `nodes_leaving`) and a look-back's GPUs of listed nodes (`node_gpus`).
 OBSERVATION_VERSION = 8
 
 Asked = TypeVar("Asked")

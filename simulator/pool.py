@@ -154,8 +154,10 @@ class Pool:
         self.bare_prefixes = {d: _dcgm_prefixes(d, "") for d in self.devices}
         # What Prometheus itself writes per scrape of each node's dcgm-exporter.
         self.up_prefixes = {node: _up_prefix(node) for node in self.nodes}
-        # kube-state-metrics' view of each node's GPUs, written while the node is up.
-        self.node_capacity_lines = {node: _node_capacity_line(node) for node in self.nodes}
+        # kube-state-metrics' view of each node (its GPUs, its creation a day before the
+        # pool's start), written while the node is up.
+        self.node_created = config.start_epoch - 86_400
+        self.node_lines = {node: _node_lines(node, self.node_created) for node in self.nodes}
         self.whole_count = sum(len(v) for v in self.whole_by_node.values())
         self.max_whole_per_node = max(len(v) for v in self.whole_by_node.values())
         # Free whole-GPU slots per present node, kept up to date lazily so that placing a pod
@@ -462,7 +464,7 @@ class Pool:
             self.whole_by_node[node] = devices
             self.exclusive_by_node[node] = devices
             self.up_prefixes[node] = _up_prefix(node)
-            self.node_capacity_lines[node] = _node_capacity_line(node)
+            self.node_lines[node] = _node_lines(node, self.node_created)
             self.gpus += node.gpus
             self.devices += devices
             self.bare_prefixes.update({d: _dcgm_prefixes(d, "") for d in devices})
@@ -898,7 +900,7 @@ class Pool:
         silent, gone = self._silent_nodes(t)
         for node in self.nodes:
             if node.present:
-                lines.append(self.node_capacity_lines[node])
+                lines += self.node_lines[node]
                 if node not in gone:
                     lines.append(self.up_prefixes[node] + ("0" if node in silent else "1"))
         training_units = self._emit_devices(present, interval, lines, silent)
@@ -1052,11 +1054,12 @@ def _up_prefix(node: Node) -> str:
     return f'up{{job="dcgm-exporter",instance="{node.ip}:9400"}} '
 
 
-def _node_capacity_line(node: Node) -> str:
-    return (
+def _node_lines(node: Node, created: int) -> list[str]:
+    return [
         f'kube_node_status_capacity{{{KSM_TARGET},node="{node.name}",resource="nvidia_com_gpu",'
-        f'unit="integer"}} {len(node.gpus)}'
-    )
+        f'unit="integer"}} {len(node.gpus)}',
+        f'kube_node_created{{{KSM_TARGET},node="{node.name}"}} {created}',
+    ]
 
 
 def _dcgm_prefixes(device: Device, pod_labels: str) -> list[str]:

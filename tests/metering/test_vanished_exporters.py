@@ -46,10 +46,10 @@ def completeness(observed: dict[int, Observed], plan: sources.QueryPlan = PLAN) 
     return [(f.samples_seen, f.samples_expected) for f in facts.intervals.values()]
 
 
-def looked_back(before: Observed, *, at: int = 0, uuids: tuple[str, ...] = ("gpu-b-0", "gpu-b-1")):
-    """gpu-b's GPUs as sources.node_devices_query finds them, last seen `at`."""
-    for uuid in uuids:
-        before.node_gpus[uuid] = GpuInfo(target=LEAVES, node="gpu-b", last_seen=at)
+def looked_back(before: Observed) -> None:
+    """gpu-b's GPUs as sources.node_devices_query finds them."""
+    for n in range(2):
+        before.node_gpus[f"gpu-b-{n}"] = GpuInfo(target=LEAVES, node="gpu-b")
 
 
 def test_it_counts_the_gpus_of_a_listed_node_whose_exporter_left_no_trace_missing() -> None:
@@ -135,13 +135,12 @@ def test_it_counts_a_vanished_nodes_running_pods_once() -> None:
 
 
 def test_it_asks_prometheus_for_the_nodes_gpus_by_either_label_spelling() -> None:
-    query = sources.node_devices_query(PLAN, ["gpu-b", "gpu.c"])
-    # One instant an hour: a sample a series an hour is read, not a week of them.
+    query = sources.node_devices_query(PLAN, ["gpu-b", "gpu.c"], 86_400)
     assert query == (
-        "max by (UUID, GPU_I_ID, job, instance, Hostname, hostname) (max_over_time(timestamp("
-        'DCGM_FI_DEV_FB_USED{Hostname=~"gpu-b|gpu\\\\.c"})[7d:3600s])) or max by (UUID, GPU_I_ID,'
-        " job, instance, Hostname, hostname) (max_over_time(timestamp(DCGM_FI_DEV_FB_USED{"
-        'Hostname="",hostname=~"gpu-b|gpu\\\\.c"})[7d:3600s]))'
+        "group by (UUID, GPU_I_ID, job, instance, Hostname, hostname) (last_over_time("
+        'DCGM_FI_DEV_FB_USED{Hostname=~"gpu-b|gpu\\\\.c"}[86400s])) or group by (UUID, GPU_I_ID,'
+        " job, instance, Hostname, hostname) (last_over_time(DCGM_FI_DEV_FB_USED{"
+        'Hostname="",hostname=~"gpu-b|gpu\\\\.c"}[86400s]))'
     )
     parts = sources.targets_parts(PLAN)
     assert parts["gpu_nodes"].queries == (
@@ -156,26 +155,17 @@ def test_it_asks_prometheus_for_the_nodes_gpus_by_either_label_spelling() -> Non
 
 def test_it_forgets_a_node_that_left_when_a_new_one_takes_its_name() -> None:
     """Within the batch: gpu-b unlisted a while, then listed again before its exporter's
-    first sample. Through the look-back: the node created after the GPUs were last seen."""
+    first sample. Before it, the look-back reaches back to the node's creation only."""
     left = interval(b_reports=False, listed=("gpu-a",))
     new = interval(b_reports=False)
     assert completeness(batch(interval(), interval(), left, new)) == [(20, 20), (10, 10), (10, 10)]
-    before = interval(b_reports=False)
-    looked_back(before, at=1_000)
-    recreated = interval(b_reports=False)
-    recreated.node_created["gpu-b"] = 2_000
-    assert completeness(batch(before, recreated)) == [(10, 10)]
-    recreated.node_created["gpu-b"] = 500  # the same machine: created before it was seen
-    assert completeness(batch(before, recreated)) == [(10, 20)]
-
-
-def test_it_counts_the_gpus_of_the_last_sighting_only() -> None:
-    """A GPU replaced within the look-back (its old UUID last seen a day before the others)
-    counts once: the node's two GPUs, not three."""
-    before = interval(b_reports=False)
-    looked_back(before, at=100_000)
-    looked_back(before, at=100_000 - 86_400, uuids=("gpu-b-old",))
-    assert completeness(batch(before, interval(b_reports=False))) == [(10, 20)]
+    before, now = interval(b_reports=False), interval(b_reports=False)
+    now.node_created.update({"gpu-a": -86_400, "gpu-b": STEP - 2 * 86_400 - 59})
+    now.node_created["gpu-new"] = STEP + 10
+    spans = measure._lookback_spans(batch(before, now), PLAN, {"gpu-a", "gpu-b", "gpu-new", "x"})
+    # Since its creation, to the minute, down; at most 7 days (no creation known: 7 days);
+    # created after the batch started: nothing to look for.
+    assert spans == {86_400 + STEP: {"gpu-a"}, 2 * 86_400: {"gpu-b"}, 7 * 86_400: {"x"}}
 
 
 def test_it_leaves_a_node_on_its_way_out_alone() -> None:
