@@ -1466,8 +1466,9 @@ def _unreported_gpu_nodes(
     GPU node kube-state-metrics lists at its end that no GPU series names in it: last seen in
     an earlier interval of the batch, or the one before it, or else in the look-back of
     `sources.node_devices_query` (on the interval before the batch); None where never seen
-    since the node was created. A node is forgotten when it is not listed (it left: a new
-    one may take its name).
+    since the node was created: GPUs seen by a time at or before the node's creation
+    (`kube_node_created`) were another machine's of that name; where kube-state-metrics
+    writes no creation times, a node is forgotten when it is not listed.
 
     Not yielded: nodes being taken out (`Observed.nodes_leaving`: their exporter may go
     first), and nodes of the source's `unmetered_nodes` (another source's)."""
@@ -1487,7 +1488,7 @@ def _unreported_gpu_nodes(
             if node in now.nodes_leaving or (outside is not None and outside.fullmatch(node)):
                 continue
             seen = last_seen.get(node)
-            if seen is not None and seen[0] < now.node_created.get(node, seen[0]):
+            if seen is not None and seen[0] <= now.node_created.get(node, -1):
                 seen = None  # a machine of the same name before this one
             yield start, node, seen[1] if seen is not None else None
         reported: dict[str, dict[str, GpuInfo]] = defaultdict(dict)
@@ -1496,7 +1497,9 @@ def _unreported_gpu_nodes(
         # Seen by the interval's end: a node created inside the interval reported them.
         seen_by = start + plan.step_seconds
         last_seen.update((node, (seen_by, gpus)) for node, gpus in reported.items())
-        if now.gpu_nodes:  # kube-state-metrics answered: a node it does not list has left
+        if now.gpu_nodes and not now.node_created:
+            # No creation times to tell a new machine by: a node not listed has left (a
+            # listing that misses a node for one scrape forgets it for the batch).
             for node in [node for node in last_seen if node not in now.gpu_nodes]:
                 del last_seen[node]
 
@@ -1505,9 +1508,10 @@ def _lookback_spans(
     observed: dict[int, Observed], plan: sources.QueryPlan, nodes: set[str]
 ) -> dict[int, set[str]]:
     """The nodes to look back for, by how far: sources.NODE_LOOKBACK_SECONDS, or since the
-    node was created (to the minute, down) where that is nearer: the GPUs of a machine that
-    had the name before it are not its own. A node created after the batch started has
-    none to look for."""
+    node was created where that is nearer (down to the hour; under an hour, to the minute:
+    a young pool's nodes share a few queries): the GPUs of a machine that had the name
+    before it are not its own. A node created after the batch started has none to look
+    for."""
     batch_start = min(observed) + plan.step_seconds
     created: dict[str, int] = {}
     for interval in observed.values():
@@ -1517,7 +1521,9 @@ def _lookback_spans(
     for node in nodes:
         seconds = sources.NODE_LOOKBACK_SECONDS
         if node in created:
-            seconds = min(seconds, (batch_start - created[node]) // 60 * 60)
+            since = batch_start - created[node]
+            unit = 3600 if since >= 3600 else 60
+            seconds = min(seconds, since // unit * unit)
         if seconds > 0:
             spans[seconds].add(node)
     return spans

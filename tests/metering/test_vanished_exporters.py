@@ -153,19 +153,54 @@ def test_it_asks_prometheus_for_the_nodes_gpus_by_either_label_spelling() -> Non
     )
 
 
-def test_it_forgets_a_node_that_left_when_a_new_one_takes_its_name() -> None:
-    """Within the batch: gpu-b unlisted a while, then listed again before its exporter's
-    first sample. Before it, the look-back reaches back to the node's creation only."""
+def test_it_forgets_the_gpus_of_a_machine_that_had_the_name_before() -> None:
+    """gpu-b unlisted a while, then listed again, created anew, before its exporter's first
+    sample: the GPUs seen by the end of an interval at or before its creation were the old
+    machine's. Without creation times, being unlisted is what tells."""
     left = interval(b_reports=False, listed=("gpu-a",))
-    new = interval(b_reports=False)
-    assert completeness(batch(interval(), interval(), left, new)) == [(20, 20), (10, 10), (10, 10)]
+    for created, expected in ((STEP, (10, 20)), (2 * STEP, (10, 10))):
+        new = interval(b_reports=False)
+        new.node_created["gpu-b"] = created  # GPUs last seen by 2 * STEP (interval 1's end)
+        left.node_created["gpu-a"] = 0
+        observed = batch(interval(), interval(), left, new)
+        assert completeness(observed) == [(20, 20), (10, 10), expected], created
+    no_times = interval(b_reports=False, listed=("gpu-a",))
+    assert completeness(batch(interval(), interval(), no_times, interval(b_reports=False))) == [
+        (20, 20),
+        (10, 10),
+        (10, 10),
+    ]
+
+
+def test_it_keeps_a_node_a_listing_missed_once_where_creation_times_tell() -> None:
+    """A kube-state-metrics shard that missed a scrape leaves gpu-b out of one listing: the
+    same machine (created as before) is still counted, however the windows are batched."""
+    missed = interval(b_reports=False, listed=("gpu-a",))
+    missed.node_created["gpu-a"] = 0
+    outage = interval(b_reports=False)
+    outage.node_created.update({"gpu-a": 0, "gpu-b": 0})
+    assert completeness(batch(interval(), interval(), missed, outage, outage)) == [
+        (20, 20),
+        (10, 10),
+        (10, 20),
+        (10, 20),
+    ]
+
+
+def test_it_looks_back_no_further_than_each_nodes_creation() -> None:
     before, now = interval(b_reports=False), interval(b_reports=False)
     now.node_created.update({"gpu-a": -86_400, "gpu-b": STEP - 2 * 86_400 - 59})
-    now.node_created["gpu-new"] = STEP + 10
-    spans = measure._lookback_spans(batch(before, now), PLAN, {"gpu-a", "gpu-b", "gpu-new", "x"})
-    # Since its creation, to the minute, down; at most 7 days (no creation known: 7 days);
-    # created after the batch started: nothing to look for.
-    assert spans == {86_400 + STEP: {"gpu-a"}, 2 * 86_400: {"gpu-b"}, 7 * 86_400: {"x"}}
+    now.node_created.update({"gpu-new": STEP + 10, "gpu-young": STEP - 150})
+    nodes = {"gpu-a", "gpu-b", "gpu-new", "gpu-young", "x"}
+    spans = measure._lookback_spans(batch(before, now), PLAN, nodes)
+    # Down to the hour (under an hour, to the minute); at most 7 days, and 7 days where no
+    # creation is known; created after the batch started: nothing to look for.
+    assert spans == {
+        86_400: {"gpu-a"},
+        2 * 86_400: {"gpu-b"},
+        120: {"gpu-young"},
+        7 * 86_400: {"x"},
+    }
 
 
 def test_it_leaves_a_node_on_its_way_out_alone() -> None:
