@@ -561,7 +561,7 @@ def targets_parts(plan: QueryPlan) -> dict[str, Part]:
     answered (its own `up` series), so an exporter that stopped answering is told apart from
     GPUs that left (completeness, see measure._derive_completeness).
 
-    With them, kube-state-metrics' view of the nodes at the interval's end: those with GPUs
+    With them, kube-state-metrics' view of the nodes in the interval: those with GPUs
     (capacity of the source's GPU resource, or of a MIG instance's), when each was created,
     and those being taken out (`LEAVING_TAINTS`). A node listed with GPUs whose exporter left
     no trace, `up` included, is still there: its GPUs are missing, not gone
@@ -571,12 +571,21 @@ def targets_parts(plan: QueryPlan) -> dict[str, Part]:
     leaving = selector(
         plan, "kube_node_spec_taint", label_matcher("key", regex_alternatives(LEAVING_TAINTS), "=~")
     )
+    # Each node's last sample in the interval, as the interval holds samples: one at its very
+    # end is the next interval's (a node listed from then on has GPUs only from then on).
+    capacity = _gpu_resource_part(plan, "kube_node_status_capacity", ("node",), "max")
     return {
         "attempted": Part(f"count_over_time({up})", by, "sum"),
         "answered": Part(f"sum_over_time({up})", by, "sum"),
-        "gpu_nodes": _gpu_resource_part(plan, "kube_node_status_capacity", ("node",), "max"),
-        "node_created": Part(selector(plan, "kube_node_created"), ("node",)),
-        "node_leaving": Part(leaving, ("node",)),
+        "gpu_nodes": replace(
+            capacity,
+            promql=f"last_over_time({capacity.promql}{plan.window})",
+            also=tuple(f"last_over_time({query}{plan.window})" for query in capacity.also),
+        ),
+        "node_created": Part(
+            f"last_over_time({selector(plan, 'kube_node_created')}{plan.window})", ("node",)
+        ),
+        "node_leaving": Part(f"last_over_time({leaving}{plan.window})", ("node",)),
     }
 
 

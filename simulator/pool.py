@@ -154,8 +154,8 @@ class Pool:
         self.bare_prefixes = {d: _dcgm_prefixes(d, "") for d in self.devices}
         # What Prometheus itself writes per scrape of each node's dcgm-exporter.
         self.up_prefixes = {node: _up_prefix(node) for node in self.nodes}
-        # kube-state-metrics' view of each node (its GPUs, its creation a day before the
-        # pool's start), written while the node is up.
+        # kube-state-metrics' view of each node (its GPUs, its creation: a day before the
+        # pool's start, or when it came back from a loss), written while the node is up.
         self.node_created = config.start_epoch - 86_400
         self.node_lines = {node: _node_lines(node, self.node_created) for node in self.nodes}
         self.whole_count = sum(len(v) for v in self.whole_by_node.values())
@@ -261,6 +261,8 @@ class Pool:
             if not node.present and t >= node.down_until:
                 node.present = True
                 self._dirty.add(node)
+                # A lost node left the cluster: it registers again, as a new node object.
+                self.node_lines[node] = _node_lines(node, t)
         for gpu in self.gpus:
             if not gpu.present and t >= gpu.down_until:
                 gpu.present = True

@@ -30,7 +30,8 @@ its GPUs' series are then not written, but the GPUs and pods work on and this fi
 in capacity and allocation; a `gone` one has no `up` series either). A node that is down has no
 `up` series (its target is gone) and is not listed by kube-state-metrics, which writes
 `kube_node_status_capacity{node,resource="nvidia_com_gpu",unit="integer"}` (its GPUs) and
-`kube_node_created{node}` (a day before the pool's start) for every node that is up.
+`kube_node_created{node}` (a day before the pool's start, or the tick a lost node came back
+at: it registers again) for every node that is up.
 
 Label spellings vary per node, as in real pools: `Hostname` or `hostname`; pod attribution as
 `pod`/`namespace`/`container` or, on other nodes, `exported_pod`/`exported_namespace`/

@@ -143,13 +143,16 @@ def test_it_asks_prometheus_for_the_nodes_gpus_by_either_label_spelling() -> Non
         'Hostname="",hostname=~"gpu-b|gpu\\\\.c"}[86400s]))'
     )
     parts = sources.targets_parts(PLAN)
+    # The last sample in the interval: one at its end is the next interval's.
+    window = PLAN.window
     assert parts["gpu_nodes"].queries == (
-        'kube_node_status_capacity{resource="nvidia_com_gpu"}',
-        'kube_node_status_capacity{resource=~"nvidia_com_mig_.+"}',
+        f'last_over_time(kube_node_status_capacity{{resource="nvidia_com_gpu"}}{window})',
+        f'last_over_time(kube_node_status_capacity{{resource=~"nvidia_com_mig_.+"}}{window})',
     )
     assert parts["node_leaving"].promql == (
-        'kube_node_spec_taint{key=~"ToBeDeletedByClusterAutoscaler|karpenter\\\\.sh/disrupted|'
-        'karpenter\\\\.sh/disruption|node\\\\.kubernetes\\\\.io/unschedulable"}'
+        'last_over_time(kube_node_spec_taint{key=~"ToBeDeletedByClusterAutoscaler|karpenter'
+        '\\\\.sh/disrupted|karpenter\\\\.sh/disruption|node\\\\.kubernetes\\\\.io/unschedulable"}'
+        f"{window})"
     )
 
 
