@@ -601,8 +601,8 @@ LEAVING_TAINTS = (
 # How far back the GPUs of a node whose exporter left no trace are looked up, when the batch
 # never saw them: a weekend without the exporter is still counted missing on Monday. Each
 # series' week of samples is read one series at a time (Prometheus' peak is one series', far
-# from `--query.max-samples`); an hourly subquery read fewer samples but cost Prometheus 15 to
-# 25 times the time on the week-long test pool.
+# from `--query.max-samples`); an hourly subquery read fewer samples but cost Prometheus 14 to
+# 25 times the time on the week-long test pool (benchmarks/_node_lookback.py).
 NODE_LOOKBACK_SECONDS = 7 * 86_400
 
 
@@ -615,10 +615,17 @@ def node_devices_query(plan: QueryPlan, nodes: Iterable[str], seconds: int) -> s
         (label_matcher("Hostname", names, "=~"),),
         ('Hostname=""', label_matcher("hostname", names, "=~")),
     )
+    frame_buffers = [selector(plan, "DCGM_FI_DEV_FB_USED", *spelling) for spelling in spellings]
+    return _devices_reported(frame_buffers, f"{seconds}s")
+
+
+def _devices_reported(frame_buffers: Iterable[str], lookback: str) -> str:
+    """Each device the `DCGM_FI_DEV_FB_USED` selectors hold a sample of in the last
+    `lookback`, with who reported it and on which node."""
     return " or ".join(
-        f"group by (UUID, GPU_I_ID, {TARGET_LABELS}, {NODE_LABELS}) (last_over_time("
-        f"{selector(plan, 'DCGM_FI_DEV_FB_USED', *spelling)}[{seconds}s]))"
-        for spelling in spellings
+        f"group by (UUID, GPU_I_ID, {TARGET_LABELS}, {NODE_LABELS}) "
+        f"(last_over_time({frame_buffer}[{lookback}]))"
+        for frame_buffer in frame_buffers
     )
 
 
@@ -627,11 +634,7 @@ def silent_devices_query(plan: QueryPlan, instances: Iterable[str]) -> str:
     exporter silent for the whole batch is expected to report (narrowed, and rare)."""
     only = label_matcher("instance", regex_alternatives(instances), "=~")
     # A shard looks up only its own nodes' GPUs: another shard counts the others.
-    return " or ".join(
-        f"group by (UUID, GPU_I_ID, {TARGET_LABELS}, {NODE_LABELS}) "
-        f"(last_over_time({frame_buffer}[{SILENT_LOOKBACK}]))"
-        for frame_buffer in gpu_series(plan, "DCGM_FI_DEV_FB_USED", only)
-    )
+    return _devices_reported(gpu_series(plan, "DCGM_FI_DEV_FB_USED", only), SILENT_LOOKBACK)
 
 
 IO_METRICS = {

@@ -98,6 +98,7 @@ def test_it_counts_a_listed_nodes_gpus_missing_while_its_exporter_is_gone(gone_p
     windows = runs["batches"]
     assert len(windows) == 84
     inside = 0
+    idle_short = Decimal(0)  # the capacity the idle node's outage takes from the pool
     for start, (completeness, named, capacity) in windows.items():
         out = [node for node, (s, e) in OUTAGES.items() if s <= start.timestamp() < e]
         if not out:
@@ -112,7 +113,12 @@ def test_it_counts_a_listed_nodes_gpus_missing_while_its_exporter_is_gone(gone_p
         assert f"missing {gpus[node]} GPU(s)" in named[0]
         assert "no sample of its exporter, `up` included" in named[0]
         # The capacity stored is what was seen: short, and flagged as short.
-        assert capacity < Decimal(truth["capacity"][start.strftime("%Y-%m-%dT%H:%M:%SZ")])
+        present = Decimal(truth["capacity"][start.strftime("%Y-%m-%dT%H:%M:%SZ")])
+        assert capacity < present
+        if node == IDLE:
+            idle_short += present - capacity
     assert inside == 48
+    # The figure docs/telemetry.md quotes: two hours of 6 GPUs, silently short before.
+    assert idle_short == 43_200
     assert runs["live"] == windows
     assert runs["shards"] == windows
