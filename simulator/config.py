@@ -11,6 +11,8 @@ import datetime as dt
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from simulator.workload import KSM_VERSIONS
+
 MAX_GPUS = 10_000
 MAX_DAYS = 400
 # shared: training and inference on one pool; separate: the same workloads, with inference on
@@ -103,6 +105,9 @@ class PoolConfig:
     # Prometheus' look-back is just under an interval, see prometheus.lookback_for); False:
     # on the tick. The truth is the same: a sample stays in its tick's interval.
     scrape_offsets: bool = False
+    # The kube-state-metrics release whose `kube_pod_status_reason` series are written
+    # (workload.KSM_STATUS_REASONS): "2.18" writes no preemption at all.
+    kube_state_metrics: str = ""
 
     def __post_init__(self) -> None:
         _check_whole("--gpus", self.gpus, 1, MAX_GPUS)
@@ -130,6 +135,11 @@ class PoolConfig:
             )
         if self.scrape_offsets and self.scrape_interval_seconds < 2:
             raise SimulatorConfigError("scrape offsets need a scrape interval of 2 s or more")
+        if self.kube_state_metrics not in ("", *KSM_VERSIONS):
+            raise SimulatorConfigError(
+                f"--kube-state-metrics must be one of {', '.join(KSM_VERSIONS)}, "
+                f"got {self.kube_state_metrics!r}"
+            )
         if not all(isinstance(silent, SilentExporter) for silent in self.silent_exporters):
             raise SimulatorConfigError("silent_exporters must hold SilentExporter values")
 

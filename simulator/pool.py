@@ -572,6 +572,7 @@ class Pool:
             created=t - rng.randrange(0, self.s),
             created_tick=t,
             pod_ip=f"10.244.{(seq // 250) % 250}.{seq % 250 + 2}",
+            ksm_version=self.config.kube_state_metrics,
         )
         pod.rebuild_ksm_lines()
         task.pods.append(name)

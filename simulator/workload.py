@@ -30,6 +30,27 @@ KIND_OF_PRIORITY_CLASS = {
 }
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 KSM_TARGET = 'job="kube-state-metrics",instance="10.42.0.5:8080"'
+# What kube-state-metrics writes of `kube_pod_status_reason`, by release (its
+# internal/store/pod.go): up to v2.18 a series per pod for each of five reasons, 0 or 1, and
+# none for a preemption by the scheduler; v2.19 adds `PreemptionByScheduler` (and two more);
+# from v2.20 on, a series only for a reason that is set, at 1. "" (the simulator's default)
+# writes v2.19's one series that Tandem reads, 0 or 1, and leaves out the other reasons.
+KSM_STATUS_REASONS = {
+    "2.18": ("Evicted", "NodeAffinity", "NodeLost", "Shutdown", "UnexpectedAdmissionError"),
+    "2.19": (
+        "Evicted",
+        "NodeAffinity",
+        "NodeLost",
+        "PreemptionByScheduler",
+        "SchedulingGated",
+        "Shutdown",
+        "TerminationByKubelet",
+        "UnexpectedAdmissionError",
+    ),
+    "2.20": ("PreemptionByScheduler",),
+    "": ("PreemptionByScheduler",),
+}
+KSM_VERSIONS = tuple(version for version in KSM_STATUS_REASONS if version)
 # Kubernetes' random name suffix alphabet (no vowels, no look-alike digits).
 NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 # vLLM's e2e request latency buckets (V0 set: contains 1, 2.5, 5, ... 60 and sub-second ones).
@@ -145,6 +166,7 @@ class Pod:
     latency_counts: list[int] = field(default_factory=list)
     latency_sum: float = 0.0
     ksm_lines: list[str] = field(default_factory=list)
+    ksm_version: str = ""  # see KSM_STATUS_REASONS
     device_prefixes: dict[int, list[str]] = field(default_factory=dict)
     cadvisor_prefixes: list[tuple[str, list[str]]] = field(default_factory=list)
     vllm_prefixes: list[str] = field(default_factory=list)
@@ -185,9 +207,10 @@ class Pod:
         ]
         if self.scheduled is not None:
             lines.append(f"kube_pod_status_scheduled_time{{{base}}} {self.scheduled}")
-        lines.append(
-            f'kube_pod_status_reason{{{base},reason="PreemptionByScheduler"}} {int(self.preempted)}'
-        )
+        for reason in KSM_STATUS_REASONS[self.ksm_version]:
+            value = int(self.preempted and reason == "PreemptionByScheduler")
+            if value or self.ksm_version != "2.20":
+                lines.append(f'kube_pod_status_reason{{{base},reason="{reason}"}} {value}')
         self.ksm_lines = lines
 
 

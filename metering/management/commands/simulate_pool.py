@@ -47,6 +47,14 @@ class Command(BaseCommand):
             default="uniform",
             help="uniform (every GPU an H100), or mixed: nodes of H100, A100 and L40S",
         )
+        parser.add_argument(
+            "--kube-state-metrics",
+            default="",
+            metavar="VERSION",
+            help="write kube_pod_status_reason as this kube-state-metrics release does: 2.18"
+            " (no preemptions), 2.19 (every reason, 0 or 1) or 2.20 (only the reasons set);"
+            " by default, only the preemption reason, 0 or 1",
+        )
         parser.add_argument("--serve", type=int, default=None, metavar="PORT")
         parser.add_argument("--host", default="127.0.0.1", help="address --serve binds to")
         parser.add_argument("--speed", type=float, default=1.0)
@@ -85,6 +93,7 @@ class Command(BaseCommand):
             timezone=options["timezone"],
             pools=options["pools"],
             gpu_models=options["gpu_models"],
+            kube_state_metrics=options["kube_state_metrics"],
             silent_exporters=tuple(
                 parse_silent_exporter(text) for text in options["silent_exporter"]
             ),
