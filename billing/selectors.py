@@ -110,8 +110,10 @@ def min_completeness() -> Decimal:
 @dataclass(frozen=True)
 class WindowProblem:
     """A contiguous range of one source's metering that keeps a month from closing: no
-    window covers it (`missing`), its windows are `pending`, `running` or `failed`, or they
-    are done but below TANDEM_MIN_COMPLETENESS (`short`)."""
+    window covers it (`missing`), its windows are `pending`, `running` or `failed`, they
+    are done but below TANDEM_MIN_COMPLETENESS (`short`), or their preemptions could not be
+    seen (`preemptions unseen`: kube-state-metrics before v2.19, see
+    IngestWindow.preemptions_unreadable), which leaves rule 5's starvation credits unknown."""
 
     source: str
     problem: str
@@ -128,6 +130,16 @@ class WindowProblem:
         span = f"{self.start:%Y-%m-%dT%H:%MZ} to {self.end:%Y-%m-%dT%H:%MZ}"
         if self.problem == "missing":
             return f"{self.source} has no ingest window from {span} ({_duration(self)})"
+        if self.problem == PREEMPTIONS_UNSEEN:
+            if self.windows == 1:
+                what = f"window {self.source} {span} shows"
+            else:
+                what = f"windows {self.source} {span} ({self.windows} windows) show"
+            return (
+                f"{what} no preemptions: kube-state-metrics wrote no preemption reason (its"
+                " releases before v2.19.0 write none), so starvation credits (rule 5) cannot"
+                " be computed; upgrade it for the months ahead, and accept this one without them"
+            )
         required = f"below the {self.threshold:.2%} required"
         required += "".join(f" ({target})" for target in self.missing_targets)
         if self.windows == 1:
@@ -162,15 +174,20 @@ def _duration(problem: WindowProblem) -> str:
     return " ".join(parts)
 
 
-# Windows overlapping the month that are not done, or done below the threshold, grouped into
-# runs of one source and one problem whose windows follow each other without a gap.
+PREEMPTIONS_UNSEEN = "preemptions unseen"
+
+# Windows overlapping the month that are not done, done below the threshold, or done without
+# a view of preemptions, grouped into runs of one source and one problem whose windows follow
+# each other without a gap.
 PROBLEM_RUNS_SQL = """
 WITH flagged AS (
     SELECT source_id, start, "end", completeness,
-           CASE WHEN status <> 'done' THEN status ELSE 'short' END AS problem
+           CASE WHEN status <> 'done' THEN status
+                WHEN completeness < %(threshold)s THEN 'short'
+                ELSE 'preemptions unseen' END AS problem
     FROM metering_ingestwindow
     WHERE start < %(end)s AND "end" > %(start)s
-      AND (status <> 'done' OR completeness < %(threshold)s)
+      AND (status <> 'done' OR completeness < %(threshold)s OR preemptions_unreadable)
 ), opened AS (
     SELECT *, CASE WHEN start = LAG("end") OVER (
         PARTITION BY source_id, problem ORDER BY start, "end") THEN 0 ELSE 1 END AS opens

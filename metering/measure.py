@@ -122,6 +122,11 @@ class Observed:
     identity: dict[PodKey, PodIdentity] = field(default_factory=dict)
     preempted: set[PodKey] = field(default_factory=set)  # reason was 1 at some tick
     preempted_at: dict[PodKey, int] = field(default_factory=dict)
+    # Pods with a series of the preemption reason in the interval, 0 or 1 (identity's
+    # `preempted` part); and whether kube-state-metrics writes the other reasons at 0 but no
+    # series of that one, as its releases before v2.19 do (sources.reasons_at_zero_query).
+    preemption_reason_series: int = 0
+    preemptions_unreadable: bool = False
     # Devices of time-sliced GPUs: ticks at which any series of theirs was there.
     present: dict[Device, int] = field(default_factory=dict)
     # Scrape target -> [scrapes attempted, scrapes answered] (Prometheus' `up`).
@@ -179,6 +184,7 @@ class IntervalFacts:
     identity: dict[PodKey, PodIdentity] = field(default_factory=dict)
     waits: dict[PodKey, int] = field(default_factory=dict)  # scheduled, Unix seconds
     preemptions: dict[PodKey, dict[str, Any]] = field(default_factory=dict)
+    preemptions_unreadable: bool = False  # see PREEMPTIONS_UNREADABLE
     # (namespace, service label value) -> [(le, cumulative increment), ...] in `le` order
     latency: dict[tuple[str, str], list[tuple[str, int]]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -398,6 +404,10 @@ def _follow_ups(
             query = sources.node_devices_query(plan, named, seconds)
             result = runner.run("vanished", query, at_start=True)
             _parse_looked_up(result, observed, plan, into="node_gpus")
+    if _reason_unwritten(observed):
+        result = runner.run("reasons_at_zero", sources.reasons_at_zero_query(plan))
+        for interval, _, _, value, _ in _points(result, observed, plan, needs_pod=False):
+            interval.preemptions_unreadable = value > 0 and not interval.preemption_reason_series
     preempted = _newly_preempted(observed)
     for pods in _batches(preempted):
         result = runner.run("preemption_ticks", sources.preemption_ticks_query(plan, pods))
@@ -1249,6 +1259,7 @@ def _parse_identity(
     for interval, labels, pod, value, _ in _points(result, observed, plan, required=("meter",)):
         if labels["meter"] == "preempted":
             # Read over the interval, unlike the rest: the pod may be gone by its end.
+            interval.preemption_reason_series += 1
             if value == 1:
                 interval.preempted.add(pod)
             continue
@@ -1614,6 +1625,17 @@ def _scheduled_since(observed: dict[int, Observed]) -> dict[int, dict[PodKey, in
     return found
 
 
+def _reason_unwritten(observed: dict[int, Observed]) -> bool:
+    """Whether an interval of the batch shows pods but no series of the preemption reason:
+    none was preempted (kube-state-metrics v2.20 on writes a reason only once it is set), or
+    kube-state-metrics cannot say (before v2.19), which `sources.reasons_at_zero_query` tells."""
+    return any(
+        interval.identity and not interval.preemption_reason_series
+        for start, interval in observed.items()
+        if start != min(observed)
+    )
+
+
 def _newly_preempted(observed: dict[int, Observed]) -> set[str]:
     starts = sorted(observed)
     pods = set()
@@ -1662,7 +1684,19 @@ def _derive(
     _derive_latency(facts, now, latency_earlier)
     facts.waits.update(scheduled)
     _derive_preemptions(facts, now, before, plan, shared)
+    if now.preemptions_unreadable:
+        facts.preemptions_unreadable = True
+        facts.warnings.append(PREEMPTIONS_UNREADABLE.format(reason=plan.preemption_reason))
     return facts
+
+
+# The words of a window whose preemptions cannot be seen (sources.reasons_at_zero_query).
+PREEMPTIONS_UNREADABLE = (
+    "preemptions: kube-state-metrics writes no kube_pod_status_reason series for reason"
+    ' "{reason}" while it writes the other reasons at 0, as its releases before v2.19.0 do:'
+    " no preemption in this window can be seen, nor any starvation credit (pricing rule 5)"
+    " paid for one; upgrade kube-state-metrics"
+)
 
 
 def _derive_preemptions(

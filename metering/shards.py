@@ -65,7 +65,7 @@ logger = logging.getLogger(__name__)
 # scrape targets that answered I/O, latency or identity series (`Observation.gap_targets`);
 # 8: each interval holds kube-state-metrics' nodes (`Observed.gpu_nodes`, `node_created`,
 # `nodes_leaving`) and a look-back's GPUs of listed nodes (`node_gpus`).
-OBSERVATION_VERSION = 8
+OBSERVATION_VERSION = 9
 
 Asked = TypeVar("Asked")
 
@@ -361,6 +361,8 @@ def _observed_add(into: Observed, part: Observed) -> None:
     into.latency_last.update(part.latency_last)
     into.identity.update(part.identity)
     into.preempted |= part.preempted
+    into.preemption_reason_series += part.preemption_reason_series
+    into.preemptions_unreadable |= part.preemptions_unreadable
     into.targets.update(part.targets)
     into.gpu_nodes |= part.gpu_nodes
     into.node_created.update(part.node_created)

@@ -799,6 +799,25 @@ def pod_details_parts(plan: QueryPlan, pods: Iterable[str]) -> dict[str, Part]:
     return parts
 
 
+# A reason every kube-state-metrics release writes for every pod, at 0 unless set, up to
+# v2.19; from v2.20 on, a reason's series exists only while it is set (its pod.go).
+REASON_WRITTEN_BY_ALL = "Evicted"
+
+
+def reasons_at_zero_query(plan: QueryPlan) -> str:
+    """How many pods kube-state-metrics writes a reason for at 0 at each interval's end.
+
+    Asked only of a batch with an interval whose pods have no series of the preemption
+    reason (measure._reason_unwritten). With pods counted here, kube-state-metrics writes
+    every reason it knows, and the preemption reason is not one of them: releases before
+    v2.19.0 have no `PreemptionByScheduler`, so a preemption leaves no trace in them. From
+    v2.20 on, nothing is written at 0 and the count is empty: no pod was preempted."""
+    evicted = selector(
+        plan, "kube_pod_status_reason", label_matcher("reason", REASON_WRITTEN_BY_ALL)
+    )
+    return f"count({evicted} == 0)"
+
+
 def preemption_ticks_query(plan: QueryPlan, pods: Iterable[str]) -> str:
     """For the pods found preempted: the first tick at which their reason was 1."""
     names = regex_alternatives(pods)

@@ -393,6 +393,7 @@ def _run_write(
                 "samples_expected",
                 "rows_written",
                 "warnings",
+                "preemptions_unreadable",
             )
         }
         now = timezone.now()
@@ -423,6 +424,7 @@ def _run_write(
                     content_hash,
                     before["first_written"] or now,
                     now if changed else before["changed_after_first_write"],
+                    facts.preemptions_unreadable,
                 )
             )
         usage_seconds = _rows_replace(replaced)
@@ -482,6 +484,7 @@ def _kept_result(before: dict[str, Any], completeness: Decimal, now: datetime) -
         before["content_hash"],
         before["first_written"],
         before["changed_after_first_write"],
+        before["preemptions_unreadable"],
     )
 
 
@@ -546,7 +549,7 @@ def _windows_result_update(
     pointing them at one record of the run's queries (`IngestQueries`); the records of earlier
     runs over these windows that no window points at any more go."""
     row = "(%s::bigint, %s::int, %s::bigint, %s::bigint, %s::numeric, %s::jsonb, %s::text,"
-    row += " %s::timestamptz, %s::timestamptz)"
+    row += " %s::timestamptz, %s::timestamptz, %s::boolean)"
     bounds = {"source": run[0].source_id, "first": run[0].start, "last": run[-1].start}
     with connection.cursor() as cursor:
         cursor.execute(
@@ -563,9 +566,10 @@ def _windows_result_update(
             " samples_expected = v.expected, completeness = v.completeness,"
             " warnings = v.warnings, error = '', content_hash = v.hash,"
             " first_written = v.first_written, changed_after_first_write = v.changed,"
-            " updated = %s"
+            " preemptions_unreadable = v.unreadable, updated = %s"
             f" FROM (VALUES {', '.join([row] * len(results))})"
-            " AS v(id, rows, seen, expected, completeness, warnings, hash, first_written, changed)"
+            " AS v(id, rows, seen, expected, completeness, warnings, hash, first_written, changed,"
+            " unreadable)"
             " WHERE w.id = v.id",
             [
                 IngestWindow.Status.DONE,

@@ -150,3 +150,32 @@ def test_it_never_accepts_incomplete_in_the_beat_close_and_logs_the_ranges(bound
     assert record.getMessage() == "not closing 2026-09 yet:\n" + "\n".join(
         f"  - {reason}" for reason in SHORT_SEPTEMBER
     )
+
+
+def test_it_refuses_a_month_whose_windows_could_not_show_preemptions_until_accepted(
+    boundary_pool,
+):
+    """kube-state-metrics before v2.19 writes no preemption reason (IngestWindow.
+    preemptions_unreadable): the samples are all there, but rule 5's credits are unknown."""
+    IngestWindow.objects.filter(
+        source=boundary_pool.source,
+        start__gte=dt.datetime(2026, 9, 15, tzinfo=UTC),
+        start__lt=dt.datetime(2026, 9, 15, 2, tzinfo=UTC),
+    ).update(preemptions_unreadable=True)
+    unseen = (
+        "windows default 2026-09-15T00:00Z to 2026-09-15T02:00Z (2 windows) show no"
+        " preemptions: kube-state-metrics wrote no preemption reason (its releases before"
+        " v2.19.0 write none), so starvation credits (rule 5) cannot be computed; upgrade it"
+        " for the months ahead, and accept this one without them"
+    )
+
+    with pytest.raises(PeriodCloseRefused) as refused:
+        period_close(period=SEPTEMBER)
+    assert refused.value.reasons == [unseen]
+    assert not PeriodClose.objects.exists()
+
+    close = period_close(period=SEPTEMBER, accept_incomplete=REASON).period_close
+    assert close.is_incomplete
+    assert [(item["problem"], item["message"]) for item in close.incomplete_ranges] == [
+        ("preemptions unseen", unseen)
+    ]

@@ -275,6 +275,21 @@ def test_it_warns_on_the_overview_when_a_window_is_pending(client, people, close
     assert "1 window pending" in html
 
 
+def test_it_says_on_the_overview_where_preemptions_could_not_be_seen(
+    client, people, closed_pool
+) -> None:
+    client.force_login(people.finance)
+    assert 'data-banner="preemptions"' not in client.get("/").content.decode()
+    windows = IngestWindow.objects.filter(start__gte=closed_pool.start).order_by("start")
+    IngestWindow.objects.filter(pk__in=[w.pk for w in windows[:3]]).update(
+        preemptions_unreadable=True
+    )
+    html = client.get("/").content.decode()
+    assert 'data-banner="preemptions"' in html
+    assert "Preemptions cannot be seen in 3 windows" in html
+    assert 'data-banner="completeness"' not in html  # nothing more will come for them
+
+
 def test_it_names_the_silent_node_on_the_overview(client, people, closed_pool) -> None:
     client.force_login(people.finance)
     window = IngestWindow.objects.filter(start__gte=closed_pool.start).order_by("start").first()
