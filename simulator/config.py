@@ -46,14 +46,23 @@ class SilentExporter:
     seconds): Prometheus records `up` 0 for it and none of its GPUs' series, while the GPUs and
     their pods carry on (truth.json counts them: the pool did that work). `gone`: its target
     is gone from Prometheus' service discovery (the exporter's pod deleted), so there is no
-    `up` either, while kube-state-metrics still lists the node."""
+    `up` either, while kube-state-metrics still lists the node.
+
+    `maintenance` (gone too): the node's GPU software is stopped without cordoning it, as
+    NVIDIA's mig-manager does to apply a MIG layout: the device plugin goes with the exporter,
+    so the GPUs leave the pool (truth.json does not count them; pods on them fail, as on a
+    lost node) while kube-state-metrics lists the node, its GPUs allocatable 0 at once and in
+    capacity for the kubelet's 5-minute grace (then 0), as the kubelet's device manager does."""
 
     node: str  # e.g. "gpu-node-02"
     start: int
     seconds: int
     gone: bool = False
+    maintenance: bool = False
 
     def __post_init__(self) -> None:
+        if self.maintenance and not self.gone:
+            raise SimulatorConfigError("a silent exporter in maintenance is gone too")
         _check_whole("silent exporter start", self.start, 0, 2**40)
         _check_whole("silent exporter seconds", self.seconds, 1, MAX_DAYS * 86400)
 
@@ -62,13 +71,14 @@ class SilentExporter:
 
 
 def parse_silent_exporter(text: str) -> SilentExporter:
-    """`NODE,START,SECONDS[,gone]` (START in ISO 8601 with a zone), e.g.
-    `gpu-node-02,2026-10-06T02:00:00Z,3600` (`gone`: no `up` either, see SilentExporter)."""
+    """`NODE,START,SECONDS[,gone|maintenance]` (START in ISO 8601 with a zone), e.g.
+    `gpu-node-02,2026-10-06T02:00:00Z,3600` (`gone`: no `up` either; `maintenance`: the
+    device plugin stopped too; see SilentExporter)."""
     parts = [part.strip() for part in text.split(",")]
-    gone = len(parts) == 4 and parts[3] == "gone"
-    if len(parts) != 3 and not gone:
+    kind = parts[3] if len(parts) == 4 else ""
+    if len(parts) not in (3, 4) or kind not in ("", "gone", "maintenance"):
         raise SimulatorConfigError(
-            f"--silent-exporter must be NODE,START,SECONDS[,gone], got {text!r}"
+            f"--silent-exporter must be NODE,START,SECONDS[,gone|maintenance], got {text!r}"
         )
     node, start, seconds = parts[:3]
     try:
@@ -81,7 +91,13 @@ def parse_silent_exporter(text: str) -> SilentExporter:
         )
     if not (seconds.isascii() and seconds.isdigit()):
         raise SimulatorConfigError(f"--silent-exporter seconds must be whole, got {seconds!r}")
-    return SilentExporter(node=node, start=int(moment.timestamp()), seconds=int(seconds), gone=gone)
+    return SilentExporter(
+        node=node,
+        start=int(moment.timestamp()),
+        seconds=int(seconds),
+        gone=kind != "",
+        maintenance=kind == "maintenance",
+    )
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from operator import add
 from pathlib import Path
 
-from simulator.config import PoolConfig, SimulatorConfigError
+from simulator.config import PoolConfig, SilentExporter, SimulatorConfigError
 from simulator.layout import (
     IDLE_POWER_W,
     POWER_PER_BUSY_PERCENT_W,
@@ -158,6 +158,8 @@ class Pool:
         # pool's start, or when it came back from a loss), written while the node is up.
         self.node_created = config.start_epoch - 86_400
         self.node_lines = {node: _node_lines(node, self.node_created) for node in self.nodes}
+        # Nodes in maintenance (SilentExporter.maintenance): not present, still listed.
+        self.maintained: dict[Node, SilentExporter] = {}
         self.whole_count = sum(len(v) for v in self.whole_by_node.values())
         self.max_whole_per_node = max(len(v) for v in self.whole_by_node.values())
         # Free whole-GPU slots per present node, kept up to date lazily so that placing a pod
@@ -261,8 +263,15 @@ class Pool:
             if not node.present and t >= node.down_until:
                 node.present = True
                 self._dirty.add(node)
-                # A lost node left the cluster: it registers again, as a new node object.
-                self.node_lines[node] = _node_lines(node, t)
+                if self.maintained.pop(node, None) is None:
+                    # A lost node left the cluster: it registers again, as a new node object.
+                    self.node_lines[node] = _node_lines(node, t)
+        for silent in self.config.silent_exporters:
+            if silent.maintenance and silent.covers(t):
+                node = next(node for node in self.nodes if node.name == silent.node)
+                if node.present:
+                    self._lose_node(node, t, silent.start + silent.seconds)
+                    self.maintained[node] = silent
         for gpu in self.gpus:
             if not gpu.present and t >= gpu.down_until:
                 gpu.present = True
@@ -902,6 +911,8 @@ class Pool:
                 self._sample_pod(pod, t)
         silent, gone = self._silent_nodes(t)
         for node in self.nodes:
+            if node in self.maintained:
+                lines += _maintained_node_lines(self.node_lines[node], self.maintained[node], t)
             if node.present:
                 lines += self.node_lines[node]
                 if node not in gone:
@@ -1058,10 +1069,29 @@ def _up_prefix(node: Node) -> str:
 
 
 def _node_lines(node: Node, created: int) -> list[str]:
+    """kube-state-metrics' series of a listed node: its GPUs in capacity and allocatable (the
+    kubelet reserves none), and when it registered."""
+    gpus = f'{KSM_TARGET},node="{node.name}",resource="nvidia_com_gpu",unit="integer"'
     return [
-        f'kube_node_status_capacity{{{KSM_TARGET},node="{node.name}",resource="nvidia_com_gpu",'
-        f'unit="integer"}} {len(node.gpus)}',
+        f"kube_node_status_capacity{{{gpus}}} {len(node.gpus)}",
+        f"kube_node_status_allocatable{{{gpus}}} {len(node.gpus)}",
         f'kube_node_created{{{KSM_TARGET},node="{node.name}"}} {created}',
+    ]
+
+
+# How long the kubelet keeps a stopped device plugin's devices in the node's capacity
+# (its device manager's endpointStopGracePeriod); allocatable drops to 0 at once.
+DEVICE_PLUGIN_GRACE_SECONDS = 300
+
+
+def _maintained_node_lines(lines: list[str], silent: SilentExporter, t: int) -> list[str]:
+    """A node in maintenance as kube-state-metrics lists it (see SilentExporter)."""
+    capacity, allocatable, created = lines
+    kept = t < silent.start + DEVICE_PLUGIN_GRACE_SECONDS
+    return [
+        capacity if kept else capacity.rsplit(" ", 1)[0] + " 0",
+        allocatable.rsplit(" ", 1)[0] + " 0",
+        created,
     ]
 
 

@@ -27,11 +27,13 @@ two uses within any interval. A GPU is present at a tick when any series of it i
 Prometheus' own `up{job="dcgm-exporter",instance="<node ip>:9400"}` is written per node at each
 tick while the node is up: 1, or 0 while the exporter is silent (`PoolConfig.silent_exporters`;
 its GPUs' series are then not written, but the GPUs and pods work on and this file counts them
-in capacity and allocation; a `gone` one has no `up` series either). A node that is down has no
-`up` series (its target is gone) and is not listed by kube-state-metrics, which writes
-`kube_node_status_capacity{node,resource="nvidia_com_gpu",unit="integer"}` (its GPUs) and
-`kube_node_created{node}` (a day before the pool's start, or the tick a lost node came back
-at: it registers again) for every node that is up.
+in capacity and allocation; a `gone` one has no `up` series either; one in `maintenance` has
+stopped its device plugin too, and its GPUs are not counted, as a down node's). A node that is
+down has no `up` series (its target is gone) and is not listed by kube-state-metrics, which
+writes `kube_node_status_capacity` and `kube_node_status_allocatable`
+`{node,resource="nvidia_com_gpu",unit="integer"}` (its GPUs) and `kube_node_created{node}` (a
+day before the pool's start, or the tick a lost node came back at: it registers again) for
+every node that is up, and for one in maintenance (allocatable 0, capacity 0 after 5 minutes).
 
 Label spellings vary per node, as in real pools: `Hostname` or `hostname`; pod attribution as
 `pod`/`namespace`/`container` or, on other nodes, `exported_pod`/`exported_namespace`/
@@ -48,7 +50,7 @@ Top level
           "pod_label_style": "pod"|"exported_pod", "gpus": [{"UUID", "gpu",
           "mode": "whole"|"mig"|"timesliced", "modelName",
           "instances": [{"GPU_I_ID", "GPU_I_PROFILE"}]}]}],
-          "silent_exporters": [{"node", "start" (ISO Z), "seconds", "gone"}],
+          "silent_exporters": [{"node", "start" (ISO Z), "seconds", "gone", "maintenance"}],
           "samples_written": N},
  "capacity": {"<interval>": "<gpu_seconds>"},   physical GPUs present x s, summed over the
                                                 interval's ticks (a MIG GPU's instances sum to 1)
@@ -149,6 +151,7 @@ def build_truth(pool: Pool, *, samples_written: int) -> dict:
                     "start": iso(silent.start),
                     "seconds": silent.seconds,
                     "gone": silent.gone,
+                    "maintenance": silent.maintenance,
                 }
                 for silent in config.silent_exporters
             ],

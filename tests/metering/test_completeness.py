@@ -114,5 +114,11 @@ def test_it_keeps_the_truth_when_an_exporter_is_silent(tmp_path: Path) -> None:
     assert silent_truth["capacity"] == loud_truth["capacity"]
     assert silent_truth["meta"]["samples_written"] < loud_truth["meta"]["samples_written"]
     assert silent_truth["meta"]["silent_exporters"] == [
-        {"node": "gpu-node-02", "start": "2026-10-05T17:00:00Z", "seconds": 3600, "gone": False}
+        {
+            "node": "gpu-node-02",
+            "start": "2026-10-05T17:00:00Z",
+            "seconds": 3600,
+            "gone": False,
+            "maintenance": False,
+        }
     ]

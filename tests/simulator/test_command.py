@@ -33,8 +33,20 @@ def test_it_writes_metrics_and_truth(tmp_path):
     assert (meta["gpus"], meta["scrape_interval_seconds"], meta["step_seconds"]) == (3, 300, 900)
     assert (tmp_path / "new" / "metrics.om").read_text().endswith("# EOF\n")
     assert meta["silent_exporters"] == [
-        {"node": "gpu-node-02", "start": "2026-09-30T18:00:00Z", "seconds": 1800, "gone": False},
-        {"node": "gpu-node-01", "start": "2026-09-30T20:00:00Z", "seconds": 600, "gone": True},
+        {
+            "node": "gpu-node-02",
+            "start": "2026-09-30T18:00:00Z",
+            "seconds": 1800,
+            "gone": False,
+            "maintenance": False,
+        },
+        {
+            "node": "gpu-node-01",
+            "start": "2026-09-30T20:00:00Z",
+            "seconds": 600,
+            "gone": True,
+            "maintenance": False,
+        },
     ]
     metrics = (tmp_path / "new" / "metrics.om").read_text()
     # 18:00 and 18:25 fall in the silence: Prometheus' up is 0 for that node's exporter.

@@ -62,9 +62,10 @@ class Command(BaseCommand):
             "--silent-exporter",
             action="append",
             default=[],
-            metavar="NODE,START,SECONDS[,gone]",
+            metavar="NODE,START,SECONDS[,gone|maintenance]",
             help="that node's dcgm-exporter answers no scrape for SECONDS from START (ISO 8601);"
-            " gone: its target is gone too (no up), the node still listed",
+            " gone: its target is gone too (no up), the node still listed; maintenance: gone,"
+            " and the device plugin stopped too (GPUs out of the pool, allocatable 0)",
         )
         parser.add_argument(
             "--part-days",
