@@ -562,10 +562,15 @@ def targets_parts(plan: QueryPlan) -> dict[str, Part]:
     GPUs that left (completeness, see measure._derive_completeness).
 
     With them, kube-state-metrics' view of the nodes in the interval: those with GPUs
-    (capacity of the source's GPU resource, or of a MIG instance's), when each was created,
-    and those being taken out (`LEAVING_TAINTS`). A node listed with GPUs whose exporter left
-    no trace, `up` included, is still there: its GPUs are missing, not gone
-    (measure._vanished_gpus)."""
+    (allocatable of the source's GPU resource, or of a MIG instance's), when each was
+    created, and those being taken out (`LEAVING_TAINTS`). A node listed with GPUs whose
+    exporter left no trace, `up` included, is still there: its GPUs are missing, not gone
+    (measure._vanished_gpus).
+
+    Allocatable, not capacity: when the device plugin stops (NVIDIA's mig-manager applying a
+    MIG layout, a GPU operator upgrade), the kubelet's device manager marks its devices
+    unhealthy at once (allocatable 0) and keeps them in capacity for a 5-minute grace; its
+    GPUs are out of use then, not unmetered."""
     up = f"{selector(plan, 'up')}{plan.window}"
     by = _labels(TARGET_LABELS)
     leaving = selector(
@@ -573,14 +578,14 @@ def targets_parts(plan: QueryPlan) -> dict[str, Part]:
     )
     # Each node's last sample in the interval, as the interval holds samples: one at its very
     # end is the next interval's (a node listed from then on has GPUs only from then on).
-    capacity = _gpu_resource_part(plan, "kube_node_status_capacity", ("node",), "max")
+    allocatable = _gpu_resource_part(plan, "kube_node_status_allocatable", ("node",), "max")
     return {
         "attempted": Part(f"count_over_time({up})", by, "sum"),
         "answered": Part(f"sum_over_time({up})", by, "sum"),
         "gpu_nodes": replace(
-            capacity,
-            promql=f"last_over_time({capacity.promql}{plan.window})",
-            also=tuple(f"last_over_time({query}{plan.window})" for query in capacity.also),
+            allocatable,
+            promql=f"last_over_time({allocatable.promql}{plan.window})",
+            also=tuple(f"last_over_time({query}{plan.window})" for query in allocatable.also),
         ),
         "node_created": Part(
             f"last_over_time({selector(plan, 'kube_node_created')}{plan.window})", ("node",)

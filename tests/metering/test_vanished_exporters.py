@@ -146,8 +146,8 @@ def test_it_asks_prometheus_for_the_nodes_gpus_by_either_label_spelling() -> Non
     # The last sample in the interval: one at its end is the next interval's.
     window = PLAN.window
     assert parts["gpu_nodes"].queries == (
-        f'last_over_time(kube_node_status_capacity{{resource="nvidia_com_gpu"}}{window})',
-        f'last_over_time(kube_node_status_capacity{{resource=~"nvidia_com_mig_.+"}}{window})',
+        f'last_over_time(kube_node_status_allocatable{{resource="nvidia_com_gpu"}}{window})',
+        f'last_over_time(kube_node_status_allocatable{{resource=~"nvidia_com_mig_.+"}}{window})',
     )
     assert parts["node_leaving"].promql == (
         'last_over_time(kube_node_spec_taint{key=~"ToBeDeletedByClusterAutoscaler|karpenter'
