@@ -174,20 +174,22 @@ def _duration(problem: WindowProblem) -> str:
     return " ".join(parts)
 
 
-PREEMPTIONS_UNSEEN = "preemptions unseen"
+PREEMPTIONS_UNSEEN = "preemptions unseen"  # PROBLEM_RUNS_SQL writes it too
 
 # Windows overlapping the month that are not done, done below the threshold, or done without
 # a view of preemptions, grouped into runs of one source and one problem whose windows follow
-# each other without a gap.
+# each other without a gap. A window both short and without preemptions is in a run of each.
 PROBLEM_RUNS_SQL = """
 WITH flagged AS (
     SELECT source_id, start, "end", completeness,
-           CASE WHEN status <> 'done' THEN status
-                WHEN completeness < %(threshold)s THEN 'short'
-                ELSE 'preemptions unseen' END AS problem
+           CASE WHEN status <> 'done' THEN status ELSE 'short' END AS problem
     FROM metering_ingestwindow
     WHERE start < %(end)s AND "end" > %(start)s
-      AND (status <> 'done' OR completeness < %(threshold)s OR preemptions_unreadable)
+      AND (status <> 'done' OR completeness < %(threshold)s)
+    UNION ALL
+    SELECT source_id, start, "end", completeness, 'preemptions unseen'
+    FROM metering_ingestwindow
+    WHERE start < %(end)s AND "end" > %(start)s AND status = 'done' AND preemptions_unreadable
 ), opened AS (
     SELECT *, CASE WHEN start = LAG("end") OVER (
         PARTITION BY source_id, problem ORDER BY start, "end") THEN 0 ELSE 1 END AS opens
@@ -240,8 +242,9 @@ def period_sources(bounds: PeriodBounds) -> list[Source]:
 def period_window_problems(bounds: PeriodBounds) -> list[WindowProblem]:
     """Why the month's metering is not ready to bill, one entry per contiguous range, in
     time order: every step of the month must be covered by a window of each of its sources
-    (period_sources) that is done and at least `TANDEM_MIN_COMPLETENESS` complete (default
-    0.99). Two queries, however many windows the month has."""
+    (period_sources) that is done, at least `TANDEM_MIN_COMPLETENESS` complete (default
+    0.99), and able to show preemptions (not `IngestWindow.preemptions_unreadable`). Two
+    queries, however many windows the month has."""
     threshold = min_completeness()
     sources = {source.pk: source.name for source in period_sources(bounds)}
     problems = [

@@ -214,7 +214,8 @@ class WindowProblems:
 
 
 def window_problems(*, start: dt.datetime, end: dt.datetime, limit: int = 8) -> WindowProblems:
-    """Windows in the range that are not done, or done with samples missing."""
+    """Windows in the range that are not done, or done with samples missing; and, apart,
+    those done where kube-state-metrics could not show preemptions."""
     in_range = IngestWindow.objects.filter(start__lt=end, end__gt=start)
     incomplete = Q(status=IngestWindow.Status.DONE, completeness__lt=1)
     problems = Q(status__in=["pending", "running", "failed"]) | incomplete
@@ -223,7 +224,9 @@ def window_problems(*, start: dt.datetime, end: dt.datetime, limit: int = 8) -> 
         running=Count("id", filter=Q(status="running")),
         failed=Count("id", filter=Q(status="failed")),
         incomplete=Count("id", filter=incomplete),
-        preemptions_unseen=Count("id", filter=Q(preemptions_unreadable=True)),
+        preemptions_unseen=Count(
+            "id", filter=Q(status=IngestWindow.Status.DONE, preemptions_unreadable=True)
+        ),
     )
     examples = list(in_range.filter(problems).select_related("source").order_by("start")[:limit])
     return WindowProblems(examples=examples, **counts)

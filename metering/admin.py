@@ -156,7 +156,7 @@ class IngestWindowAdmin(admin.ModelAdmin):
         "changed_after_first_write",
         "error",
     ]
-    list_filter = ["status", "source"]
+    list_filter = ["status", "source", "preemptions_unreadable"]
     date_hierarchy = "start"
     readonly_fields = [*(f.name for f in models.IngestWindow._meta.fields), "recorded_queries"]
     actions = [ingest_again, replace_accepting_loss]

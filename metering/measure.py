@@ -1695,7 +1695,7 @@ PREEMPTIONS_UNREADABLE = (
     "preemptions: kube-state-metrics writes no kube_pod_status_reason series for reason"
     ' "{reason}" while it writes the other reasons at 0, as its releases before v2.19.0 do:'
     " no preemption in this window can be seen, nor any starvation credit (pricing rule 5)"
-    " paid for one; upgrade kube-state-metrics"
+    " paid for one; upgrade kube-state-metrics (or correct the source's preemption_reason)"
 )
 
 

@@ -319,7 +319,7 @@ class IngestWindow(models.Model):
     warnings = models.JSONField(default=list, blank=True)
     # kube-state-metrics wrote no series of the preemption reason while writing the others at
     # 0 (a release before v2.19): the window's preemptions, and rule 5's credits, are unknown.
-    preemptions_unreadable = models.BooleanField(default=False)
+    preemptions_unreadable = models.BooleanField(default=False, db_default=False)
     error = models.TextField(blank=True)
     content_hash = models.CharField(max_length=64, blank=True)
     first_written = models.DateTimeField(null=True, blank=True)

@@ -207,11 +207,16 @@ def usage_report(*, start: datetime, end: datetime, group_by: str) -> dict[str, 
             [start, end],
         )
         capacity = cursor.fetchone()[0]
+    # Windows whose kube-state-metrics could not show preemptions: the counts below miss any.
+    blind = IngestWindow.objects.filter(
+        start__lt=end, end__gt=start, status=IngestWindow.Status.DONE, preemptions_unreadable=True
+    ).count()
     return {
         "start": start.isoformat().replace("+00:00", "Z"),
         "end": end.isoformat().replace("+00:00", "Z"),
         "capacity_gpu_hours": _gpu_hours(capacity),
         "completeness": str(completeness(start=start, end=end)),
+        "windows_without_preemptions": blind,
         "groups": [
             {
                 "group": group,

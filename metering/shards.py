@@ -64,7 +64,8 @@ logger = logging.getLogger(__name__)
 # that no GPU series names (`measure._unattributed_missing`); 7: the observation holds the
 # scrape targets that answered I/O, latency or identity series (`Observation.gap_targets`);
 # 8: each interval holds kube-state-metrics' nodes (`Observed.gpu_nodes`, `node_created`,
-# `nodes_leaving`) and a look-back's GPUs of listed nodes (`node_gpus`).
+# `nodes_leaving`) and a look-back's GPUs of listed nodes (`node_gpus`); 9: and whether its
+# kube-state-metrics can show preemptions (`preemption_reason_series`, `preemptions_unreadable`).
 OBSERVATION_VERSION = 9
 
 Asked = TypeVar("Asked")

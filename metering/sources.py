@@ -568,9 +568,10 @@ def targets_parts(plan: QueryPlan) -> dict[str, Part]:
     (measure._vanished_gpus).
 
     Allocatable, not capacity: when the device plugin stops (NVIDIA's mig-manager applying a
-    MIG layout, a GPU operator upgrade), the kubelet's device manager marks its devices
+    MIG layout, its GPU pods gone first), the kubelet's device manager marks its devices
     unhealthy at once (allocatable 0) and keeps them in capacity for a 5-minute grace; its
-    GPUs are out of use then, not unmetered."""
+    GPUs are out of use then, not unmetered. Pods still running there with GPUs count
+    missing all the same (measure._unattributed_missing)."""
     up = f"{selector(plan, 'up')}{plan.window}"
     by = _labels(TARGET_LABELS)
     leaving = selector(
@@ -810,17 +811,22 @@ REASON_WRITTEN_BY_ALL = "Evicted"
 
 
 def reasons_at_zero_query(plan: QueryPlan) -> str:
-    """How many pods kube-state-metrics writes a reason for at 0 at each interval's end.
+    """How many pods kube-state-metrics last wrote a reason for at 0 in each interval.
 
     Asked only of a batch with an interval whose pods have no series of the preemption
     reason (measure._reason_unwritten). With pods counted here, kube-state-metrics writes
     every reason it knows, and the preemption reason is not one of them: releases before
     v2.19.0 have no `PreemptionByScheduler`, so a preemption leaves no trace in them. From
-    v2.20 on, nothing is written at 0 and the count is empty: no pod was preempted."""
+    v2.20 on, nothing is written at 0 and the count is empty: no pod was preempted.
+
+    Read over the interval as the preemption reason is (`identity_parts`), never at its
+    end: a kube-state-metrics that missed the interval's scrapes and answers again on its
+    end, or is scraped less often than the step, then shows neither, not one without the
+    other."""
     evicted = selector(
         plan, "kube_pod_status_reason", label_matcher("reason", REASON_WRITTEN_BY_ALL)
     )
-    return f"count({evicted} == 0)"
+    return f"count(last_over_time({evicted}{plan.window}) == 0)"
 
 
 def preemption_ticks_query(plan: QueryPlan, pods: Iterable[str]) -> str:

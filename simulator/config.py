@@ -76,7 +76,7 @@ def parse_silent_exporter(text: str) -> SilentExporter:
     device plugin stopped too; see SilentExporter)."""
     parts = [part.strip() for part in text.split(",")]
     kind = parts[3] if len(parts) == 4 else ""
-    if len(parts) not in (3, 4) or kind not in ("", "gone", "maintenance"):
+    if not (len(parts) == 3 or (len(parts) == 4 and kind in ("gone", "maintenance"))):
         raise SimulatorConfigError(
             f"--silent-exporter must be NODE,START,SECONDS[,gone|maintenance], got {text!r}"
         )

@@ -179,3 +179,27 @@ def test_it_refuses_a_month_whose_windows_could_not_show_preemptions_until_accep
     assert [(item["problem"], item["message"]) for item in close.incomplete_ranges] == [
         ("preemptions unseen", unseen)
     ]
+
+
+def test_it_names_a_window_both_short_and_without_preemptions_in_both_ranges(boundary_pool):
+    unreadable = IngestWindow.objects.filter(
+        source=boundary_pool.source,
+        start__gte=dt.datetime(2026, 9, 15, tzinfo=UTC),
+        start__lt=dt.datetime(2026, 9, 15, 3, tzinfo=UTC),
+    )
+    unreadable.update(preemptions_unreadable=True)
+    unreadable.filter(start=dt.datetime(2026, 9, 15, 1, tzinfo=UTC)).update(
+        completeness=Decimal("0.9")
+    )
+
+    with pytest.raises(PeriodCloseRefused) as refused:
+        period_close(period=SEPTEMBER)
+
+    assert [reason.split(":")[0] for reason in refused.value.reasons] == [
+        "windows default 2026-09-15T00",  # 00:00-03:00, one run of 3 windows
+        "window default 2026-09-15T01",
+    ]
+    assert "(3 windows) show no preemptions" in refused.value.reasons[0]
+    assert refused.value.reasons[1].startswith(
+        "window default 2026-09-15T01:00Z to 2026-09-15T02:00Z is 90.00% complete"
+    )

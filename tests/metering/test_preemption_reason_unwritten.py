@@ -54,7 +54,8 @@ def test_it_says_why_a_window_shows_no_preemptions_naming_the_reason() -> None:
         "preemptions: kube-state-metrics writes no kube_pod_status_reason series for reason"
         ' "PreemptionByScheduler" while it writes the other reasons at 0, as its releases'
         " before v2.19.0 do: no preemption in this window can be seen, nor any starvation"
-        " credit (pricing rule 5) paid for one; upgrade kube-state-metrics"
+        " credit (pricing rule 5) paid for one; upgrade kube-state-metrics (or correct the"
+        " source's preemption_reason)"
     ]
 
 
@@ -67,5 +68,6 @@ def test_it_asks_for_the_reasons_written_at_zero_within_the_sources_matchers() -
     )
     plan = sources.query_plan_for(source, step_seconds=STEP)
     assert sources.reasons_at_zero_query(plan) == (
-        'count(kube_pod_status_reason{reason="Evicted",cluster="prod"} == 0)'
+        f'count(last_over_time(kube_pod_status_reason{{reason="Evicted",cluster="prod"}}'
+        f"{plan.window}) == 0)"
     )
