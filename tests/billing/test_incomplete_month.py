@@ -174,11 +174,13 @@ def test_it_refuses_a_month_whose_windows_could_not_show_preemptions_until_accep
     assert refused.value.reasons == [unseen]
     assert not PeriodClose.objects.exists()
 
-    close = period_close(period=SEPTEMBER, accept_incomplete=REASON).period_close
+    output = command_output("close_period", "--period", SEPTEMBER, "--accept-incomplete", REASON)
+    close = PeriodClose.objects.get(period=SEPTEMBER)
     assert close.is_incomplete
     assert [(item["problem"], item["message"]) for item in close.incomplete_ranges] == [
         ("preemptions unseen", unseen)
     ]
+    assert f"closed INCOMPLETE (1 without preemptions), accepted: {REASON}" in output
 
 
 def test_it_names_a_window_both_short_and_without_preemptions_in_both_ranges(boundary_pool):

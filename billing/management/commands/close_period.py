@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from billing.pricing import ScenarioError
-from billing.selectors import PriceBookNotFound
+from billing.selectors import PREEMPTIONS_UNSEEN, PriceBookNotFound
 from billing.services import BillingError, PeriodCloseRefused, period_close
 
 
@@ -32,7 +32,8 @@ class Command(BaseCommand):
             "--accept-incomplete",
             default="",
             metavar="REASON",
-            help="close although metering is missing or short (the data will never come);"
+            help="close although metering is missing, short or without preemptions (the data"
+            " will never come);"
             " the reason and the ranges are recorded on the close, shown and audited",
         )
 
@@ -77,9 +78,13 @@ class Command(BaseCommand):
             f"sha256 {close.scenario_sha256})"
         )
         if close.is_incomplete:
+            ranges = close.incomplete_ranges
+            unseen = sum(1 for item in ranges if item.get("problem") == PREEMPTIONS_UNSEEN)
+            short = len(ranges) - unseen
+            what = [f"{short} ranges missing or short"] if short else []
+            what += [f"{unseen} without preemptions"] if unseen else []
             self.stdout.write(
-                f"closed INCOMPLETE ({len(close.incomplete_ranges)} ranges missing or short),"
-                f" accepted: {close.incomplete_reason}"
+                f"closed INCOMPLETE ({', '.join(what)}), accepted: {close.incomplete_reason}"
             )
         for statement in close.statements.select_related("team"):
             self.stdout.write(f"  {statement.team.name}: {statement.total}")
