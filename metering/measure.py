@@ -1629,10 +1629,11 @@ def _reason_unwritten(observed: dict[int, Observed]) -> bool:
     """Whether an interval of the batch shows pods but no series of the preemption reason:
     none was preempted (kube-state-metrics v2.20 on writes a reason only once it is set), or
     kube-state-metrics cannot say (before v2.19), which `sources.reasons_at_zero_query` tells."""
+    first = min(observed)
     return any(
         interval.identity and not interval.preemption_reason_series
         for start, interval in observed.items()
-        if start != min(observed)
+        if start != first
     )
 
 

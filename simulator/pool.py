@@ -157,6 +157,7 @@ class Pool:
         # kube-state-metrics' view of each node (its GPUs, its creation: a day before the
         # pool's start, or when it came back from a loss), written while the node is up.
         self.node_created = config.start_epoch - 86_400
+        self.registered = dict.fromkeys(self.nodes, self.node_created)
         self.node_lines = {node: _node_lines(node, self.node_created) for node in self.nodes}
         # Nodes in maintenance (SilentExporter.maintenance): not present, still listed.
         self.maintained: dict[Node, SilentExporter] = {}
@@ -265,6 +266,7 @@ class Pool:
                 self._dirty.add(node)
                 if self.maintained.pop(node, None) is None:
                     # A lost node left the cluster: it registers again, as a new node object.
+                    self.registered[node] = t
                     self.node_lines[node] = _node_lines(node, t)
         for silent in self.config.silent_exporters:
             if silent.maintenance and silent.covers(t):
@@ -475,6 +477,7 @@ class Pool:
             self.whole_by_node[node] = devices
             self.exclusive_by_node[node] = devices
             self.up_prefixes[node] = _up_prefix(node)
+            self.registered[node] = self.node_created
             self.node_lines[node] = _node_lines(node, self.node_created)
             self.gpus += node.gpus
             self.devices += devices
@@ -912,7 +915,15 @@ class Pool:
         silent, gone = self._silent_nodes(t)
         for node in self.nodes:
             if node in self.maintained:
-                lines += _maintained_node_lines(self.node_lines[node], self.maintained[node], t)
+                # The device plugin stopped: no GPU allocatable, and none in capacity once the
+                # kubelet's grace for the plugin has passed.
+                grace = t < self.maintained[node].start + DEVICE_PLUGIN_GRACE_SECONDS
+                lines += _node_lines(
+                    node,
+                    self.registered[node],
+                    capacity=len(node.gpus) if grace else 0,
+                    allocatable=0,
+                )
             if node.present:
                 lines += self.node_lines[node]
                 if node not in gone:
@@ -1068,13 +1079,16 @@ def _up_prefix(node: Node) -> str:
     return f'up{{job="dcgm-exporter",instance="{node.ip}:9400"}} '
 
 
-def _node_lines(node: Node, created: int) -> list[str]:
-    """kube-state-metrics' series of a listed node: its GPUs in capacity and allocatable (the
-    kubelet reserves none), and when it registered."""
+def _node_lines(
+    node: Node, created: int, *, capacity: int | None = None, allocatable: int | None = None
+) -> list[str]:
+    """kube-state-metrics' series of a listed node: its GPUs in capacity and allocatable (all
+    of them unless said: the kubelet reserves none), and when it registered."""
     gpus = f'{KSM_TARGET},node="{node.name}",resource="nvidia_com_gpu",unit="integer"'
+    whole = len(node.gpus)
     return [
-        f"kube_node_status_capacity{{{gpus}}} {len(node.gpus)}",
-        f"kube_node_status_allocatable{{{gpus}}} {len(node.gpus)}",
+        f"kube_node_status_capacity{{{gpus}}} {whole if capacity is None else capacity}",
+        f"kube_node_status_allocatable{{{gpus}}} {whole if allocatable is None else allocatable}",
         f'kube_node_created{{{KSM_TARGET},node="{node.name}"}} {created}',
     ]
 
@@ -1082,17 +1096,6 @@ def _node_lines(node: Node, created: int) -> list[str]:
 # How long the kubelet keeps a stopped device plugin's devices in the node's capacity
 # (its device manager's endpointStopGracePeriod); allocatable drops to 0 at once.
 DEVICE_PLUGIN_GRACE_SECONDS = 300
-
-
-def _maintained_node_lines(lines: list[str], silent: SilentExporter, t: int) -> list[str]:
-    """A node in maintenance as kube-state-metrics lists it (see SilentExporter)."""
-    capacity, allocatable, created = lines
-    kept = t < silent.start + DEVICE_PLUGIN_GRACE_SECONDS
-    return [
-        capacity if kept else capacity.rsplit(" ", 1)[0] + " 0",
-        allocatable.rsplit(" ", 1)[0] + " 0",
-        created,
-    ]
 
 
 def _dcgm_prefixes(device: Device, pod_labels: str) -> list[str]:

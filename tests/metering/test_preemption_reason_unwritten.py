@@ -71,3 +71,17 @@ def test_it_asks_for_the_reasons_written_at_zero_within_the_sources_matchers() -
         f'count(last_over_time(kube_pod_status_reason{{reason="Evicted",cluster="prod"}}'
         f"{plan.window}) == 0)"
     )
+
+
+def test_it_benchmarks_the_queries_ingest_sends() -> None:
+    """benchmarks/_reasons_probe.py runs without Django, so it writes the queries out: they
+    must stay the ones a source with the default mapping sends (its 5-minute step)."""
+    from benchmarks import _reasons_probe
+
+    plan = sources.query_plan_for(
+        Source(name="pool", url="http://127.0.0.1:9", scrape_interval_seconds=60),
+        step_seconds=_reasons_probe.STEP,
+    )
+    queries = list(_reasons_probe.QUERIES.values())
+    assert queries[0] == sources.reasons_at_zero_query(plan)
+    assert queries[1] == sources.identity_parts(plan)["preempted"].promql
