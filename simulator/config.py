@@ -124,6 +124,10 @@ class PoolConfig:
     # The kube-state-metrics release whose `kube_pod_status_reason` series are written
     # (workload.KSM_STATUS_REASONS): "2.18" writes no preemption at all.
     kube_state_metrics: str = ""
+    # Served models whose vLLM runs with --disable-log-stats: it writes no `vllm:*` series
+    # while its scrape target answers. With any, Prometheus' `up` of every vLLM replica is
+    # written too (by default none is, so the default output stays as it was).
+    vllm_without_stats: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_whole("--gpus", self.gpus, 1, MAX_GPUS)
@@ -156,6 +160,10 @@ class PoolConfig:
                 f"--kube-state-metrics must be one of {', '.join(KSM_VERSIONS)}, "
                 f"got {self.kube_state_metrics!r}"
             )
+        if not isinstance(self.vllm_without_stats, tuple) or not all(
+            isinstance(model, str) and model for model in self.vllm_without_stats
+        ):
+            raise SimulatorConfigError("--vllm-without-stats must name served models")
         if not all(isinstance(silent, SilentExporter) for silent in self.silent_exporters):
             raise SimulatorConfigError("silent_exporters must hold SilentExporter values")
 

@@ -185,6 +185,13 @@ class Pool:
         self.started = False
         self.separate = config.pools == "separate"
         self._create_services()
+        served = {service.model_name for service in self.services}
+        for model in config.vllm_without_stats:
+            if model not in served:
+                raise SimulatorConfigError(
+                    f"--vllm-without-stats model {model!r} is not one of"
+                    f" {', '.join(sorted(served))}"
+                )
         if self.separate:
             self._add_inference_pool()
         # After the inference nodes: a silent exporter may be on one of them.
@@ -865,13 +872,19 @@ class Pool:
             for level in [*levels, ""]
         ]
         if task.service is not None:
-            where = (
+            target = (
                 f'job="vllm",instance="{pod.pod_ip}:8000",namespace="{pod.namespace}",'
-                f'pod="{pod.name}",model_name="{task.service.model_name}"'
+                f'pod="{pod.name}"'
             )
-            name = "vllm:e2e_request_latency_seconds"
-            pod.vllm_prefixes = [f'{name}_bucket{{{where},le="{le}"}} ' for le in LATENCY_LE]
-            pod.vllm_prefixes += [f"{name}_sum{{{where}}} ", f"{name}_count{{{where}}} "]
+            if self.config.vllm_without_stats:
+                pod.vllm_up_prefix = f"up{{{target}}} "
+            if task.service.model_name in self.config.vllm_without_stats:
+                pod.vllm_prefixes = []  # --disable-log-stats: the requests, not their series
+            else:
+                where = f'{target},model_name="{task.service.model_name}"'
+                name = "vllm:e2e_request_latency_seconds"
+                pod.vllm_prefixes = [f'{name}_bucket{{{where},le="{le}"}} ' for le in LATENCY_LE]
+                pod.vllm_prefixes += [f"{name}_sum{{{where}}} ", f"{name}_count{{{where}}} "]
 
     def _sample_pod(self, pod: Pod, t: int) -> None:
         """This tick's engine activity (percent) and memory of a running pod."""
@@ -936,6 +949,8 @@ class Pool:
             if pod.telemetry:
                 self._emit_cadvisor(pod, interval, lines)
                 if pod.task.service is not None:
+                    if pod.vllm_up_prefix:
+                        lines.append(pod.vllm_up_prefix + "1")
                     self._emit_vllm(pod, interval, crowding, lines)
         for group in (self.lingering, self.pending, self.running):
             for pod in group:

@@ -170,6 +170,7 @@ class Pod:
     device_prefixes: dict[int, list[str]] = field(default_factory=dict)
     cadvisor_prefixes: list[tuple[str, list[str]]] = field(default_factory=list)
     vllm_prefixes: list[str] = field(default_factory=list)
+    vllm_up_prefix: str = ""  # Prometheus' `up` of its vLLM target, where written
 
     @property
     def namespace(self) -> str:

@@ -55,6 +55,14 @@ class Command(BaseCommand):
             " (no preemptions), 2.19 (every reason, 0 or 1) or 2.20 (only the reasons set);"
             " by default, only the preemption reason, 0 or 1",
         )
+        parser.add_argument(
+            "--vllm-without-stats",
+            action="append",
+            default=[],
+            metavar="MODEL",
+            help="that served model's vLLM runs with --disable-log-stats: no vllm:* series while"
+            " its scrape target answers (then Prometheus' up of every vLLM replica is written)",
+        )
         parser.add_argument("--serve", type=int, default=None, metavar="PORT")
         parser.add_argument("--host", default="127.0.0.1", help="address --serve binds to")
         parser.add_argument("--speed", type=float, default=1.0)
@@ -95,6 +103,7 @@ class Command(BaseCommand):
             pools=options["pools"],
             gpu_models=options["gpu_models"],
             kube_state_metrics=options["kube_state_metrics"],
+            vllm_without_stats=tuple(options["vllm_without_stats"]),
             silent_exporters=tuple(
                 parse_silent_exporter(text) for text in options["silent_exporter"]
             ),
