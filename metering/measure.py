@@ -82,6 +82,7 @@ class PodIdentity:
     from_history: bool = False  # read over the interval: the pod was gone by its end
     owner_kind: str = ""
     pod_ip: str = ""
+    host_ip: str = ""  # its node's address (the pod's own on the host's network)
     # At the interval's end: the GPUs its containers request (MIG instances and time-sliced
     # replicas as kube-state-metrics counts them), and whether its phase is Running.
     gpus_requested: Fraction = Fraction(0)
@@ -185,6 +186,8 @@ class IntervalFacts:
     waits: dict[PodKey, int] = field(default_factory=dict)  # scheduled, Unix seconds
     preemptions: dict[PodKey, dict[str, Any]] = field(default_factory=dict)
     preemptions_unreadable: bool = False  # see PREEMPTIONS_UNREADABLE
+    # Inference pods that served metrics without the latency histogram (`_latency_unseen`).
+    latency_unseen: list[PodKey] = field(default_factory=list)
     # (namespace, service label value) -> [(le, cumulative increment), ...] in `le` order
     latency: dict[tuple[str, str], list[tuple[str, int]]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -495,6 +498,7 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
     io_earlier = {pod: dict(counters) for pod, counters in observed[first - step].io_last.items()}
     latency_earlier = dict(observed[first - step].latency_last)
     gap_targets = _gap_targets(observation.gap_targets, observed)
+    histogram_targets = {t for t, meter in observation.gap_targets.items() if meter == "latency"}
     scheduled = _scheduled_since(observed)
     intervals = {}
     for start in range(first, last + 1, step):
@@ -511,6 +515,7 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
             vanished.get(start, {}),
         )
         _gap_targets_warn(intervals[start], now, gap_targets)
+        _latency_unseen(intervals[start], now, observed[start - step], plan, histogram_targets)
         for pod, counters in now.io_last.items():
             io_earlier.setdefault(pod, {}).update(counters)
         latency_earlier.update(now.latency_last)
@@ -619,6 +624,83 @@ def _gap_targets_warn(facts: IntervalFacts, now: Observed, gap_targets: dict[Tar
             f"{meter}: {count} scrape target(s) missed scrapes, e.g. {_target_text(target)}"
             f" answered {answered} of {attempted}; {effect}"
         )
+
+
+def _latency_unseen(
+    facts: IntervalFacts,
+    now: Observed,
+    before: Observed,
+    plan: sources.QueryPlan,
+    histogram_targets: set[Target],
+) -> None:
+    """Inference pods that held GPUs through the interval and whose scrape targets answered
+    every scrape of it, without a series of the latency histogram: vLLM started with
+    `--disable-log-stats` (it registers no `vllm:*` metric), another inference server, or the
+    histogram under another name. Their intervals show no requests, no P99 and no breach, so
+    pricing rule 4 moves nothing for them; the window names them (LATENCY_UNSEEN).
+
+    vLLM writes its labelled histogram from its start, requests or not, so a target that
+    answers without it is the signal; one still loading its model answers no scrape, and a
+    replica the batch saw write the histogram (by its pod, or by its target where the
+    histogram carries no pod label) is left alone. A pod's targets are those at its address;
+    a pod on its host's network shares its address with its node's other targets (a node
+    exporter's, a kubelet's), so it is not judged. The check costs no query: it reads the
+    pods, `up` and the histogram that the batch read already."""
+    if not now.targets:
+        return  # no record of scrapes: nothing tells a pod's targets
+    inference = {pc for pc, kind in plan.priority_class_kinds.items() if kind == "inference"}
+    replicas = {(namespace, pod) for namespace, _, pod in now.latency_last}
+    by_host: dict[str, list[Target]] | None = None
+    unseen: list[tuple[PodKey, Target]] = []
+    for pod, identity in now.identity.items():
+        if (
+            identity.priority_class not in inference
+            or not identity.running
+            or not identity.pod_ip
+            or identity.pod_ip == identity.host_ip
+            or pod in replicas
+            or not facts.alloc.get(pod)
+        ):
+            continue
+        earlier = before.identity.get(pod)
+        if earlier is None or not earlier.running or pod in now.preempted:
+            continue  # started or ended within the interval
+        if by_host is None:
+            by_host = defaultdict(list)
+            for target in now.targets:
+                by_host[_target_host(target)].append(target)
+        targets = by_host.get(identity.pod_ip, [])
+        if any(target in histogram_targets for target in targets):
+            continue
+        answering = [t for t in sorted(targets) if 0 < now.targets[t][1] == now.targets[t][0]]
+        if answering:
+            unseen.append((pod, answering[0]))
+    if not unseen:
+        return
+    unseen.sort()
+    facts.latency_unseen = [pod for pod, _ in unseen]
+    (namespace, name), target = unseen[0]
+    facts.warnings.append(
+        LATENCY_UNSEEN.format(
+            count=len(unseen),
+            histogram=plan.latency_histogram,
+            example=f"{namespace}/{name} ({_target_text(target)})",
+        )
+    )
+
+
+# The words of a window with inference pods whose latency went unmeasured (`_latency_unseen`).
+LATENCY_UNSEEN = (
+    "latency: {count} inference pod(s) held GPUs through the interval and answered every"
+    " scrape without a series of {histogram}, e.g. {example}: their requests, P99 and SLA"
+    " breaches (pricing rule 4) are not measured. vLLM started with --disable-log-stats"
+    " writes none; another server writes another histogram (the source's latency_histogram)"
+)
+
+
+def _target_host(target: Target) -> str:
+    """The address of a scrape target's instance: "10.0.0.7:9400", "[fd00::7]:9400"."""
+    return target[1].rpartition(":")[0].strip("[]")
 
 
 _Request = tuple[bool, str]  # (raw samples?, the selector or the query)
@@ -1302,6 +1384,7 @@ def _identity_set(
         identity.priority_class = labels.get("priority_class", "")
         identity.node = labels.get("node", "")
         identity.pod_ip = labels.get("pod_ip", "")
+        identity.host_ip = labels.get("host_ip", "")
     elif meter == "scheduled":
         identity.scheduled = round(value)
     elif meter == "requests":
@@ -1417,8 +1500,7 @@ def _exporters_own_series_freed(observed: dict[int, Observed]) -> set[str]:
 def _scraped_from_itself(identity: PodIdentity | None, target: Target) -> bool:
     if identity is None or identity.owner_kind != "DaemonSet" or not identity.pod_ip:
         return False
-    host = target[1].rpartition(":")[0].strip("[]")  # "10.0.0.7:9400", "[fd00::7]:9400"
-    return host == identity.pod_ip
+    return _target_host(target) == identity.pod_ip
 
 
 def _gpu_presence(observed: Observed, plan: sources.QueryPlan, shared: set[str]) -> None:

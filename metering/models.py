@@ -320,6 +320,9 @@ class IngestWindow(models.Model):
     # kube-state-metrics wrote no series of the preemption reason while writing the others at
     # 0 (a release before v2.19): the window's preemptions, and rule 5's credits, are unknown.
     preemptions_unreadable = models.BooleanField(default=False, db_default=False)
+    # Inference pods that held GPUs through the window and served metrics without the latency
+    # histogram: their SLA breaches, and rule 4's penalties, are unknown (measure.LATENCY_UNSEEN).
+    latency_unseen_pods = models.PositiveIntegerField(default=0, db_default=0)
     error = models.TextField(blank=True)
     content_hash = models.CharField(max_length=64, blank=True)
     first_written = models.DateTimeField(null=True, blank=True)

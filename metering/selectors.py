@@ -123,6 +123,14 @@ def windows_missing(
         return [MissingRange(*row) for row in cursor.fetchall()]
 
 
+def windows_latency_unseen(*, start: datetime, end: datetime) -> int:
+    """Done windows in [start, end) with inference pods that served without the latency
+    histogram (`IngestWindow.latency_unseen_pods`): no SLA breach of theirs is seen."""
+    return IngestWindow.objects.filter(
+        start__lt=end, end__gt=start, status=IngestWindow.Status.DONE, latency_unseen_pods__gt=0
+    ).count()
+
+
 def completeness(*, start: datetime, end: datetime) -> Decimal:
     """Mean window completeness over [start, end) for every enabled source; a window that was
     never ingested (or does not exist) counts as 0, so a gap is visible, not averaged away."""
@@ -207,16 +215,22 @@ def usage_report(*, start: datetime, end: datetime, group_by: str) -> dict[str, 
             [start, end],
         )
         capacity = cursor.fetchone()[0]
-    # Windows whose kube-state-metrics could not show preemptions: the counts below miss any.
-    blind = IngestWindow.objects.filter(
-        start__lt=end, end__gt=start, status=IngestWindow.Status.DONE, preemptions_unreadable=True
-    ).count()
+    # Windows whose kube-state-metrics could not show preemptions (the counts below miss
+    # any), and those with inference pods whose latency was not measured (no SLA breach of
+    # theirs can be seen).
+    unseen = IngestWindow.objects.filter(
+        start__lt=end, end__gt=start, status=IngestWindow.Status.DONE
+    ).aggregate(
+        preemptions=Count("id", filter=Q(preemptions_unreadable=True)),
+        latency=Count("id", filter=Q(latency_unseen_pods__gt=0)),
+    )
     return {
         "start": start.isoformat().replace("+00:00", "Z"),
         "end": end.isoformat().replace("+00:00", "Z"),
         "capacity_gpu_hours": _gpu_hours(capacity),
         "completeness": str(completeness(start=start, end=end)),
-        "windows_without_preemptions": blind,
+        "windows_without_preemptions": unseen["preemptions"],
+        "windows_without_latency": unseen["latency"],
         "groups": [
             {
                 "group": group,

@@ -65,8 +65,10 @@ logger = logging.getLogger(__name__)
 # scrape targets that answered I/O, latency or identity series (`Observation.gap_targets`);
 # 8: each interval holds kube-state-metrics' nodes (`Observed.gpu_nodes`, `node_created`,
 # `nodes_leaving`) and a look-back's GPUs of listed nodes (`node_gpus`); 9: and whether its
-# kube-state-metrics can show preemptions (`preemption_reason_series`, `preemptions_unreadable`).
-OBSERVATION_VERSION = 9
+# kube-state-metrics can show preemptions (`preemption_reason_series`, `preemptions_unreadable`);
+# 10: a pod's identity holds its node's address (`PodIdentity.host_ip`), which tells a pod on
+# its host's network (`measure._latency_unseen`).
+OBSERVATION_VERSION = 10
 
 Asked = TypeVar("Asked")
 

@@ -711,8 +711,10 @@ def _identity_meters(plan: QueryPlan) -> tuple[tuple[str, str, tuple[str, ...]],
     return (
         ("labels", "kube_pod_labels", (plan.task_label, plan.team_label)),
         ("owner", "kube_pod_owner", ("owner_kind", "owner_name")),
-        # The pod's address tells a GPU exporter's own pod (measure._exporters_own_series_freed).
-        ("info", "kube_pod_info", ("priority_class", "node", "pod_ip")),
+        # The pod's address tells a GPU exporter's own pod (measure._exporters_own_series_freed)
+        # and an inference pod's scrape targets (measure._latency_unseen); its node's address,
+        # a pod on the host's network (whose address its node's other targets share).
+        ("info", "kube_pod_info", ("priority_class", "node", "pod_ip", "host_ip")),
         ("scheduled", "kube_pod_status_scheduled_time", ()),
     )
 

@@ -394,6 +394,7 @@ def _run_write(
                 "rows_written",
                 "warnings",
                 "preemptions_unreadable",
+                "latency_unseen_pods",
             )
         }
         now = timezone.now()
@@ -425,6 +426,7 @@ def _run_write(
                     before["first_written"] or now,
                     now if changed else before["changed_after_first_write"],
                     facts.preemptions_unreadable,
+                    len(facts.latency_unseen),
                 )
             )
         usage_seconds = _rows_replace(replaced)
@@ -485,6 +487,7 @@ def _kept_result(before: dict[str, Any], completeness: Decimal, now: datetime) -
         before["first_written"],
         before["changed_after_first_write"],
         before["preemptions_unreadable"],
+        before["latency_unseen_pods"],
     )
 
 
@@ -549,7 +552,7 @@ def _windows_result_update(
     pointing them at one record of the run's queries (`IngestQueries`); the records of earlier
     runs over these windows that no window points at any more go."""
     row = "(%s::bigint, %s::int, %s::bigint, %s::bigint, %s::numeric, %s::jsonb, %s::text,"
-    row += " %s::timestamptz, %s::timestamptz, %s::boolean)"
+    row += " %s::timestamptz, %s::timestamptz, %s::boolean, %s::int)"
     bounds = {"source": run[0].source_id, "first": run[0].start, "last": run[-1].start}
     with connection.cursor() as cursor:
         cursor.execute(
@@ -566,10 +569,11 @@ def _windows_result_update(
             " samples_expected = v.expected, completeness = v.completeness,"
             " warnings = v.warnings, error = '', content_hash = v.hash,"
             " first_written = v.first_written, changed_after_first_write = v.changed,"
-            " preemptions_unreadable = v.unreadable, updated = %s"
+            " preemptions_unreadable = v.unreadable, latency_unseen_pods = v.latency_unseen,"
+            " updated = %s"
             f" FROM (VALUES {', '.join([row] * len(results))})"
             " AS v(id, rows, seen, expected, completeness, warnings, hash, first_written, changed,"
-            " unreadable)"
+            " unreadable, latency_unseen)"
             " WHERE w.id = v.id",
             [
                 IngestWindow.Status.DONE,
