@@ -207,6 +207,9 @@ class WindowProblems:
     # Done windows in which kube-state-metrics could not show preemptions (a release before
     # v2.19): nothing will change them, so they are not "not complete yet", but rule 5 is blind.
     preemptions_unseen: int = 0
+    # Done windows with inference pods that served without the latency histogram (vLLM with
+    # --disable-log-stats, another server): their SLA breaches, and rule 4, are not seen.
+    latency_unseen: int = 0
 
     @property
     def any(self) -> bool:
@@ -215,7 +218,8 @@ class WindowProblems:
 
 def window_problems(*, start: dt.datetime, end: dt.datetime, limit: int = 8) -> WindowProblems:
     """Windows in the range that are not done, or done with samples missing; and, apart,
-    those done where kube-state-metrics could not show preemptions."""
+    those done where kube-state-metrics could not show preemptions, or where inference pods
+    served without the latency histogram."""
     in_range = IngestWindow.objects.filter(start__lt=end, end__gt=start)
     incomplete = Q(status=IngestWindow.Status.DONE, completeness__lt=1)
     problems = Q(status__in=["pending", "running", "failed"]) | incomplete
@@ -226,6 +230,9 @@ def window_problems(*, start: dt.datetime, end: dt.datetime, limit: int = 8) -> 
         incomplete=Count("id", filter=incomplete),
         preemptions_unseen=Count(
             "id", filter=Q(status=IngestWindow.Status.DONE, preemptions_unreadable=True)
+        ),
+        latency_unseen=Count(
+            "id", filter=Q(status=IngestWindow.Status.DONE, latency_unseen_pods__gt=0)
         ),
     )
     examples = list(in_range.filter(problems).select_related("source").order_by("start")[:limit])

@@ -143,6 +143,23 @@ def replace_accepting_loss(
     return None
 
 
+class LatencyUnseenFilter(admin.SimpleListFilter):
+    """Windows with inference pods that served without the latency histogram, or none."""
+
+    title = "inference latency"
+    parameter_name = "latency_unseen"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple]:
+        return [("yes", "not measured for some pods"), ("no", "measured for every pod")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() == "yes":
+            return queryset.filter(latency_unseen_pods__gt=0)
+        if self.value() == "no":
+            return queryset.filter(latency_unseen_pods=0)
+        return queryset
+
+
 @admin.register(models.IngestWindow)
 class IngestWindowAdmin(admin.ModelAdmin):
     list_display = [
@@ -156,7 +173,7 @@ class IngestWindowAdmin(admin.ModelAdmin):
         "changed_after_first_write",
         "error",
     ]
-    list_filter = ["status", "source", "preemptions_unreadable"]
+    list_filter = ["status", "source", "preemptions_unreadable", LatencyUnseenFilter]
     date_hierarchy = "start"
     readonly_fields = [*(f.name for f in models.IngestWindow._meta.fields), "recorded_queries"]
     actions = [ingest_again, replace_accepting_loss]

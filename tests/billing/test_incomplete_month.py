@@ -205,3 +205,25 @@ def test_it_names_a_window_both_short_and_without_preemptions_in_both_ranges(bou
     assert refused.value.reasons[1].startswith(
         "window default 2026-09-15T01:00Z to 2026-09-15T02:00Z is 90.00% complete"
     )
+
+
+def test_it_closes_a_month_with_unmeasured_inference_latency_and_says_how_many_windows(
+    boundary_pool,
+):
+    """Inference pods that served without the latency histogram (IngestWindow.
+    latency_unseen_pods) leave rule 4 blind for them, but a pod meant to serve so would hold
+    every close: the month closes complete, and the command says so."""
+    IngestWindow.objects.filter(
+        source=boundary_pool.source,
+        start__gte=dt.datetime(2026, 9, 15, tzinfo=UTC),
+        start__lt=dt.datetime(2026, 9, 15, 3, tzinfo=UTC),
+    ).update(latency_unseen_pods=2)
+
+    output = command_output("close_period", "--period", SEPTEMBER)
+    close = PeriodClose.objects.get(period=SEPTEMBER)
+    assert not close.is_incomplete
+    assert (
+        "note: 3 windows have inference pods that served without the latency histogram: no SLA"
+        " breach of theirs (pricing rule 4) is in this close; the windows' warnings name them"
+    ) in output
+    assert "note:" not in command_output("close_period", "--period", SEPTEMBER)  # nothing new

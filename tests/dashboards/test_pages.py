@@ -275,19 +275,34 @@ def test_it_warns_on_the_overview_when_a_window_is_pending(client, people, close
     assert "1 window pending" in html
 
 
-def test_it_says_on_the_overview_where_preemptions_could_not_be_seen(
-    client, people, closed_pool
+@pytest.mark.parametrize(
+    ("banner", "flag", "said"),
+    [
+        # kube-state-metrics before v2.19 wrote no preemption reason.
+        (
+            "preemptions",
+            {"preemptions_unreadable": True},
+            "Preemptions cannot be seen in 3 windows",
+        ),
+        # Inference pods served without the latency histogram (vLLM --disable-log-stats).
+        (
+            "latency",
+            {"latency_unseen_pods": 2},
+            "Latency was not measured for some inference pods in 3 windows",
+        ),
+    ],
+)
+def test_it_says_on_the_overview_where_windows_are_blind_to_a_rule(
+    client, people, closed_pool, banner: str, flag: dict, said: str
 ) -> None:
     client.force_login(people.finance)
-    assert 'data-banner="preemptions"' not in client.get("/").content.decode()
+    assert f'data-banner="{banner}"' not in client.get("/").content.decode()
     windows = IngestWindow.objects.filter(start__gte=closed_pool.start).order_by("start")
-    IngestWindow.objects.filter(pk__in=[w.pk for w in windows[:3]]).update(
-        preemptions_unreadable=True
-    )
+    IngestWindow.objects.filter(pk__in=[w.pk for w in windows[:3]]).update(**flag)
     html = client.get("/").content.decode()
-    assert 'data-banner="preemptions"' in html
-    assert "Preemptions cannot be seen in 3 windows" in html
-    assert 'data-banner="completeness"' not in html  # nothing more will come for them
+    assert f'data-banner="{banner}"' in html
+    assert said in html
+    assert 'data-banner="completeness"' not in html  # their samples are all there
 
 
 def test_it_names_the_silent_node_on_the_overview(client, people, closed_pool) -> None:

@@ -45,6 +45,24 @@ def test_it_lists_every_metering_object_in_the_admin(operator_client) -> None:
 
 
 @pytest.mark.django_db
+def test_it_filters_the_windows_whose_inference_latency_was_not_measured(operator_client) -> None:
+    source = Source.objects.create(name="prod", url="https://prom.example")
+    for minute, pods in ((0, 0), (5, 2)):
+        IngestWindow.objects.create(
+            source=source,
+            start=datetime.fromisoformat(f"2026-10-01T00:{minute:02}:00Z"),
+            end=datetime.fromisoformat(f"2026-10-01T00:{minute + 5:02}:00Z"),
+            status="done",
+            completeness=Decimal(1),
+            latency_unseen_pods=pods,
+        )
+    for value, shown in (("yes", "00:05"), ("no", "00:00")):
+        response = operator_client.get(f"/admin/metering/ingestwindow/?latency_unseen={value}")
+        assert response.status_code == 200
+        assert [w.start.strftime("%H:%M") for w in response.context["cl"].result_list] == [shown]
+
+
+@pytest.mark.django_db
 def test_it_refuses_a_source_with_a_bad_mapping_in_the_admin(operator_client) -> None:
     response = operator_client.post(
         "/admin/metering/source/add/",
