@@ -652,14 +652,18 @@ def _latency_unseen(
     replicas = {(namespace, pod) for namespace, _, pod in now.latency_last}
     by_host: dict[str, list[Target]] | None = None
     unseen: list[tuple[PodKey, Target]] = []
-    for pod, identity in now.identity.items():
+    # The pods that held GPUs, not every pod kube-state-metrics describes (a cluster's pods
+    # without GPUs may be many times more).
+    for pod, held in facts.alloc.items():
+        identity = now.identity.get(pod)
         if (
-            identity.priority_class not in inference
+            identity is None
+            or identity.priority_class not in inference
+            or not held
             or not identity.running
             or not identity.pod_ip
             or identity.pod_ip == identity.host_ip
             or pod in replicas
-            or not facts.alloc.get(pod)
         ):
             continue
         earlier = before.identity.get(pod)

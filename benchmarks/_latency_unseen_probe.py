@@ -1,0 +1,106 @@
+"""What telling inference pods that serve without the latency histogram costs a batch
+(`measure._latency_unseen`): it asks Prometheus nothing, so its cost is Python's, beside the
+latency derivation of the same intervals (`measure._derive_latency`), measured in the same run.
+
+The interval is a 10,000-GPU pool's, made by hand: 10,000 pods holding one GPU each, a third
+of them inference replicas (each with its target and, but in the worst case, a histogram of 22
+buckets), among 40,000 pods kube-state-metrics describes; 1,250 GPU exporters. Twelve
+intervals, a batch's. The best of `--runs`. The figures docs/telemetry.md quotes ("Latency
+buckets"). Not run by `make bench`.
+
+    .venv/bin/python benchmarks/_latency_unseen_probe.py [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from decimal import Decimal
+from fractions import Fraction
+from functools import partial
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+# The settings want a database; nothing here opens a connection.
+os.environ.setdefault("DATABASE_URL", "postgres://unused@127.0.0.1:9/unused")
+
+import django  # noqa: E402
+
+django.setup()
+
+from metering import measure, sources  # noqa: E402
+from metering.measure import IntervalFacts, Observed, PodIdentity  # noqa: E402
+
+GPU_PODS = 10_000
+PODS = 40_000
+EXPORTERS = 1_250
+INTERVALS = 12
+BOUNDS = [str(b) for b in (0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60)]
+BOUNDS += [str(b) for b in (120, 240, 480, 960, 1920, 7680)] + ["+Inf"]
+PLAN = sources.QueryPlan(scrape_seconds=15, step_seconds=300)
+
+
+def interval(*, histogram: bool) -> tuple[Observed, Observed, IntervalFacts]:
+    now, before, facts = Observed(), Observed(), IntervalFacts()
+    for n in range(PODS):
+        pod = ("ml", f"pod-{n}")
+        address = f"10.{n // 65536}.{n // 256 % 256}.{n % 256}"
+        inference = n < GPU_PODS and n % 3 == 0
+        now.identity[pod] = before.identity[pod] = PodIdentity(
+            priority_class="inference-critical" if inference else "training-batch",
+            running=True,
+            pod_ip=address,
+            host_ip=f"192.168.{n % EXPORTERS // 256}.{n % EXPORTERS % 256}",
+        )
+        if n < GPU_PODS:
+            facts.alloc[pod] = Fraction(300)
+        if inference:
+            now.targets[("vllm", f"{address}:8000")] = [20, 20]
+            if histogram:
+                now.latency_last[("ml", f"model-{n % 6}", pod[1])] = {
+                    bound: Decimal(7 * i) for i, bound in enumerate(BOUNDS)
+                }
+    for n in range(EXPORTERS):
+        now.targets[("dcgm-exporter", f"192.168.{n // 256}.{n % 256}:9400")] = [20, 20]
+    return now, before, facts
+
+
+def best(runs: int, work: Callable[[], None]) -> float:
+    times = []
+    for _ in range(runs):
+        began = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - began)
+    return min(times)
+
+
+def check(now: Observed, before: Observed, facts: IntervalFacts) -> None:
+    for _ in range(INTERVALS):
+        measure._latency_unseen(IntervalFacts(alloc=facts.alloc), now, before, PLAN, set())
+
+
+def derive_latency(now: Observed) -> None:
+    for _ in range(INTERVALS):
+        measure._derive_latency(IntervalFacts(), now, {})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    options = parser.parse_args()
+    for histogram, case in ((True, "every replica writes it"), (False, "none does (all named)")):
+        now, before, facts = interval(histogram=histogram)
+        checked = best(options.runs, partial(check, now, before, facts))
+        derived = best(options.runs, partial(derive_latency, now))
+        reference = f"latency derivation {derived * 1000:.1f} ms"
+        ratio = f"{checked / derived:.2f}" if histogram else "-"
+        print(f"{case}: the check {checked * 1000:.1f} ms per batch; {reference}; ratio {ratio}")
+
+
+if __name__ == "__main__":
+    main()
