@@ -249,8 +249,8 @@ class Observation:
     queries: list[dict[str, Any]]
     evaluation_seconds: float
     # The scrape targets that answered the series of a meter in GAP_EFFECTS in the batch, with
-    # the meter (see _gap_targets_warn).
-    gap_targets: dict[Target, str] = field(default_factory=dict)
+    # the meters they answered (see _gap_targets_warn).
+    gap_targets: dict[Target, set[str]] = field(default_factory=dict)
 
 
 @collector_paused
@@ -304,9 +304,9 @@ def _observe_meters(
     parallel: int,
 ) -> dict[Target, str]:
     """Every meter of the plan, parsed into `observed`; returns the scrape targets that
-    answered the series of a meter in GAP_EFFECTS, with the meter."""
+    answered the series of a meter in GAP_EFFECTS, with the meters they answered."""
     step = plan.step_seconds
-    gap_targets: dict[Target, str] = {}
+    gap_targets: dict[Target, set[str]] = defaultdict(set)
     grouped: dict[str, dict[str, sources.QueryRun]] = defaultdict(dict)
     # One request per range query, and one per raw-sample selector however many parts take a
     # function of it, in the meters' order; each with the parts that read it.
@@ -357,7 +357,8 @@ def _observe_meters(
                 for k in keys:
                     run = answers[k].result()
                     if name in GAP_EFFECTS:  # the targets, before grouping drops them
-                        gap_targets.update((_target(s.labels), name) for s in run.series)
+                        for series in run.series:
+                            gap_targets[_target(series.labels)].add(name)
                     if part.samples:
                         if k not in taken:
                             functions = {p.function for _, _, p, _ in readers[k]}
@@ -377,7 +378,7 @@ def _observe_meters(
                     runner.record(name, sources.tagged_parts(parts), joined)
                     PARSERS[name](joined, observed, plan)
                     _repeated_warn(joined, observed, plan)
-    return gap_targets
+    return dict(gap_targets)
 
 
 def _follow_ups(
@@ -498,7 +499,7 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
     io_earlier = {pod: dict(counters) for pod, counters in observed[first - step].io_last.items()}
     latency_earlier = dict(observed[first - step].latency_last)
     gap_targets = _gap_targets(observation.gap_targets, observed)
-    histogram_targets = {t for t, meter in observation.gap_targets.items() if meter == "latency"}
+    histogram_targets = {t for t, meters in observation.gap_targets.items() if "latency" in meters}
     scheduled = _scheduled_since(observed)
     intervals = {}
     for start in range(first, last + 1, step):
@@ -592,20 +593,26 @@ def _scraped_over(
     return over
 
 
-def _gap_targets(answered: dict[Target, str], observed: dict[int, Observed]) -> dict[Target, str]:
+def _gap_targets(
+    answered: dict[Target, set[str]], observed: dict[int, Observed]
+) -> dict[Target, set[str]]:
     """The scrape targets whose missed scrapes cost a meter (GAP_EFFECTS): those that answered
-    its series in the batch and, for GAP_JOBS_METERS, the other targets of their jobs."""
-    found = dict(answered)
-    jobs = {job: meter for (job, _), meter in answered.items() if meter in GAP_JOBS_METERS}
+    its series in the batch and, for GAP_JOBS_METERS, the other targets of their jobs. A
+    target may answer several (an aggregating agent's)."""
+    found = {target: set(meters) for target, meters in answered.items()}
+    jobs: dict[str, set[str]] = defaultdict(set)
+    for (job, _), meters in answered.items():
+        jobs[job] |= meters & GAP_JOBS_METERS
     for interval in observed.values():
         for target in interval.targets:
-            meter = jobs.get(target[0])
-            if meter is not None:
-                found.setdefault(target, meter)
+            if jobs.get(target[0]):
+                found.setdefault(target, set()).update(jobs[target[0]])
     return found
 
 
-def _gap_targets_warn(facts: IntervalFacts, now: Observed, gap_targets: dict[Target, str]) -> None:
+def _gap_targets_warn(
+    facts: IntervalFacts, now: Observed, gap_targets: dict[Target, set[str]]
+) -> None:
     """One warning per meter whose targets missed scrapes in the interval (Prometheus' `up`),
     saying what the interval misses for it (GAP_EFFECTS). Completeness, a measure of GPU
     samples, is not lowered: the counts are right, and a late or unseen preemption is not a
@@ -613,8 +620,7 @@ def _gap_targets_warn(facts: IntervalFacts, now: Observed, gap_targets: dict[Tar
     missed: dict[str, list[tuple[Target, int, int]]] = defaultdict(list)
     failed = [(target, counts) for target, counts in now.targets.items() if counts[1] < counts[0]]
     for target, (attempted, answered) in sorted(failed):  # most intervals: none
-        meter = gap_targets.get(target)
-        if meter is not None:
+        for meter in gap_targets.get(target, ()):
             missed[meter].append((target, answered, attempted))
     for meter, effect in GAP_EFFECTS.items():
         if not missed[meter]:
@@ -633,55 +639,45 @@ def _latency_unseen(
     plan: sources.QueryPlan,
     histogram_targets: set[Target],
 ) -> None:
-    """Inference pods that held GPUs through the interval and whose scrape targets answered
-    every scrape of it, without a series of the latency histogram: vLLM started with
+    """Inference pods that held GPUs through the interval and whose scrape targets all
+    answered every scrape of it, without a series of the latency histogram: vLLM started with
     `--disable-log-stats` (it registers no `vllm:*` metric), another inference server, or the
     histogram under another name. Their intervals show no requests, no P99 and no breach, so
     pricing rule 4 moves nothing for them; the window names them (LATENCY_UNSEEN).
 
-    vLLM writes its labelled histogram from its start, requests or not, so a target that
-    answers without it is the signal; one still loading its model answers no scrape, and a
+    vLLM's V1 engine writes its labelled histogram from its start, requests or not, so targets
+    that answer without it are the signal. Left alone: a replica still loading its model or
+    crash-looping (its server's target answers no scrape, whatever a sidecar's does); a
     replica the batch saw write the histogram (by its pod, or by its target where the
-    histogram carries no pod label) is left alone. A pod's targets are those at its address;
-    a pod on its host's network shares its address with its node's other targets (a node
-    exporter's, a kubelet's), so it is not judged. The check costs no query: it reads the
-    pods, `up` and the histogram that the batch read already."""
+    histogram carries no pod label); a pod of a task another pod of which wrote it in the
+    interval (a worker of a multi-node replica, its leader serving); and a pod on its host's
+    network (its node's other targets, a node exporter's, share its address). A pod's targets
+    are those at its address. The check costs no query: it reads the pods, `up` and the
+    histogram that the batch read already, and only the pods that held GPUs."""
     if not now.targets:
         return  # no record of scrapes: nothing tells a pod's targets
-    inference = {pc for pc, kind in plan.priority_class_kinds.items() if kind == "inference"}
-    replicas = {(namespace, pod) for namespace, _, pod in now.latency_last}
-    by_host: dict[str, list[Target]] | None = None
+    candidates = _inference_through(facts, now, before, plan)
+    if not candidates:
+        return
+    served = {
+        _task_of(pod, now.identity.get(pod))
+        for pod in {(namespace, pod) for namespace, _, pod in now.latency_last}
+    }
+    by_host: dict[str, list[Target]] = defaultdict(list)
+    for target in now.targets:
+        by_host[_target_host(target)].append(target)
     unseen: list[tuple[PodKey, Target]] = []
-    # The pods that held GPUs, not every pod kube-state-metrics describes (a cluster's pods
-    # without GPUs may be many times more).
-    for pod, held in facts.alloc.items():
-        identity = now.identity.get(pod)
+    for pod, identity in candidates:
+        targets = sorted(by_host.get(identity.pod_ip, []))
         if (
-            identity is None
-            or identity.priority_class not in inference
-            or not held
-            or not identity.running
-            or not identity.pod_ip
-            or identity.pod_ip == identity.host_ip
-            or pod in replicas
+            targets
+            and _task_of(pod, identity) not in served
+            and not any(target in histogram_targets for target in targets)
+            and all(0 < now.targets[t][1] == now.targets[t][0] for t in targets)
         ):
-            continue
-        earlier = before.identity.get(pod)
-        if earlier is None or not earlier.running or pod in now.preempted:
-            continue  # started or ended within the interval
-        if by_host is None:
-            by_host = defaultdict(list)
-            for target in now.targets:
-                by_host[_target_host(target)].append(target)
-        targets = by_host.get(identity.pod_ip, [])
-        if any(target in histogram_targets for target in targets):
-            continue
-        answering = [t for t in sorted(targets) if 0 < now.targets[t][1] == now.targets[t][0]]
-        if answering:
-            unseen.append((pod, answering[0]))
+            unseen.append((pod, targets[0]))
     if not unseen:
         return
-    unseen.sort()
     facts.latency_unseen = [pod for pod, _ in unseen]
     (namespace, name), target = unseen[0]
     facts.warnings.append(
@@ -691,6 +687,40 @@ def _latency_unseen(
             example=f"{namespace}/{name} ({_target_text(target)})",
         )
     )
+
+
+def _inference_through(
+    facts: IntervalFacts, now: Observed, before: Observed, plan: sources.QueryPlan
+) -> list[tuple[PodKey, PodIdentity]]:
+    """Inference pods (by the source's priority classes) that held GPUs through the interval:
+    Running at its start and its end, not preempted, GPU-seconds metered; not on their host's
+    network (`pod_ip` equal to `host_ip`). Walks the pods that held GPUs, not every pod
+    kube-state-metrics describes (a cluster's pods without GPUs may be many times more)."""
+    inference = {pc for pc, kind in plan.priority_class_kinds.items() if kind == "inference"}
+    found = []
+    for pod, held in facts.alloc.items():
+        identity, earlier = now.identity.get(pod), before.identity.get(pod)
+        if (
+            held
+            and identity is not None
+            and identity.priority_class in inference
+            and identity.running
+            and identity.pod_ip
+            and identity.pod_ip != identity.host_ip
+            and earlier is not None
+            and earlier.running
+            and pod not in now.preempted
+        ):
+            found.append((pod, identity))
+    return sorted(found, key=lambda item: item[0])
+
+
+def _task_of(pod: PodKey, identity: PodIdentity | None) -> tuple[str, str]:
+    """The task a pod counts under, as identity.py names it (its task label, else its owner,
+    else itself), within its namespace."""
+    if identity is None:
+        return pod
+    return (pod[0], identity.task_label or identity.owner_name or pod[1])
 
 
 # The words of a window with inference pods whose latency went unmeasured (`_latency_unseen`).

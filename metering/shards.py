@@ -67,7 +67,8 @@ logger = logging.getLogger(__name__)
 # `nodes_leaving`) and a look-back's GPUs of listed nodes (`node_gpus`); 9: and whether its
 # kube-state-metrics can show preemptions (`preemption_reason_series`, `preemptions_unreadable`);
 # 10: a pod's identity holds its node's address (`PodIdentity.host_ip`), which tells a pod on
-# its host's network (`measure._latency_unseen`).
+# its host's network (`measure._latency_unseen`), and the scrape targets that answered I/O,
+# latency or identity series hold every meter they answered (`Observation.gap_targets`).
 OBSERVATION_VERSION = 10
 
 Asked = TypeVar("Asked")
@@ -338,13 +339,14 @@ def observations_merge(shards: Iterable[Observation]) -> Observation:
     merged: dict[int, Observed] = {}
     queries: list[dict[str, Any]] = []
     evaluation_seconds = 0.0
-    gap_targets: dict[tuple[str, str], str] = {}
+    gap_targets: dict[tuple[str, str], set[str]] = {}
     for shard in shards:
         for start, part in shard.observed.items():
             _observed_add(merged.setdefault(start, Observed()), part)
         queries.extend(shard.queries)
         evaluation_seconds += shard.evaluation_seconds
-        gap_targets.update(shard.gap_targets)
+        for target, meters in shard.gap_targets.items():
+            gap_targets.setdefault(target, set()).update(meters)
     merged = {start: merged[start] for start in sorted(merged)}
     return Observation(
         observed=merged,

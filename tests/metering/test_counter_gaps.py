@@ -73,7 +73,7 @@ def test_it_names_the_targets_of_counters_that_missed_scrapes_and_their_silent_r
         ("node-exporter", "10.1.0.1:9100"): [5, 0],
         ("vllm", "10.0.0.3:8000"): [5, 5],
     }
-    answered = {("vllm", "10.0.0.1:8000"): "latency", ("kubelet", "10.1.0.1:10250"): "io"}
+    answered = {("vllm", "10.0.0.1:8000"): {"latency"}, ("kubelet", "10.1.0.1:10250"): {"io"}}
     targets = measure._gap_targets(answered, {BEFORE: now})
     facts = measure.IntervalFacts()
     measure._gap_targets_warn(facts, now, targets)

@@ -86,6 +86,7 @@ def test_it_reads_an_ipv6_target_by_its_address() -> None:
         "preempted",
         "holds no GPU",
         "missed a scrape (a server still loading its model)",
+        "its sidecar answers while its server loads",
         "never scraped",
         "no record of scrapes",
         "on its host's network",
@@ -101,6 +102,9 @@ def test_it_leaves_alone_a_pod_it_cannot_judge(case: str) -> None:
         "preempted": {"preempted": True},
         "holds no GPU": {"alloc": Fraction(0)},
         "missed a scrape (a server still loading its model)": {"targets": {TARGET: [5, 4]}},
+        "its sidecar answers while its server loads": {
+            "targets": {TARGET: [5, 0], ("envoy-stats", "10.244.0.7:15090"): [5, 5]}
+        },
         "never scraped": {"targets": {("vllm", "10.244.0.99:8000"): [5, 5]}},
         "no record of scrapes": {"targets": {}},
         "on its host's network": {
@@ -128,3 +132,33 @@ def test_it_counts_inference_by_the_sources_priority_classes() -> None:
         facts.alloc[POD] = Fraction(300)
         measure._latency_unseen(facts, observed, earlier, plan, set())
         assert facts.latency_unseen == expected
+
+
+def test_it_names_a_pod_whose_server_and_sidecar_both_answered_without_it() -> None:
+    sidecar = ("envoy-stats", "10.244.0.7:15090")
+    facts = unseen(targets={TARGET: [5, 5], sidecar: [5, 5]})
+    assert facts.latency_unseen == [POD]
+    assert '(job="envoy-stats" instance="10.244.0.7:15090")' in facts.warnings[0]
+
+
+def test_it_leaves_alone_a_worker_of_a_replica_whose_leader_writes_the_histogram() -> None:
+    """A multi-node replica (KubeRay, LeaderWorkerSet with a task label): one task, the leader
+    serving and writing the histogram, the workers holding GPUs with a Ray target of their own."""
+    leader, worker = ("search", "qwen-head"), ("search", "qwen-worker-0")
+    observed, earlier = Observed(), Observed()
+    for pod, address in ((leader, "10.244.0.7"), (worker, "10.244.0.8")):
+        observed.identity[pod] = earlier.identity[pod] = pod_of_task(address, "RayCluster")
+        observed.targets[("ray", f"{address}:8080")] = [5, 5]
+    observed.latency_last[(leader[0], "qwen", leader[1])]["+Inf"] = Decimal(0)
+    facts = IntervalFacts()
+    facts.alloc[leader] = facts.alloc[worker] = Fraction(2400)
+    measure._latency_unseen(facts, observed, earlier, PLAN, set())
+    assert facts.latency_unseen == []
+    # Another task's pod in the same state is named.
+    observed.identity[worker] = earlier.identity[worker] = pod_of_task("10.244.0.8", "other")
+    measure._latency_unseen(facts, observed, earlier, PLAN, set())
+    assert facts.latency_unseen == [worker]
+
+
+def pod_of_task(address: str, owner: str) -> PodIdentity:
+    return pod(pod_ip=address, owner_kind=owner, owner_name=f"qwen-{owner.lower()}")
