@@ -66,6 +66,7 @@ from billing.selectors import (
 from billing.services.books import PERIOD_CLOSE_LOCK, BillingError, _lock
 from kernel.collector import collector_paused
 from metering.models import IngestWindow, Team
+from metering.selectors import windows_latency_unseen
 
 ZERO = Decimal(0)
 
@@ -98,6 +99,9 @@ class PeriodCloseOutcome:
     # Closed months whose metering changed but holds windows below TANDEM_MIN_COMPLETENESS:
     # no correction is booked from them until their windows are complete again.
     corrections_withheld: tuple[str, ...] = ()
+    # Windows of the month with inference pods that served without the latency histogram: no
+    # SLA breach of theirs is in it (pricing rule 4). Said, audited and logged; never refused.
+    latency_unseen_windows: int = 0
 
 
 @collector_paused
@@ -142,6 +146,7 @@ def period_close(
             reason = f"metering holds no capacity or usage for {period}"
             raise PeriodCloseRefused(period, [reason])
         readings = [(hook, hook.read(bounds, book)) for hook in period_close_hooks()]
+        latency_unseen = windows_latency_unseen(start=bounds.start, end=bounds.end)
         due, withheld = _corrections_due(period, set(recheck)) if corrections else ([], [])
     for item in due:
         if item.book.currency != book.currency:
@@ -170,12 +175,24 @@ def period_close(
         if close.is_incomplete:
             changes["incomplete_reason"] = close.incomplete_reason
             changes["incomplete_ranges"] = [item["message"] for item in close.incomplete_ranges]
+        if latency_unseen:
+            changes["latency_unseen_windows"] = latency_unseen
         audit_record(action="close", obj=close, changes=changes)
+    if latency_unseen:
+        # Not refused: an inference pod meant to serve without the histogram (a batch server)
+        # would hold every close, and accepting a month incomplete accepts every problem.
+        logger.warning(
+            "%s closed with %d windows whose inference pods served without the latency"
+            " histogram: no SLA breach of theirs (pricing rule 4) is in it",
+            period,
+            latency_unseen,
+        )
     return PeriodCloseOutcome(
         period_close=close,
         created=True,
         corrected_periods=tuple(item.period for item in due),
         corrections_withheld=tuple(withheld),
+        latency_unseen_windows=latency_unseen,
     )
 
 

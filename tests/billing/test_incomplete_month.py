@@ -227,3 +227,17 @@ def test_it_closes_a_month_with_unmeasured_inference_latency_and_says_how_many_w
         " breach of theirs (pricing rule 4) is in this close; the windows' warnings name them"
     ) in output
     assert "note:" not in command_output("close_period", "--period", SEPTEMBER)  # nothing new
+    (entry,) = AuditEntry.objects.filter(object_type="billing.periodclose", action="close")
+    assert entry.changes["latency_unseen_windows"] == 3
+
+
+def test_it_logs_unmeasured_inference_latency_in_the_beat_close(boundary_pool, caplog):
+    IngestWindow.objects.filter(
+        source=boundary_pool.source, start=dt.datetime(2026, 9, 15, tzinfo=UTC)
+    ).update(latency_unseen_pods=1)
+    with caplog.at_level(logging.WARNING, logger="billing.services"):
+        assert services.period_close_due(now=dt.datetime(2026, 9, 30, 18, tzinfo=UTC)) == SEPTEMBER
+    assert (
+        "2026-09 closed with 1 windows whose inference pods served without the latency"
+        " histogram: no SLA breach of theirs (pricing rule 4) is in it"
+    ) in caplog.text

@@ -7,9 +7,8 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from billing.pricing import ScenarioError
-from billing.selectors import PREEMPTIONS_UNSEEN, PriceBookNotFound, period_bounds
+from billing.selectors import PREEMPTIONS_UNSEEN, PriceBookNotFound
 from billing.services import BillingError, PeriodCloseRefused, period_close
-from metering.selectors import windows_latency_unseen
 
 
 class Command(BaseCommand):
@@ -87,15 +86,11 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"closed INCOMPLETE ({', '.join(what)}), accepted: {close.incomplete_reason}"
             )
-        bounds = period_bounds(period)
-        latency_unseen = windows_latency_unseen(start=bounds.start, end=bounds.end)
-        if latency_unseen:
-            # Not refused: an inference pod that is meant to serve without the histogram (a
-            # batch server, say) would hold every close, and a blanket acceptance hides more.
+        if outcome.latency_unseen_windows:
             self.stdout.write(
-                f"note: {latency_unseen} windows have inference pods that served without the"
-                " latency histogram: no SLA breach of theirs (pricing rule 4) is in this close;"
-                " the windows' warnings name them"
+                f"note: {outcome.latency_unseen_windows} windows have inference pods that served"
+                " without the latency histogram: no SLA breach of theirs (pricing rule 4) is in"
+                " this close; the windows' warnings name them"
             )
         for statement in close.statements.select_related("team"):
             self.stdout.write(f"  {statement.team.name}: {statement.total}")
