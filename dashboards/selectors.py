@@ -210,6 +210,9 @@ class WindowProblems:
     # Done windows with inference pods that served without the latency histogram (vLLM with
     # --disable-log-stats, another server): their SLA breaches, and rule 4, are not seen.
     latency_unseen: int = 0
+    # Done windows with GPU-seconds of pods kube-state-metrics did not describe: their task,
+    # team and kind are guesses.
+    identity_guessed: int = 0
 
     @property
     def any(self) -> bool:
@@ -218,8 +221,8 @@ class WindowProblems:
 
 def window_problems(*, start: dt.datetime, end: dt.datetime, limit: int = 8) -> WindowProblems:
     """Windows in the range that are not done, or done with samples missing; and, apart,
-    those done where kube-state-metrics could not show preemptions, or where inference pods
-    served without the latency histogram."""
+    those done where kube-state-metrics could not show preemptions or did not describe GPU
+    pods, or where inference pods served without the latency histogram."""
     in_range = IngestWindow.objects.filter(start__lt=end, end__gt=start)
     incomplete = Q(status=IngestWindow.Status.DONE, completeness__lt=1)
     problems = Q(status__in=["pending", "running", "failed"]) | incomplete
@@ -233,6 +236,9 @@ def window_problems(*, start: dt.datetime, end: dt.datetime, limit: int = 8) -> 
         ),
         latency_unseen=Count(
             "id", filter=Q(status=IngestWindow.Status.DONE, latency_unseen_pods__gt=0)
+        ),
+        identity_guessed=Count(
+            "id", filter=Q(status=IngestWindow.Status.DONE, undescribed_gpu_seconds__gt=0)
         ),
     )
     examples = list(in_range.filter(problems).select_related("source").order_by("start")[:limit])

@@ -32,6 +32,7 @@ from typing import Any
 
 from kernel.collector import collector_paused
 from kernel.histogram import is_infinity
+from kernel.money import half_up_rational_text
 from kernel.numbers import whole_number
 from metering import sources
 
@@ -186,6 +187,10 @@ class IntervalFacts:
     waits: dict[PodKey, int] = field(default_factory=dict)  # scheduled, Unix seconds
     preemptions: dict[PodKey, dict[str, Any]] = field(default_factory=dict)
     preemptions_unreadable: bool = False  # see PREEMPTIONS_UNREADABLE
+    # GPU-seconds of pods kube-state-metrics described somewhere in the batch, and of those it
+    # described nowhere (`_identity_coverage`).
+    described_gpu_seconds: Fraction = Fraction(0)
+    undescribed_gpu_seconds: Fraction = Fraction(0)
     # Inference pods that served metrics without the latency histogram (`_latency_unseen`).
     latency_unseen: list[PodKey] = field(default_factory=list)
     # (namespace, service label value) -> [(le, cumulative increment), ...] in `le` order
@@ -520,7 +525,53 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
         for pod, counters in now.io_last.items():
             io_earlier.setdefault(pod, {}).update(counters)
         latency_earlier.update(now.latency_last)
+    _identity_coverage(intervals)
     return Measured(intervals, observation.queries, observation.evaluation_seconds, plan)
+
+
+def _identity_coverage(intervals: dict[int, IntervalFacts]) -> None:
+    """GPU-seconds of pods that kube-state-metrics described in some interval of the batch,
+    and of those it described in none (`Measured.pod_identity` finds nothing): their task,
+    team and kind are guesses (the pod's name, its namespace or the team its name last had,
+    `training_batch`), which move money between teams and rates. kube-state-metrics not
+    scraped or one of its shards gone (no `up`, so no gap is seen), or its series missing from
+    the Prometheus read: each such interval says so. A window that stored more GPU-seconds
+    described is not replaced by guesses unless an operator accepts the loss
+    (writer._loses_samples)."""
+    described = {
+        pod
+        for facts in intervals.values()
+        for pod, identity in facts.identity.items()
+        if identity.from_kube
+    }
+    for facts in intervals.values():
+        guessed = []
+        for pod, held in facts.alloc.items():
+            if pod in described:
+                facts.described_gpu_seconds += held
+            elif held:
+                guessed.append((pod, held))
+        if not guessed:
+            continue
+        guessed.sort()
+        facts.undescribed_gpu_seconds = sum((held for _, held in guessed), Fraction(0))
+        (namespace, name), _ = guessed[0]
+        facts.warnings.append(
+            UNDESCRIBED.format(
+                count=len(guessed),
+                seconds=half_up_rational_text(facts.undescribed_gpu_seconds, 6),
+                example=f"{namespace}/{name}",
+            )
+        )
+
+
+# The words of an interval with GPU-seconds of pods kube-state-metrics never described.
+UNDESCRIBED = (
+    "identity: {count} pod(s) held {seconds} GPU-seconds without kube-state-metrics describing"
+    " them anywhere in the batch, e.g. {example}: their task, team and kind (pricing rates)"
+    " are guesses from the pod's name and namespace; is kube-state-metrics (each of its"
+    " shards) scraped, and are its series in this Prometheus?"
+)
 
 
 class ScrapeIntervalError(sources.SourceConfigurationError):

@@ -395,6 +395,8 @@ def _run_write(
                 "warnings",
                 "preemptions_unreadable",
                 "latency_unseen_pods",
+                "undescribed_gpu_seconds",
+                "described_gpu_seconds",
             )
         }
         now = timezone.now()
@@ -405,11 +407,15 @@ def _run_write(
             facts = measured.intervals[int(window.start.timestamp())]
             seen, expected = facts.samples_seen, facts.samples_expected
             completeness = _quantize(facts.completeness)
-            if _loses_samples(before, completeness, content_hash):
+            identity = IdentityCoverage(
+                described=_quantize(facts.described_gpu_seconds),
+                undescribed=_quantize(facts.undescribed_gpu_seconds),
+            )
+            if _loses_samples(before, completeness, identity, content_hash):
                 if accept_loss is None:
-                    results.append(_kept_result(before, completeness, now))
+                    results.append(_kept_result(before, completeness, identity, now))
                     continue
-                losses.append((window, before, completeness, rows.count()))
+                losses.append((window, before, completeness, identity, rows.count()))
             replaced.append((window, rows))
             if not seen:
                 rows.warnings.append("no GPU exporter samples in this window")
@@ -427,6 +433,8 @@ def _run_write(
                     now if changed else before["changed_after_first_write"],
                     facts.preemptions_unreadable,
                     len(facts.latency_unseen),
+                    identity.undescribed,
+                    identity.described,
                 )
             )
         usage_seconds = _rows_replace(replaced)
@@ -454,25 +462,53 @@ class LossAcceptance:
 LOSS_REFUSED = "kept the stored rows"
 
 
-def _loses_samples(before: dict[str, Any], completeness: Decimal, content_hash: str) -> bool:
-    """Writing would replace the window's stored rows with fewer samples than they came from:
-    a Prometheus that lost the data (retention, a new empty TSDB, another URL) answers
-    with less or nothing. That covers a window falling below TANDEM_MIN_COMPLETENESS from
-    above it. Rows identical to the stored ones are never a loss."""
+@dataclass(frozen=True)
+class IdentityCoverage:
+    """A window's GPU-seconds on pods kube-state-metrics described, and on those it did not
+    (measure._identity_coverage), rounded as stored."""
+
+    described: Decimal
+    undescribed: Decimal
+
+
+def _loses_samples(
+    before: dict[str, Any], completeness: Decimal, identity: IdentityCoverage, content_hash: str
+) -> bool:
+    """Writing would replace the window's stored rows with less than they came from: fewer
+    samples, from a Prometheus that lost the data (retention, a new empty TSDB, another URL)
+    and answers with less or nothing, which covers a window falling below
+    TANDEM_MIN_COMPLETENESS from above it; or fewer GPU-seconds on pods that kube-state-metrics
+    described (its series lost, or missing from another Prometheus), whose task, team and
+    kind would then be guesses where the stored rows knew them. Late samples of pods it does
+    not describe lose nothing. Rows identical to the stored ones are never a loss."""
     return (
         before["first_written"] is not None
-        and completeness < before["completeness"]
         and content_hash != before["content_hash"]
+        and (
+            completeness < before["completeness"]
+            or identity.described < before["described_gpu_seconds"]
+        )
     )
 
 
-def _kept_result(before: dict[str, Any], completeness: Decimal, now: datetime) -> tuple:
+def _kept_result(
+    before: dict[str, Any], completeness: Decimal, identity: IdentityCoverage, now: datetime
+) -> tuple:
     """The window as it was, done, with a warning saying what was refused and how to force it."""
     minimum = settings.TANDEM_MIN_COMPLETENESS
+    lost = (
+        f"Prometheus gave completeness {completeness} (stored {before['completeness']},"
+        f" minimum {minimum})"
+    )
+    if identity.described < before["described_gpu_seconds"]:
+        lost += (
+            f" and {identity.described} GPU-seconds on pods kube-state-metrics described"
+            f" (stored {before['described_gpu_seconds']}): the task, team and kind of the rest"
+            " would be guesses"
+        )
     warning = (
-        f"{LOSS_REFUSED}: re-ingested at {now:%Y-%m-%dT%H:%M:%SZ}, Prometheus gave completeness"
-        f" {completeness} (stored {before['completeness']}, minimum {minimum}); replace them"
-        " only with `manage.py ingest --accept-loss --reason ...` or the admin action"
+        f"{LOSS_REFUSED}: re-ingested at {now:%Y-%m-%dT%H:%M:%SZ}, {lost}; replace them only"
+        " with `manage.py ingest --accept-loss --reason ...` or the admin action"
         " 'Replace with less data'"
     )
     warnings = [w for w in before["warnings"] if not str(w).startswith(LOSS_REFUSED)]
@@ -488,6 +524,8 @@ def _kept_result(before: dict[str, Any], completeness: Decimal, now: datetime) -
         before["changed_after_first_write"],
         before["preemptions_unreadable"],
         before["latency_unseen_pods"],
+        before["undescribed_gpu_seconds"],
+        before["described_gpu_seconds"],
     )
 
 
@@ -533,9 +571,10 @@ def _losses_audit(losses: list[tuple], accept_loss: LossAcceptance) -> None:
                 {
                     "start": window.start,
                     "completeness": [before["completeness"], completeness],
+                    "described_gpu_seconds": [before["described_gpu_seconds"], identity.described],
                     "rows_written": [before["rows_written"], rows],
                 }
-                for window, before, completeness, rows in losses
+                for window, before, completeness, identity, rows in losses
             ],
         },
     )
@@ -552,7 +591,8 @@ def _windows_result_update(
     pointing them at one record of the run's queries (`IngestQueries`); the records of earlier
     runs over these windows that no window points at any more go."""
     row = "(%s::bigint, %s::int, %s::bigint, %s::bigint, %s::numeric, %s::jsonb, %s::text,"
-    row += " %s::timestamptz, %s::timestamptz, %s::boolean, %s::int)"
+    row += " %s::timestamptz, %s::timestamptz, %s::boolean, %s::int, %s::numeric,"
+    row += " %s::numeric)"
     bounds = {"source": run[0].source_id, "first": run[0].start, "last": run[-1].start}
     with connection.cursor() as cursor:
         cursor.execute(
@@ -570,10 +610,11 @@ def _windows_result_update(
             " warnings = v.warnings, error = '', content_hash = v.hash,"
             " first_written = v.first_written, changed_after_first_write = v.changed,"
             " preemptions_unreadable = v.unreadable, latency_unseen_pods = v.latency_unseen,"
+            " undescribed_gpu_seconds = v.undescribed, described_gpu_seconds = v.described,"
             " updated = %s"
             f" FROM (VALUES {', '.join([row] * len(results))})"
             " AS v(id, rows, seen, expected, completeness, warnings, hash, first_written, changed,"
-            " unreadable, latency_unseen)"
+            " unreadable, latency_unseen, undescribed, described)"
             " WHERE w.id = v.id",
             [
                 IngestWindow.Status.DONE,

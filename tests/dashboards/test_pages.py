@@ -284,6 +284,12 @@ def test_it_warns_on_the_overview_when_a_window_is_pending(client, people, close
             {"preemptions_unreadable": True},
             "Preemptions cannot be seen in 3 windows",
         ),
+        # kube-state-metrics described none of the GPU pods (not scraped, a shard gone).
+        (
+            "identity",
+            {"undescribed_gpu_seconds": 240},
+            "Task, team and kind were guessed for some GPU pods in 3 windows",
+        ),
         # Inference pods served without the latency histogram (vLLM --disable-log-stats).
         (
             "latency",

@@ -1,6 +1,6 @@
 """A two-GPU node running a few named Jobs, as dcgm-exporter and kube-state-metrics report them,
-back-filled into a real Prometheus (promtool), and an empty Prometheus: the fixtures of the
-task-identity and window-replacement tests.
+back-filled into a real Prometheus (promtool), the same without kube-state-metrics' series,
+and an empty Prometheus: the fixtures of the task-identity and window-replacement tests.
 
 - Oct 31 (pool zone Asia/Shanghai, UTC+8): namespace `alpha` runs Job `trainer` 23:00-23:10;
   Nov 1 00:00-00:10 namespace `beta` runs a Job also called `trainer` (UTC 15:00 and 16:00).
@@ -132,6 +132,25 @@ def empty_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prome
         tmp_path_factory.mktemp("empty") / "tsdb",
         lookback_delta=lookback_for(SCRAPE),
         scrape_interval=f"{SCRAPE}s",
+    )
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="session")
+@starts("Prometheus")
+def undescribed_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProcess]:
+    """The same GPU series without any of kube-state-metrics': its series deleted to save
+    space, or another Prometheus (a new one, a long-term store) that never scraped it."""
+    out = tmp_path_factory.mktemp("undescribed")
+    lines = {
+        tick: [line for line in samples if 'job="kube-state-metrics"' not in line]
+        for tick, samples in series_at().items()
+    }
+    exposition.write_openmetrics(out / "jobs.om", sorted(lines), lines)
+    backfill(out / "jobs.om", out / "tsdb")
+    running = start_prometheus(
+        out / "tsdb", lookback_delta=lookback_for(SCRAPE), scrape_interval=f"{SCRAPE}s"
     )
     yield running
     running.stop()
