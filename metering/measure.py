@@ -707,13 +707,15 @@ def _latency_unseen(
     histogram that the batch read already, and only the pods that held GPUs."""
     if not now.targets:
         return  # no record of scrapes: nothing tells a pod's targets
-    candidates = _inference_through(facts, now, before, plan)
+    replicas = {(namespace, pod) for namespace, _, pod in now.latency_last}
+    candidates = [
+        (pod, identity)
+        for pod, identity in _inference_through(facts, now, before, plan)
+        if pod not in replicas
+    ]
     if not candidates:
-        return
-    served = {
-        _task_of(pod, now.identity.get(pod))
-        for pod in {(namespace, pod) for namespace, _, pod in now.latency_last}
-    }
+        return  # most intervals: every inference pod wrote the histogram
+    served = {_task_of(pod, now.identity.get(pod)) for pod in replicas}
     by_host: dict[str, list[Target]] = defaultdict(list)
     for target in now.targets:
         by_host[_target_host(target)].append(target)
@@ -729,6 +731,7 @@ def _latency_unseen(
             unseen.append((pod, targets[0]))
     if not unseen:
         return
+    unseen.sort()
     facts.latency_unseen = [pod for pod, _ in unseen]
     (namespace, name), target = unseen[0]
     facts.warnings.append(
@@ -763,7 +766,7 @@ def _inference_through(
             and pod not in now.preempted
         ):
             found.append((pod, identity))
-    return sorted(found, key=lambda item: item[0])
+    return found
 
 
 def _task_of(pod: PodKey, identity: PodIdentity | None) -> tuple[str, str]:
