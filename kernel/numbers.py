@@ -1,4 +1,5 @@
-"""Whole numbers written as text: an id in a query string or form, a port, a MIG slice count.
+"""Whole numbers written as text: an id in a query string or form, a port, a MIG slice count;
+and exact sums of many rationals.
 
 One rule, because the obvious one is wrong: `str.isdigit()` is also true of superscripts and
 other Unicode digits ("¹", "²") that `int()` refuses, so `int(text) if text.isdigit()` answers
@@ -6,6 +7,10 @@ other Unicode digits ("¹", "²") that `int()` refuses, so `int(text) if text.is
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from fractions import Fraction
 
 # PostgreSQL's bigint holds any number of 18 digits; a 19th may overflow it.
 ID_DIGITS = 18
@@ -17,3 +22,16 @@ def whole_number(text: str, *, max_digits: int = ID_DIGITS) -> int | None:
     if text.isascii() and text.isdigit() and len(text) <= max_digits:
         return int(text)
     return None
+
+
+def exact_sum(values: Iterable[Fraction]) -> Fraction | int:
+    """The values added exactly (0 for none) over their least common denominator: one
+    reduction for the sum, where adding rationals one by one reduces after each (a gang of
+    many pods whose busy times have long denominators paid that per pod)."""
+    pairs = [(value.numerator, value.denominator) for value in values]
+    if not pairs:
+        return 0
+    common = math.lcm(*[denominator for _, denominator in pairs])
+    return Fraction(
+        sum(numerator * (common // denominator) for numerator, denominator in pairs), common
+    )

@@ -33,7 +33,7 @@ from typing import Any
 from kernel.collector import collector_paused
 from kernel.histogram import is_infinity
 from kernel.money import half_up_rational_text
-from kernel.numbers import whole_number
+from kernel.numbers import exact_sum, whole_number
 from metering import sources
 
 PodKey = tuple[str, str]  # (namespace, pod)
@@ -537,24 +537,33 @@ def _identity_coverage(intervals: dict[int, IntervalFacts]) -> None:
     scraped or one of its shards gone (no `up`, so no gap is seen), or its series missing from
     the Prometheus read: each such interval says so. A window that stored more GPU-seconds
     described is not replaced by guesses unless an operator accepts the loss
-    (writer._loses_samples)."""
-    described = {
-        pod
-        for facts in intervals.values()
-        for pod, identity in facts.identity.items()
-        if identity.from_kube
-    }
+    (writer._loses_samples).
+
+    Most pods are described in the interval itself; the batch's other intervals are searched
+    only for the rest, and each interval's GPU-seconds are added once (`exact_sum`)."""
+    anywhere: set[PodKey] | None = None  # pods described in some interval, once needed
     for facts in intervals.values():
-        guessed = []
+        described, guessed = [], []
         for pod, held in facts.alloc.items():
-            if pod in described:
-                facts.described_gpu_seconds += held
-            elif held:
-                guessed.append((pod, held))
+            identity = facts.identity.get(pod)
+            if identity is None or not identity.from_kube:
+                if anywhere is None:
+                    anywhere = {
+                        known
+                        for other in intervals.values()
+                        for known, found in other.identity.items()
+                        if found.from_kube
+                    }
+                if pod not in anywhere:
+                    if held:
+                        guessed.append((pod, held))
+                    continue
+            described.append(held)
+        facts.described_gpu_seconds = Fraction(exact_sum(described))
         if not guessed:
             continue
         guessed.sort()
-        facts.undescribed_gpu_seconds = sum((held for _, held in guessed), Fraction(0))
+        facts.undescribed_gpu_seconds = Fraction(exact_sum(held for _, held in guessed))
         (namespace, name), _ = guessed[0]
         facts.warnings.append(
             UNDESCRIBED.format(

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -27,6 +26,7 @@ from audit.services import audit_record
 from kernel.collector import collector_paused
 from kernel.histogram import stored_p99
 from kernel.money import half_up_rational_text
+from kernel.numbers import exact_sum
 from metering import sources
 from metering.identity import TaskIds, _chunked, _moment, _pod_identity
 from metering.measure import IntervalFacts, Measured, ModelKey, PodKey
@@ -163,8 +163,8 @@ def _usage_lines(window: IngestWindow, facts: IntervalFacts, tasks: dict[PodKey,
             allocated, busy_seconds = alloc[key], busy.get(key, 0)
             average, peak = averages.get(key, 0), peaks.get(key, 0)
         elif keys:
-            allocated = _exact_sum(alloc[key] for key in keys)
-            busy_seconds = _exact_sum(busy[key] for key in keys if key in busy)
+            allocated = exact_sum(alloc[key] for key in keys)
+            busy_seconds = exact_sum(busy[key] for key in keys if key in busy)
             found = [averages[key] for key in keys if key in averages]
             average = round(sum(found) / len(found)) if found else 0
             peak = max(peaks.get(key, 0) for key in keys)
@@ -182,19 +182,6 @@ def _usage_lines(window: IngestWindow, facts: IntervalFacts, tasks: dict[PodKey,
 
 
 NO_IO = (0, 0, 0, 0)  # a row's I/O where its pods had none
-
-
-def _exact_sum(values: Iterable[Fraction]) -> Fraction | int:
-    """The pods' values added exactly (0 for none) over their least common denominator: one
-    reduction for the sum, where adding rationals one by one reduces after each (a gang of
-    many pods whose busy times have long denominators paid that per pod)."""
-    pairs = [(value.numerator, value.denominator) for value in values]
-    if not pairs:
-        return 0
-    common = math.lcm(*[denominator for _, denominator in pairs])
-    return Fraction(
-        sum(numerator * (common // denominator) for numerator, denominator in pairs), common
-    )
 
 
 def _preemption_rows(

@@ -1,12 +1,15 @@
-"""kernel/numbers.py: whole numbers in text are ASCII digits, bounded, or nothing."""
+"""kernel/numbers.py: whole numbers in text are ASCII digits, bounded, or nothing; sums of
+rationals are exact."""
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernel.numbers import ID_DIGITS, whole_number
+from kernel.numbers import ID_DIGITS, exact_sum, whole_number
 
 
 @pytest.mark.parametrize(
@@ -37,3 +40,8 @@ def test_it_bounds_the_digits() -> None:
 def test_it_never_raises_and_reads_only_what_int_reads(text: str) -> None:
     number = whole_number(text)
     assert number is None or (text.isascii() and int(text) == number >= 0)
+
+
+@given(st.lists(st.fractions(max_denominator=10**6), max_size=40))
+def test_it_sums_rationals_exactly_as_adding_them_one_by_one(values: list[Fraction]) -> None:
+    assert exact_sum(values) == sum(values, Fraction(0))

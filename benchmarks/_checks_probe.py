@@ -1,14 +1,18 @@
-"""What telling inference pods that serve without the latency histogram costs a batch
-(`measure._latency_unseen`): it asks Prometheus nothing, so its cost is Python's, beside the
-latency derivation of the same intervals (`measure._derive_latency`), measured in the same run.
+"""What two checks of every batch cost in Python (they ask Prometheus nothing): telling
+inference pods that serve without the latency histogram (`measure._latency_unseen`), beside
+the latency derivation of the same intervals (`measure._derive_latency`); and the GPU-seconds
+of pods kube-state-metrics described or not (`measure._identity_coverage`), beside the
+allocation summed in the same intervals (`kernel.numbers.exact_sum`). Each reference is
+measured in the same run.
 
 The interval is a 10,000-GPU pool's, made by hand: 10,000 pods holding one GPU each, a third
 of them inference replicas (each with its target and, but in the worst case, a histogram of 22
-buckets), among 40,000 pods kube-state-metrics describes; 1,250 GPU exporters. Twelve
-intervals, a batch's. The best of `--runs`. The figures docs/telemetry.md quotes ("Latency
-buckets"). Not run by `make bench`.
+buckets), among 40,000 pods kube-state-metrics describes (none, in the worst case); 1,250 GPU
+exporters. Twelve intervals, a batch's. The best of `--runs`. The figures docs/telemetry.md
+quotes ("Latency buckets", "Pods kube-state-metrics does not describe"). Not run by
+`make bench`.
 
-    .venv/bin/python benchmarks/_latency_unseen_probe.py [--runs 5]
+    .venv/bin/python benchmarks/_checks_probe.py [--runs 5]
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import django  # noqa: E402
 
 django.setup()
 
+from kernel.numbers import exact_sum  # noqa: E402
 from metering import measure, sources  # noqa: E402
 from metering.measure import IntervalFacts, Observed, PodIdentity  # noqa: E402
 
@@ -52,6 +57,7 @@ def interval(*, histogram: bool) -> tuple[Observed, Observed, IntervalFacts]:
         address = f"10.{n // 65536}.{n // 256 % 256}.{n % 256}"
         inference = n < GPU_PODS and n % 3 == 0
         now.identity[pod] = before.identity[pod] = PodIdentity(
+            from_kube=True,
             priority_class="inference-critical" if inference else "training-batch",
             running=True,
             pod_ip=address,
@@ -89,6 +95,22 @@ def derive_latency(now: Observed) -> None:
         measure._derive_latency(IntervalFacts(), now, {})
 
 
+def coverage(intervals: dict[int, IntervalFacts]) -> None:
+    for facts in intervals.values():
+        facts.warnings = []
+    measure._identity_coverage(intervals)
+
+
+def allocation_sum(intervals: dict[int, IntervalFacts]) -> None:
+    for facts in intervals.values():
+        exact_sum(facts.alloc.values())
+
+
+def batch_of(now: Observed, facts: IntervalFacts, *, described: bool) -> dict[int, IntervalFacts]:
+    identity = now.identity if described else dict.fromkeys(now.identity, PodIdentity())
+    return {n: IntervalFacts(identity=identity, alloc=dict(facts.alloc)) for n in range(INTERVALS)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
@@ -99,7 +121,19 @@ def main() -> None:
         derived = best(options.runs, partial(derive_latency, now))
         reference = f"latency derivation {derived * 1000:.1f} ms"
         ratio = f"{checked / derived:.2f}" if histogram else "-"
-        print(f"{case}: the check {checked * 1000:.1f} ms per batch; {reference}; ratio {ratio}")
+        print(
+            f"latency histogram, {case}: the check {checked * 1000:.1f} ms per batch;"
+            f" {reference}; ratio {ratio}"
+        )
+    now, _, facts = interval(histogram=True)
+    for described, case in ((True, "every pod described"), (False, "none (all guessed)")):
+        intervals = batch_of(now, facts, described=described)
+        checked = best(options.runs, partial(coverage, intervals))
+        summed = best(options.runs, partial(allocation_sum, intervals))
+        print(
+            f"identity coverage, {case}: {checked * 1000:.1f} ms per batch; allocation summed"
+            f" {summed * 1000:.1f} ms; ratio {checked / summed:.2f}"
+        )
 
 
 if __name__ == "__main__":
