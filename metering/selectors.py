@@ -216,13 +216,14 @@ def usage_report(*, start: datetime, end: datetime, group_by: str) -> dict[str, 
         )
         capacity = cursor.fetchone()[0]
     # Windows whose kube-state-metrics could not show preemptions (the counts below miss
-    # any), and those with inference pods whose latency was not measured (no SLA breach of
-    # theirs can be seen).
+    # any), those with inference pods whose latency was not measured (no SLA breach of
+    # theirs can be seen), and those with pods it did not describe (their groups are guesses).
     unseen = IngestWindow.objects.filter(
         start__lt=end, end__gt=start, status=IngestWindow.Status.DONE
     ).aggregate(
         preemptions=Count("id", filter=Q(preemptions_unreadable=True)),
         latency=Count("id", filter=Q(latency_unseen_pods__gt=0)),
+        guessed=Count("id", filter=Q(undescribed_gpu_seconds__gt=0)),
     )
     return {
         "start": start.isoformat().replace("+00:00", "Z"),
@@ -231,6 +232,7 @@ def usage_report(*, start: datetime, end: datetime, group_by: str) -> dict[str, 
         "completeness": str(completeness(start=start, end=end)),
         "windows_without_preemptions": unseen["preemptions"],
         "windows_without_latency": unseen["latency"],
+        "windows_with_guessed_identity": unseen["guessed"],
         "groups": [
             {
                 "group": group,

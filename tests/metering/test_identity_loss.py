@@ -18,6 +18,7 @@ import pytest
 from audit.models import AuditEntry
 from metering.measure import UNDESCRIBED
 from metering.models import IngestWindow, Source, UsageInterval
+from metering.selectors import usage_report
 from tests.metering.jobs import (  # noqa: F401 (fixtures)
     RELABEL_END,
     RELABEL_START,
@@ -110,3 +111,5 @@ def test_it_says_whose_identity_it_guessed_on_a_first_ingest(
     assert [(w.undescribed_gpu_seconds, w.warnings) for w in windows()] == [
         (Decimal(240), [GUESSED])
     ] * 6
+    report = usage_report(start=RELABEL_START, end=RELABEL_END, group_by="team")
+    assert report["windows_with_guessed_identity"] == 6
