@@ -58,6 +58,8 @@ def interval(*, histogram: bool) -> tuple[Observed, Observed, IntervalFacts]:
         inference = n < GPU_PODS and n % 3 == 0
         now.identity[pod] = before.identity[pod] = PodIdentity(
             from_kube=True,
+            labelled=True,
+            owned=True,
             priority_class="inference-critical" if inference else "training-batch",
             running=True,
             pod_ip=address,

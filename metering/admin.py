@@ -106,7 +106,8 @@ def ingest_again(modeladmin, request, queryset) -> None:
 class LossAcceptanceForm(forms.Form):
     reason = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
-        help_text="Why these windows' samples are gone for good (kept in the audit log).",
+        help_text="Why these windows' samples, or their pods' descriptions, are gone for good"
+        " (kept in the audit log).",
     )
 
 

@@ -80,6 +80,10 @@ class PodIdentity:
     ended: bool = False
     gpus: Fraction = Fraction(0)
     from_kube: bool = False  # seen in kube-state-metrics, not a fallback
+    # Its labels and its owner were read (kube-state-metrics writes both series for every pod,
+    # `<none>` for a pod without owner): with them, its task and team are known, not guessed.
+    labelled: bool = False
+    owned: bool = False
     from_history: bool = False  # read over the interval: the pod was gone by its end
     owner_kind: str = ""
     pod_ip: str = ""
@@ -530,8 +534,8 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
 
 
 def _identity_coverage(intervals: dict[int, IntervalFacts]) -> None:
-    """GPU-seconds of pods that kube-state-metrics described in some interval of the batch,
-    and of those it described in none (`Measured.pod_identity` finds nothing): their task,
+    """GPU-seconds of pods that kube-state-metrics described (`_described`) in some interval
+    of the batch, and of those it described in none: their task,
     team and kind are guesses (the pod's name, its namespace or the team its name last had,
     `training_batch`), which move money between teams and rates. kube-state-metrics not
     scraped or one of its shards gone (no `up`, so no gap is seen), or its series missing from
@@ -546,13 +550,13 @@ def _identity_coverage(intervals: dict[int, IntervalFacts]) -> None:
         described, guessed = [], []
         for pod, held in facts.alloc.items():
             identity = facts.identity.get(pod)
-            if identity is None or not identity.from_kube:
+            if identity is None or not _described(identity):
                 if anywhere is None:
                     anywhere = {
                         known
                         for other in intervals.values()
                         for known, found in other.identity.items()
-                        if found.from_kube
+                        if _described(found)
                     }
                 if pod not in anywhere:
                     if held:
@@ -574,12 +578,18 @@ def _identity_coverage(intervals: dict[int, IntervalFacts]) -> None:
         )
 
 
+def _described(identity: PodIdentity) -> bool:
+    """kube-state-metrics described the pod with its labels and its owner, which name its task
+    and team: a pod with only `kube_pod_info` (its labels' series deleted, say) is guessed."""
+    return identity.from_kube and identity.labelled and identity.owned
+
+
 # The words of an interval with GPU-seconds of pods kube-state-metrics never described.
 UNDESCRIBED = (
     "identity: {count} pod(s) held {seconds} GPU-seconds without kube-state-metrics describing"
-    " them anywhere in the batch, e.g. {example}: their task, team and kind (pricing rates)"
-    " are guesses from the pod's name and namespace; is kube-state-metrics (each of its"
-    " shards) scraped, and are its series in this Prometheus?"
+    " them (their labels and owner) anywhere in the batch, e.g. {example}: their task, team"
+    " and kind (pricing rates) are guesses from the pod's name and namespace; is"
+    " kube-state-metrics (each of its shards) scraped, and are its series in this Prometheus?"
 )
 
 
@@ -1471,9 +1481,11 @@ def _identity_set(
     plan: sources.QueryPlan,
 ) -> None:
     if meter == "labels":
+        identity.labelled = True
         identity.task_label = labels.get(plan.task_label, "")
         identity.team_label = labels.get(plan.team_label, "")
     elif meter == "owner":
+        identity.owned = True
         owner = labels.get("owner_name", "")
         identity.owner_name = "" if owner == NO_OWNER else owner
         identity.owner_kind = labels.get("owner_kind", "")

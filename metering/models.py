@@ -324,9 +324,10 @@ class IngestWindow(models.Model):
     # histogram: their SLA breaches, and rule 4's penalties, are unknown (measure.LATENCY_UNSEEN).
     latency_unseen_pods = models.PositiveIntegerField(default=0, db_default=0)
     # GPU-seconds of pods kube-state-metrics described nowhere in the window's batch: their
-    # task, team and kind are guesses (measure.UNDESCRIBED); and of those it described. Fewer
-    # described on a re-ingest is a loss like fewer samples (writer._loses_samples). Windows
-    # written before migration 0021 hold 0 for both, so their re-ingest is never refused so.
+    # task, team and kind are guesses (measure.UNDESCRIBED); and of those it described. Some
+    # moving from described to guessed on a re-ingest is a loss like fewer samples
+    # (writer._identity_lost). Windows written before migration 0021 hold 0 for both, so
+    # their re-ingest is never refused so.
     undescribed_gpu_seconds = models.DecimalField(
         max_digits=18, decimal_places=6, default=0, db_default=0
     )

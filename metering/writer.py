@@ -464,17 +464,24 @@ def _loses_samples(
     """Writing would replace the window's stored rows with less than they came from: fewer
     samples, from a Prometheus that lost the data (retention, a new empty TSDB, another URL)
     and answers with less or nothing, which covers a window falling below
-    TANDEM_MIN_COMPLETENESS from above it; or fewer GPU-seconds on pods that kube-state-metrics
-    described (its series lost, or missing from another Prometheus), whose task, team and
-    kind would then be guesses where the stored rows knew them. Late samples of pods it does
-    not describe lose nothing. Rows identical to the stored ones are never a loss."""
+    TANDEM_MIN_COMPLETENESS from above it; or GPU-seconds whose pods kube-state-metrics no
+    longer describes (its series lost, or missing from another Prometheus), whose task, team
+    and kind would then be guesses where the stored rows knew them (`_identity_lost`). Rows
+    identical to the stored ones are never a loss."""
     return (
         before["first_written"] is not None
         and content_hash != before["content_hash"]
-        and (
-            completeness < before["completeness"]
-            or identity.described < before["described_gpu_seconds"]
-        )
+        and (completeness < before["completeness"] or _identity_lost(before, identity))
+    )
+
+
+def _identity_lost(before: dict[str, Any], identity: IdentityCoverage) -> bool:
+    """GPU-seconds moved from pods kube-state-metrics described to pods it did not: fewer
+    described and more guessed. Fewer GPU-seconds in all (a source's matchers narrowed, a
+    correction) and late samples of pods it never described lose nothing."""
+    return (
+        identity.described < before["described_gpu_seconds"]
+        and identity.undescribed > before["undescribed_gpu_seconds"]
     )
 
 
@@ -487,11 +494,12 @@ def _kept_result(
         f"Prometheus gave completeness {completeness} (stored {before['completeness']},"
         f" minimum {minimum})"
     )
-    if identity.described < before["described_gpu_seconds"]:
+    if _identity_lost(before, identity):
         lost += (
             f" and {identity.described} GPU-seconds on pods kube-state-metrics described"
-            f" (stored {before['described_gpu_seconds']}): the task, team and kind of the rest"
-            " would be guesses"
+            f" (stored {before['described_gpu_seconds']}), {identity.undescribed} on pods whose"
+            f" task, team and kind would be guesses (stored {before['undescribed_gpu_seconds']});"
+            " where its view of the window came from the windows around it, ingest them together"
         )
     warning = (
         f"{LOSS_REFUSED}: re-ingested at {now:%Y-%m-%dT%H:%M:%SZ}, {lost}; replace them only"
@@ -559,6 +567,10 @@ def _losses_audit(losses: list[tuple], accept_loss: LossAcceptance) -> None:
                     "start": window.start,
                     "completeness": [before["completeness"], completeness],
                     "described_gpu_seconds": [before["described_gpu_seconds"], identity.described],
+                    "undescribed_gpu_seconds": [
+                        before["undescribed_gpu_seconds"],
+                        identity.undescribed,
+                    ],
                     "rows_written": [before["rows_written"], rows],
                 }
                 for window, before, completeness, identity, rows in losses

@@ -137,21 +137,37 @@ def empty_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prome
     running.stop()
 
 
+def _prometheus_without(out: Path, dropped: str) -> PrometheusProcess:
+    """A Prometheus over the same series but those whose line holds `dropped`."""
+    lines = {
+        tick: [line for line in samples if dropped not in line]
+        for tick, samples in series_at().items()
+    }
+    exposition.write_openmetrics(out / "jobs.om", sorted(lines), lines)
+    backfill(out / "jobs.om", out / "tsdb")
+    return start_prometheus(
+        out / "tsdb", lookback_delta=lookback_for(SCRAPE), scrape_interval=f"{SCRAPE}s"
+    )
+
+
 @pytest.fixture(scope="session")
 @starts("Prometheus")
 def undescribed_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProcess]:
     """The same GPU series without any of kube-state-metrics': its series deleted to save
     space, or another Prometheus (a new one, a long-term store) that never scraped it."""
-    out = tmp_path_factory.mktemp("undescribed")
-    lines = {
-        tick: [line for line in samples if 'job="kube-state-metrics"' not in line]
-        for tick, samples in series_at().items()
-    }
-    exposition.write_openmetrics(out / "jobs.om", sorted(lines), lines)
-    backfill(out / "jobs.om", out / "tsdb")
-    running = start_prometheus(
-        out / "tsdb", lookback_delta=lookback_for(SCRAPE), scrape_interval=f"{SCRAPE}s"
+    running = _prometheus_without(
+        tmp_path_factory.mktemp("undescribed"), 'job="kube-state-metrics"'
     )
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="session")
+@starts("Prometheus")
+def unlabelled_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProcess]:
+    """The same series without `kube_pod_labels` (deleted to save its cardinality): the pods'
+    owners and priority classes are there, their task and team labels are not."""
+    running = _prometheus_without(tmp_path_factory.mktemp("unlabelled"), "kube_pod_labels{")
     yield running
     running.stop()
 

@@ -27,6 +27,7 @@ from tests.metering.jobs import (  # noqa: F401 (fixtures)
     jobs_source,
     jobs_tsdb,
     undescribed_prometheus,
+    unlabelled_prometheus,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
@@ -46,15 +47,25 @@ def windows() -> list[IngestWindow]:
     return list(IngestWindow.objects.filter(start__gte=RELABEL_START).order_by("start"))
 
 
+def coverage() -> list[tuple]:
+    return [(w.content_hash, w.described_gpu_seconds, w.undescribed_gpu_seconds) for w in windows()]
+
+
 KNOWN = [("etl", "red", "training_batch", Decimal(240))] * 3 + [
     ("etl", "blue", "training_batch", Decimal(240))
 ] * 3
 
 
+@pytest.mark.parametrize("lost", ["all", "labels"])
 def test_it_keeps_the_rows_kube_state_metrics_described_when_its_series_are_gone(
+    request: pytest.FixtureRequest,
     jobs_prometheus,  # noqa: F811
-    undescribed_prometheus,  # noqa: F811
+    lost: str,
 ) -> None:
+    """Without any of kube-state-metrics' series, or without `kube_pod_labels` alone (the
+    owner `etl` is known, the team label is not: every window would go to team `gamma`)."""
+    fixture = {"all": "undescribed_prometheus", "labels": "unlabelled_prometheus"}[lost]
+    elsewhere = request.getfixturevalue(fixture)
     source = jobs_source(jobs_prometheus.url)
     ingest_command(RELABEL_START, RELABEL_END)
     assert usage() == KNOWN
@@ -62,21 +73,19 @@ def test_it_keeps_the_rows_kube_state_metrics_described_when_its_series_are_gone
         (w.content_hash, w.described_gpu_seconds, w.undescribed_gpu_seconds) for w in windows()
     ]
     assert [row[1:] for row in stored] == [(Decimal(240), Decimal(0))] * 6
-    Source.objects.filter(pk=source.pk).update(url=undescribed_prometheus.url)
+    Source.objects.filter(pk=source.pk).update(url=elsewhere.url)
 
     output = ingest_command(RELABEL_START, RELABEL_END)
 
     assert "warning: 6 windows kept their stored rows" in output
     assert usage() == KNOWN
-    assert [
-        (w.content_hash, w.described_gpu_seconds, w.undescribed_gpu_seconds) for w in windows()
-    ] == stored
+    assert coverage() == stored
     for window in windows():
         assert window.warnings[0].startswith("kept the stored rows: ")
         assert (
             "completeness 1.000000 (stored 1.000000, minimum 0.99) and 0.000000 GPU-seconds on"
-            " pods kube-state-metrics described (stored 240.000000): the task, team and kind of"
-            " the rest would be guesses"
+            " pods kube-state-metrics described (stored 240.000000), 240.000000 on pods whose"
+            " task, team and kind would be guesses (stored 0.000000)"
         ) in window.warnings[0]
 
 
@@ -98,9 +107,9 @@ def test_it_replaces_them_with_guesses_only_when_an_operator_accepts_the_loss(
     entry = AuditEntry.objects.get(object_type="metering.ingestwindow", action="change")
     assert entry.changes["accepted_by"] == f"{getpass.getuser()} (manage.py ingest --accept-loss)"
     assert entry.changes["reason"] == REASON
-    assert [w["described_gpu_seconds"] for w in entry.changes["windows"]] == [
-        ["240.000000", "0.000000"]
-    ] * 6
+    assert [
+        (w["described_gpu_seconds"], w["undescribed_gpu_seconds"]) for w in entry.changes["windows"]
+    ] == [(["240.000000", "0.000000"], ["0.000000", "240.000000"])] * 6
 
 
 def test_it_says_whose_identity_it_guessed_on_a_first_ingest(

@@ -41,7 +41,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--accept-loss",
             action="store_true",
-            help="replace stored rows even where Prometheus now has fewer samples (audited)",
+            help="replace stored rows even where Prometheus now has fewer samples, or fewer of"
+            " their pods described (audited)",
         )
         parser.add_argument("--reason", default="", help="why the loss is accepted (required)")
         parser.add_argument(
@@ -105,8 +106,8 @@ class Command(BaseCommand):
         if kept:
             self.stdout.write(
                 f"warning: {kept} windows kept their stored rows: Prometheus now has fewer of"
-                " their samples (see each window's warning); --accept-loss --reason TEXT"
-                " replaces them"
+                " their samples, or kube-state-metrics describes fewer of their pods (see each"
+                " window's warning); --accept-loss --reason TEXT replaces them"
             )
         # One query: a month is thousands of windows (one refresh each took minutes).
         failed = IngestWindow.objects.filter(pk__in=ids, status=IngestWindow.Status.FAILED).count()

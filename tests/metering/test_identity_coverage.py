@@ -1,0 +1,85 @@
+"""Which GPU-seconds count as described by kube-state-metrics (measure._identity_coverage) and
+when a re-ingest loses identity (writer._identity_lost), on hand-made facts.
+tests/metering/test_identity_loss.py re-ingests from real Prometheus processes."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+
+from metering import measure, writer
+from metering.measure import IntervalFacts, PodIdentity
+
+KNOWN = ("ml", "train-0")
+OTHER = ("ml", "train-1")
+
+
+def described(**changes: object) -> PodIdentity:
+    return PodIdentity(**{"from_kube": True, "labelled": True, "owned": True, **changes})
+
+
+def batch(*views: dict) -> dict[int, IntervalFacts]:
+    """One interval per view (pod -> identity), each pod holding a GPU for 300 s."""
+    intervals = {}
+    for n, view in enumerate(views):
+        facts = IntervalFacts(identity=dict(view))
+        facts.alloc.update(dict.fromkeys((KNOWN, OTHER), Fraction(300)))
+        intervals[300 * n] = facts
+    return intervals
+
+
+def test_it_counts_a_pod_described_in_another_interval_of_the_batch_as_described() -> None:
+    # kube-state-metrics missed the first interval's end; the second describes both pods.
+    intervals = batch({KNOWN: described()}, {KNOWN: described(), OTHER: described()})
+    measure._identity_coverage(intervals)
+    assert [(f.described_gpu_seconds, f.undescribed_gpu_seconds) for f in intervals.values()] == [
+        (600, 0),
+        (600, 0),
+    ]
+    assert all(not f.warnings for f in intervals.values())
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        {},  # kube-state-metrics not scraped, or its series gone
+        {"labelled": False},  # kube_pod_labels gone: its task and team labels unknown
+        {"owned": False},  # kube_pod_owner gone: its task unknown
+    ],
+    ids=["nothing", "no labels", "no owner"],
+)
+def test_it_counts_a_pod_without_its_labels_and_owner_as_guessed(view: dict) -> None:
+    other = described(**view) if view else None
+    intervals = batch({KNOWN: described(), **({OTHER: other} if other else {})})
+    measure._identity_coverage(intervals)
+    (facts,) = intervals.values()
+    assert (facts.described_gpu_seconds, facts.undescribed_gpu_seconds) == (300, 300)
+    assert facts.warnings == [
+        measure.UNDESCRIBED.format(count=1, seconds="300.000000", example="ml/train-1")
+    ]
+
+
+def stored(described_seconds: int, undescribed_seconds: int) -> dict:
+    return {
+        "described_gpu_seconds": Decimal(described_seconds),
+        "undescribed_gpu_seconds": Decimal(undescribed_seconds),
+    }
+
+
+@pytest.mark.parametrize(
+    ("before", "now", "lost"),
+    [
+        ((240, 0), (0, 240), True),  # its series gone: every pod guessed
+        ((240, 0), (120, 120), True),  # one of two pods' descriptions gone
+        ((480, 0), (240, 0), False),  # fewer GPU-seconds in all: a source's matchers narrowed
+        ((240, 150), (240, 300), False),  # late samples of a pod never described
+        ((240, 0), (240, 0), False),
+    ],
+)
+def test_it_loses_identity_only_when_gpu_seconds_move_from_described_to_guessed(
+    before: tuple[int, int], now: tuple[int, int], lost: bool
+) -> None:
+    coverage = writer.IdentityCoverage(described=Decimal(now[0]), undescribed=Decimal(now[1]))
+    assert writer._identity_lost(stored(*before), coverage) is lost
