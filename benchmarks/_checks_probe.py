@@ -1,6 +1,7 @@
-"""What two checks of every batch cost in Python (they ask Prometheus nothing): telling
+"""What three checks of every batch cost in Python (they ask Prometheus nothing): telling
 inference pods that serve without the latency histogram (`measure._latency_unseen`), beside
-the latency derivation of the same intervals (`measure._derive_latency`); and the GPU-seconds
+the latency derivation of the same intervals (`measure._derive_latency`); the team and task
+labels gone from every GPU pod at once (`measure._mapping_labels_dropped`) and the GPU-seconds
 of pods kube-state-metrics described or not (`measure._identity_coverage`), beside the
 allocation summed in the same intervals (`kernel.numbers.exact_sum`). Each reference is
 measured in the same run.
@@ -103,6 +104,11 @@ def coverage(intervals: dict[int, IntervalFacts]) -> None:
     measure._identity_coverage(intervals)
 
 
+def labels_dropped(now: Observed, before: Observed, facts: IntervalFacts) -> None:
+    for _ in range(INTERVALS):
+        measure._mapping_labels_dropped(IntervalFacts(alloc=facts.alloc), now, before, PLAN)
+
+
 def allocation_sum(intervals: dict[int, IntervalFacts]) -> None:
     for facts in intervals.values():
         exact_sum(facts.alloc.values())
@@ -127,7 +133,15 @@ def main() -> None:
             f"latency histogram, {case}: the check {checked * 1000:.1f} ms per batch;"
             f" {reference}; ratio {ratio}"
         )
-    now, _, facts = interval(histogram=True)
+    now, before, facts = interval(histogram=True)
+    for pod in now.identity:  # every pod labelled with its team and task, before and now
+        now.identity[pod].team_label = now.identity[pod].task_label = "ml"
+    checked = best(options.runs, partial(labels_dropped, now, before, facts))
+    summed = best(options.runs, partial(allocation_sum, batch_of(now, facts, described=True)))
+    print(
+        f"mapping labels dropped: {checked * 1000:.1f} ms per batch; allocation summed"
+        f" {summed * 1000:.1f} ms; ratio {checked / summed:.2f}"
+    )
     for described, case in ((True, "every pod described"), (False, "none (all guessed)")):
         intervals = batch_of(now, facts, described=described)
         checked = best(options.runs, partial(coverage, intervals))

@@ -526,6 +526,7 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
         )
         _gap_targets_warn(intervals[start], now, gap_targets)
         _latency_unseen(intervals[start], now, observed[start - step], plan, histogram_targets)
+        _mapping_labels_dropped(intervals[start], now, observed[start - step], plan)
         for pod, counters in now.io_last.items():
             io_earlier.setdefault(pod, {}).update(counters)
         latency_earlier.update(now.latency_last)
@@ -760,6 +761,50 @@ def _latency_unseen(
             example=f"{namespace}/{name} ({_target_text(target)})",
         )
     )
+
+
+def _mapping_labels_dropped(
+    facts: IntervalFacts, now: Observed, before: Observed, plan: sources.QueryPlan
+) -> None:
+    """The source's team or task label gone at once from every GPU pod that carried it at the
+    interval before, kube-state-metrics describing them still: it was restarted without the
+    label in its `--metric-labels-allowlist` (kube-state-metrics v2 writes no pod label it is
+    not told to), or the pods were all relabelled. Their team is their namespace from here on
+    (their task, their owner), which moves their money; the interval says so. Reads the GPU
+    pods' identities only, which the batch read already."""
+    # [carried at the interval before, dropped now] per label, in one pass over the GPU pods.
+    team, task = [0, 0], [0, 0]
+    for pod in facts.alloc:
+        earlier = before.identity.get(pod)
+        if earlier is None or not (earlier.team_label or earlier.task_label):
+            continue
+        identity = now.identity.get(pod)
+        read = identity is not None and identity.labelled
+        for counts, was, is_now in (
+            (team, earlier.team_label, read and identity.team_label),
+            (task, earlier.task_label, read and identity.task_label),
+        ):
+            if was:
+                counts[0] += 1
+                if read and not is_now:
+                    counts[1] += 1
+    for (carried, dropped), label, fallback in (
+        (team, plan.team_label, "their team is their namespace"),
+        (task, plan.task_label, "their task is their owner"),
+    ):
+        if carried and dropped == carried:
+            facts.warnings.append(
+                LABEL_DROPPED.format(label=label, count=carried, fallback=fallback)
+            )
+
+
+# The words of an interval whose GPU pods all lost the source's team or task label at once.
+LABEL_DROPPED = (
+    "identity: every one of the {count} GPU pod(s) that carried {label} at the interval before"
+    " carries none now, kube-state-metrics describing them still: is {label} still in its"
+    " --metric-labels-allowlist? Unless it comes back, {fallback} from here on, which moves"
+    " their money"
+)
 
 
 def _inference_through(

@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import pytest
 
-from metering import measure, writer
+from metering import measure, sources, writer
 from metering.measure import IntervalFacts, PodIdentity
 
 KNOWN = ("ml", "train-0")
@@ -83,3 +83,55 @@ def test_it_loses_identity_only_when_gpu_seconds_move_from_described_to_guessed(
 ) -> None:
     coverage = writer.IdentityCoverage(described=Decimal(now[0]), undescribed=Decimal(now[1]))
     assert writer._identity_lost(stored(*before), coverage) is lost
+
+
+PLAN = sources.QueryPlan(scrape_seconds=60, step_seconds=300)
+TEAM = {"team_label": "red", "task_label": "etl"}
+
+
+def labels_dropped(before: list[dict], now: list[dict]) -> list[str]:
+    """The warnings of an interval whose GPU pods had `before` and have `now` (pod i each)."""
+    earlier, observed = measure.Observed(), measure.Observed()
+    facts = IntervalFacts()
+    for n, (then, later) in enumerate(zip(before, now, strict=True)):
+        pod = ("ml", f"train-{n}")
+        earlier.identity[pod] = described(**then)
+        observed.identity[pod] = described(**later)
+        facts.alloc[pod] = Fraction(300)
+    measure._mapping_labels_dropped(facts, observed, earlier, PLAN)
+    return facts.warnings
+
+
+def test_it_says_when_every_gpu_pod_loses_the_team_label_at_once() -> None:
+    # kube-state-metrics restarted without label_team in its --metric-labels-allowlist.
+    now = [{"task_label": "etl"}, {"task_label": "etl"}, {}]
+    assert labels_dropped([TEAM, TEAM, {}], now) == [
+        measure.LABEL_DROPPED.format(
+            label="label_team", count=2, fallback="their team is their namespace"
+        )
+    ]
+    assert "is label_team still in its --metric-labels-allowlist?" in measure.LABEL_DROPPED.format(
+        label="label_team", count=2, fallback=""
+    )
+
+
+def test_it_says_when_both_labels_go_naming_each() -> None:
+    warnings = labels_dropped([TEAM, TEAM], [{}, {}])
+    assert [w.split(" at the interval")[0] for w in warnings] == [
+        "identity: every one of the 2 GPU pod(s) that carried label_team",
+        "identity: every one of the 2 GPU pod(s) that carried label_task",
+    ]
+
+
+@pytest.mark.parametrize(
+    "now",
+    [
+        [TEAM, TEAM],  # nothing changed
+        [{"team_label": "blue", "task_label": "etl"}, TEAM],  # a relabel, not a loss
+        [{"task_label": "etl"}, TEAM],  # one pod relabelled to its namespace: a relabel
+        [{"labelled": False}, {"labelled": False}],  # its labels unread: `_identity_coverage`
+    ],
+    ids=["same", "relabelled", "one of two", "labels unread"],
+)
+def test_it_says_nothing_unless_every_pod_lost_a_label_it_had(now: list[dict]) -> None:
+    assert labels_dropped([TEAM, TEAM], now) == []
