@@ -61,6 +61,7 @@ def interval(*, histogram: bool) -> tuple[Observed, Observed, IntervalFacts]:
             from_kube=True,
             labelled=True,
             owned=True,
+            informed=True,
             priority_class="inference-critical" if inference else "training-batch",
             running=True,
             pod_ip=address,

@@ -80,10 +80,12 @@ class PodIdentity:
     ended: bool = False
     gpus: Fraction = Fraction(0)
     from_kube: bool = False  # seen in kube-state-metrics, not a fallback
-    # Its labels and its owner were read (kube-state-metrics writes both series for every pod,
-    # `<none>` for a pod without owner): with them, its task and team are known, not guessed.
+    # Its labels, its owner and its info were read (kube-state-metrics writes the three series
+    # for every pod, `<none>` for a pod without owner): with them, its task, team and kind are
+    # known, not guessed (`_described`).
     labelled: bool = False
     owned: bool = False
+    informed: bool = False
     from_history: bool = False  # read over the interval: the pod was gone by its end
     owner_kind: str = ""
     pod_ip: str = ""
@@ -580,15 +582,16 @@ def _identity_coverage(intervals: dict[int, IntervalFacts]) -> None:
 
 
 def _described(identity: PodIdentity) -> bool:
-    """kube-state-metrics described the pod with its labels and its owner, which name its task
-    and team: a pod with only `kube_pod_info` (its labels' series deleted, say) is guessed."""
-    return identity.from_kube and identity.labelled and identity.owned
+    """kube-state-metrics described the pod with its labels, its owner and its info, which
+    name its task, team and kind: a pod missing one of them (its labels' series deleted, say)
+    is guessed."""
+    return identity.from_kube and identity.labelled and identity.owned and identity.informed
 
 
 # The words of an interval with GPU-seconds of pods kube-state-metrics never described.
 UNDESCRIBED = (
     "identity: {count} pod(s) held {seconds} GPU-seconds without kube-state-metrics describing"
-    " them (their labels and owner) anywhere in the batch, e.g. {example}: their task, team"
+    " them (their labels, owner and info) anywhere in the batch, e.g. {example}: their task, team"
     " and kind (pricing rates) are guesses from the pod's name and namespace; is"
     " kube-state-metrics (each of its shards) scraped, and are its series in this Prometheus?"
 )
@@ -1535,6 +1538,7 @@ def _identity_set(
         identity.owner_name = "" if owner == NO_OWNER else owner
         identity.owner_kind = labels.get("owner_kind", "")
     elif meter == "info":
+        identity.informed = True
         identity.priority_class = labels.get("priority_class", "")
         identity.node = labels.get("node", "")
         identity.pod_ip = labels.get("pod_ip", "")

@@ -67,8 +67,9 @@ logger = logging.getLogger(__name__)
 # `nodes_leaving`) and a look-back's GPUs of listed nodes (`node_gpus`); 9: and whether its
 # kube-state-metrics can show preemptions (`preemption_reason_series`, `preemptions_unreadable`);
 # 10: a pod's identity holds its node's address (`PodIdentity.host_ip`), which tells a pod on
-# its host's network (`measure._latency_unseen`), and whether its labels and owner were read
-# (`labelled`, `owned`: `measure._described`); and the scrape targets that answered I/O,
+# its host's network (`measure._latency_unseen`), and whether its labels, owner and info were
+# read (`labelled`, `owned`, `informed`: `measure._described`); and the scrape targets that
+# answered I/O,
 # latency or identity series hold every meter they answered (`Observation.gap_targets`).
 OBSERVATION_VERSION = 10
 

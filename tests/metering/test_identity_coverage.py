@@ -17,7 +17,8 @@ OTHER = ("ml", "train-1")
 
 
 def described(**changes: object) -> PodIdentity:
-    return PodIdentity(**{"from_kube": True, "labelled": True, "owned": True, **changes})
+    values = {"from_kube": True, "labelled": True, "owned": True, "informed": True}
+    return PodIdentity(**{**values, **changes})
 
 
 def batch(*views: dict) -> dict[int, IntervalFacts]:
@@ -47,8 +48,9 @@ def test_it_counts_a_pod_described_in_another_interval_of_the_batch_as_described
         {},  # kube-state-metrics not scraped, or its series gone
         {"labelled": False},  # kube_pod_labels gone: its task and team labels unknown
         {"owned": False},  # kube_pod_owner gone: its task unknown
+        {"informed": False},  # kube_pod_info gone: its kind (priority class) unknown
     ],
-    ids=["nothing", "no labels", "no owner"],
+    ids=["nothing", "no labels", "no owner", "no info"],
 )
 def test_it_counts_a_pod_without_its_labels_and_owner_as_guessed(view: dict) -> None:
     other = described(**view) if view else None
