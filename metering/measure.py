@@ -739,15 +739,19 @@ def _latency_unseen(
     if not candidates:
         return  # most intervals: every inference pod wrote the histogram
     served = {_task_of(pod, now.identity.get(pod)) for pod in replicas}
+    # Tasks the source says serve without the histogram by design (an offline batch server).
+    exempt = re.compile(plan.latency_unmeasured_tasks) if plan.latency_unmeasured_tasks else None
     by_host: dict[str, list[Target]] = defaultdict(list)
     for target in now.targets:
         by_host[_target_host(target)].append(target)
     unseen: list[tuple[PodKey, Target]] = []
     for pod, identity in candidates:
         targets = sorted(by_host.get(identity.pod_ip, []))
+        task = _task_of(pod, identity)
         if (
             targets
-            and _task_of(pod, identity) not in served
+            and task not in served
+            and not (exempt is not None and exempt.fullmatch(f"{task[0]}/{task[1]}"))
             and not any(target in histogram_targets for target in targets)
             and all(0 < now.targets[t][1] == now.targets[t][0] for t in targets)
         ):
@@ -849,7 +853,8 @@ LATENCY_UNSEEN = (
     "latency: {count} inference pod(s) held GPUs through the interval and answered every"
     " scrape without a series of {histogram}, e.g. {example}: their requests, P99 and SLA"
     " breaches (pricing rule 4) are not measured. vLLM started with --disable-log-stats"
-    " writes none; another server writes another histogram (the source's latency_histogram)"
+    " writes none; another server writes another histogram (the source's latency_histogram);"
+    " a task meant to serve so goes in the source's latency_unmeasured_tasks"
 )
 
 

@@ -82,6 +82,10 @@ MAPPING_DEFAULTS: dict[str, Any] = {
     # a regular expression of the nodes whose GPUs this source does not meter (another
     # source's pool): pods running there with GPUs are not counted missing; "" = none
     "unmetered_nodes": "",
+    # a regular expression of the inference tasks ("namespace/task") that serve without the
+    # latency histogram by design (an offline batch server, a Triton): not named for it;
+    # "" = none (measure._latency_unseen)
+    "latency_unmeasured_tasks": "",
 }
 
 
@@ -203,6 +207,7 @@ class QueryPlan:
     preemption_reason: str = MAPPING_DEFAULTS["preemption_reason"]
     gpu_resource: str = MAPPING_DEFAULTS["gpu_resource"]
     unmetered_nodes: str = ""  # see MAPPING_DEFAULTS
+    latency_unmeasured_tasks: str = ""  # see MAPPING_DEFAULTS
     priority_class_kinds: Mapping[str, str] = field(
         default_factory=lambda: dict(DEFAULT_PRIORITY_CLASS_KINDS)
     )
@@ -305,13 +310,13 @@ def query_plan_for(source: Source, *, step_seconds: int) -> QueryPlan:
     for key in ("preemption_reason", "gpu_resource"):
         if not isinstance(mapping[key], str) or not mapping[key]:
             raise SourceConfigurationError(f"label_mapping.{key} must be a non-empty string")
-    unmetered = mapping["unmetered_nodes"]
-    try:
-        re.compile(unmetered)
-    except (re.error, TypeError) as error:
-        raise SourceConfigurationError(
-            f"label_mapping.unmetered_nodes must be a regular expression ({error})"
-        ) from error
+    for key in ("unmetered_nodes", "latency_unmeasured_tasks"):
+        try:
+            re.compile(mapping[key])
+        except (re.error, TypeError) as error:
+            raise SourceConfigurationError(
+                f"label_mapping.{key} must be a regular expression ({error})"
+            ) from error
     matchers = mapping["matchers"]
     if not isinstance(matchers, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in matchers.items()
@@ -342,7 +347,8 @@ def query_plan_for(source: Source, *, step_seconds: int) -> QueryPlan:
         latency_histogram=histogram,
         preemption_reason=mapping["preemption_reason"],
         gpu_resource=mapping["gpu_resource"],
-        unmetered_nodes=unmetered,
+        unmetered_nodes=mapping["unmetered_nodes"],
+        latency_unmeasured_tasks=mapping["latency_unmeasured_tasks"],
         priority_class_kinds=dict(kinds),
     )
 

@@ -65,7 +65,8 @@ def test_it_names_an_inference_pod_whose_target_answered_without_the_histogram()
         " without a series of vllm:e2e_request_latency_seconds, e.g. search/vllm-qwen-0"
         ' (job="vllm" instance="10.244.0.7:8000"): their requests, P99 and SLA breaches'
         " (pricing rule 4) are not measured. vLLM started with --disable-log-stats writes"
-        " none; another server writes another histogram (the source's latency_histogram)"
+        " none; another server writes another histogram (the source's latency_histogram);"
+        " a task meant to serve so goes in the source's latency_unmeasured_tasks"
     ]
 
 
@@ -162,3 +163,22 @@ def test_it_leaves_alone_a_worker_of_a_replica_whose_leader_writes_the_histogram
 
 def pod_of_task(address: str, owner: str) -> PodIdentity:
     return pod(pod_ip=address, owner_kind=owner, owner_name=f"qwen-{owner.lower()}")
+
+
+def test_it_leaves_alone_the_tasks_the_source_says_serve_without_it() -> None:
+    """An offline batch server in an inference priority class, or a Triton: the source's
+    `latency_unmeasured_tasks` names them (namespace/task), so they are not named each window."""
+    source = Source(
+        name="pool",
+        url="http://127.0.0.1:9",
+        scrape_interval_seconds=60,
+        label_mapping={"latency_unmeasured_tasks": "search/batch-.*"},
+    )
+    plan = sources.query_plan_for(source, step_seconds=300)
+    observed, earlier = Observed(targets={TARGET: [5, 5]}), Observed()
+    for owner, expected in (("batch-embedder", []), ("vllm-qwen", [POD])):
+        observed.identity[POD] = earlier.identity[POD] = pod(owner_name=owner)
+        facts = IntervalFacts()
+        facts.alloc[POD] = Fraction(300)
+        measure._latency_unseen(facts, observed, earlier, plan, set())
+        assert facts.latency_unseen == expected

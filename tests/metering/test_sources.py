@@ -90,6 +90,10 @@ def test_it_adds_the_sources_matchers_to_every_selector() -> None:
         ({"label_mapping": {"nonsense": 1}}, "unknown keys: nonsense"),
         ({"label_mapping": {"unmetered_nodes": "team-b-("}}, "label_mapping.unmetered_nodes"),
         ({"label_mapping": {"unmetered_nodes": 3}}, "label_mapping.unmetered_nodes"),
+        (
+            {"label_mapping": {"latency_unmeasured_tasks": "batch/("}},
+            "label_mapping.latency_unmeasured_tasks",
+        ),
         ({"priority_class_kinds": ["inference"]}, "priority_class_kinds"),
         ({"priority_class_kinds": {"gold": "gaming"}}, "priority_class_kinds"),
         ({"scrape_interval_seconds": 7}, "scrape_interval_seconds"),
