@@ -777,32 +777,49 @@ def _mapping_labels_dropped(
     interval before, kube-state-metrics describing them still: it was restarted without the
     label in its `--metric-labels-allowlist` (kube-state-metrics v2 writes no pod label it is
     not told to), or the pods were all relabelled. Their team is their namespace from here on
-    (their task, their owner), which moves their money; the interval says so. Reads the GPU
-    pods' identities only, which the batch read already."""
-    # [carried at the interval before, dropped now] per label, in one pass over the GPU pods.
-    team, task = [0, 0], [0, 0]
+    (their task, their owner), which moves their money; the interval says so.
+
+    Only pods read at both ends count: not one whose labels were not read now (its identity is
+    `_identity_coverage`'s concern), nor one gone by the interval's end (its labels, read over
+    the interval, may be the old ones), nor one recreated under its name (a new pod may carry
+    new labels). One pod losing its label is a relabel: it takes two. Reads the GPU pods'
+    identities only, which the batch read already."""
+    team = _LabelCount()
+    task = _LabelCount()
     for pod in facts.alloc:
-        earlier = before.identity.get(pod)
-        if earlier is None or not (earlier.team_label or earlier.task_label):
-            continue
-        identity = now.identity.get(pod)
-        read = identity is not None and identity.labelled
-        for counts, was, is_now in (
-            (team, earlier.team_label, read and identity.team_label),
-            (task, earlier.task_label, read and identity.task_label),
+        earlier, identity = before.identity.get(pod), now.identity.get(pod)
+        if (
+            earlier is None
+            or identity is None
+            or not identity.labelled
+            or identity.from_history
+            or identity.scheduled != earlier.scheduled
         ):
-            if was:
-                counts[0] += 1
-                if read and not is_now:
-                    counts[1] += 1
-    for (carried, dropped), label, fallback in (
+            continue
+        team.add(earlier.team_label, identity.team_label)
+        task.add(earlier.task_label, identity.task_label)
+    for counted, label, fallback in (
         (team, plan.team_label, "their team is their namespace"),
-        (task, plan.task_label, "their task is their owner"),
+        (task, plan.task_label, "their task is their owner's name (else the pod's)"),
     ):
-        if carried and dropped == carried:
+        if counted.carried >= 2 and counted.dropped == counted.carried:
             facts.warnings.append(
-                LABEL_DROPPED.format(label=label, count=carried, fallback=fallback)
+                LABEL_DROPPED.format(label=label, count=counted.carried, fallback=fallback)
             )
+
+
+@dataclass
+class _LabelCount:
+    """Pods that carried a label at the interval before, and those of them that carry none."""
+
+    carried: int = 0
+    dropped: int = 0
+
+    def add(self, before: str, now: str) -> None:
+        if before:
+            self.carried += 1
+            if not now:
+                self.dropped += 1
 
 
 # The words of an interval whose GPU pods all lost the source's team or task label at once.

@@ -69,8 +69,8 @@ logger = logging.getLogger(__name__)
 # 10: a pod's identity holds its node's address (`PodIdentity.host_ip`), which tells a pod on
 # its host's network (`measure._latency_unseen`), and whether its labels, owner and info were
 # read (`labelled`, `owned`, `informed`: `measure._described`); and the scrape targets that
-# answered I/O,
-# latency or identity series hold every meter they answered (`Observation.gap_targets`).
+# answered I/O, latency or identity series hold every meter they answered
+# (`Observation.gap_targets`).
 OBSERVATION_VERSION = 10
 
 Asked = TypeVar("Asked")

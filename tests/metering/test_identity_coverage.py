@@ -125,6 +125,23 @@ def test_it_says_when_both_labels_go_naming_each() -> None:
     ]
 
 
+def test_it_leaves_out_the_pods_it_cannot_compare_at_both_ends() -> None:
+    """A pod gone by the interval's end (its labels read over the interval may be the old
+    kube-state-metrics'), one whose labels were not read, and one recreated under its name do
+    not hide the drop from the pods that lost the label."""
+    gone = {**TEAM, "from_history": True}
+    recreated = {**TEAM, "scheduled": 99}
+    unread = {"labelled": False}
+    now = [{"task_label": "etl"}, {"task_label": "etl"}, gone, recreated, unread]
+    (warning,) = labels_dropped([TEAM] * 5, now)
+    assert warning.startswith("identity: every one of the 2 GPU pod(s) that carried label_team")
+
+
+def test_it_takes_two_pods_losing_a_label_for_a_warning() -> None:
+    # One pod losing its team label is a relabel, not kube-state-metrics' allowlist.
+    assert labels_dropped([TEAM, {}], [{"task_label": "etl"}, {}]) == []
+
+
 @pytest.mark.parametrize(
     "now",
     [
