@@ -123,12 +123,32 @@ def windows_missing(
         return [MissingRange(*row) for row in cursor.fetchall()]
 
 
-def windows_latency_unseen(*, start: datetime, end: datetime) -> int:
-    """Done windows in [start, end) with inference pods that served without the latency
-    histogram (`IngestWindow.latency_unseen_pods`): no SLA breach of theirs is seen."""
-    return IngestWindow.objects.filter(
-        start__lt=end, end__gt=start, status=IngestWindow.Status.DONE, latency_unseen_pods__gt=0
-    ).count()
+@dataclass(frozen=True)
+class BlindSpots:
+    """Done windows of a range whose rows cannot show all that pricing reads, though every GPU
+    sample is there: inference pods that served without the latency histogram (no SLA breach
+    of theirs is seen, rule 4), and GPU-seconds of pods kube-state-metrics did not describe
+    (their task, team and kind are guesses)."""
+
+    latency_unseen_windows: int = 0
+    identity_guessed_windows: int = 0
+    identity_guessed_gpu_seconds: Decimal = Decimal(0)
+
+
+def window_blind_spots(*, start: datetime, end: datetime) -> BlindSpots:
+    """`BlindSpots` of the done windows in [start, end), in one query."""
+    found = IngestWindow.objects.filter(
+        start__lt=end, end__gt=start, status=IngestWindow.Status.DONE
+    ).aggregate(
+        latency=Count("id", filter=Q(latency_unseen_pods__gt=0)),
+        guessed=Count("id", filter=Q(undescribed_gpu_seconds__gt=0)),
+        guessed_seconds=Sum("undescribed_gpu_seconds"),
+    )
+    return BlindSpots(
+        latency_unseen_windows=found["latency"],
+        identity_guessed_windows=found["guessed"],
+        identity_guessed_gpu_seconds=found["guessed_seconds"] or Decimal(0),
+    )
 
 
 def completeness(*, start: datetime, end: datetime) -> Decimal:

@@ -66,7 +66,7 @@ from billing.selectors import (
 from billing.services.books import PERIOD_CLOSE_LOCK, BillingError, _lock
 from kernel.collector import collector_paused
 from metering.models import IngestWindow, Team
-from metering.selectors import windows_latency_unseen
+from metering.selectors import BlindSpots, window_blind_spots
 
 ZERO = Decimal(0)
 
@@ -99,9 +99,10 @@ class PeriodCloseOutcome:
     # Closed months whose metering changed but holds windows below TANDEM_MIN_COMPLETENESS:
     # no correction is booked from them until their windows are complete again.
     corrections_withheld: tuple[str, ...] = ()
-    # Windows of the month with inference pods that served without the latency histogram: no
-    # SLA breach of theirs is in it (pricing rule 4). Said, audited and logged; never refused.
-    latency_unseen_windows: int = 0
+    # Windows of the month with inference pods that served without the latency histogram (no
+    # SLA breach of theirs is in it, pricing rule 4), and with GPU-seconds of pods whose task,
+    # team and kind were guessed. Said, audited and logged; never refused (see _blind_spots_say).
+    blind_spots: BlindSpots = field(default_factory=BlindSpots)
 
 
 @collector_paused
@@ -146,7 +147,7 @@ def period_close(
             reason = f"metering holds no capacity or usage for {period}"
             raise PeriodCloseRefused(period, [reason])
         readings = [(hook, hook.read(bounds, book)) for hook in period_close_hooks()]
-        latency_unseen = windows_latency_unseen(start=bounds.start, end=bounds.end)
+        blind = window_blind_spots(start=bounds.start, end=bounds.end)
         due, withheld = _corrections_due(period, set(recheck)) if corrections else ([], [])
     for item in due:
         if item.book.currency != book.currency:
@@ -175,25 +176,48 @@ def period_close(
         if close.is_incomplete:
             changes["incomplete_reason"] = close.incomplete_reason
             changes["incomplete_ranges"] = [item["message"] for item in close.incomplete_ranges]
-        if latency_unseen:
-            changes["latency_unseen_windows"] = latency_unseen
+        changes.update(_blind_spots_audited(blind))
         audit_record(action="close", obj=close, changes=changes)
-    if latency_unseen:
-        # Not refused: an inference pod meant to serve without the histogram (a batch server)
-        # would hold every close, and accepting a month incomplete accepts every problem.
-        logger.warning(
-            "%s closed with %d windows whose inference pods served without the latency"
-            " histogram: no SLA breach of theirs (pricing rule 4) is in it",
-            period,
-            latency_unseen,
-        )
+    _blind_spots_say(period, blind)
     return PeriodCloseOutcome(
         period_close=close,
         created=True,
         corrected_periods=tuple(item.period for item in due),
         corrections_withheld=tuple(withheld),
-        latency_unseen_windows=latency_unseen,
+        blind_spots=blind,
     )
+
+
+def _blind_spots_audited(blind: BlindSpots) -> dict[str, object]:
+    changes: dict[str, object] = {}
+    if blind.latency_unseen_windows:
+        changes["latency_unseen_windows"] = blind.latency_unseen_windows
+    if blind.identity_guessed_windows:
+        changes["identity_guessed_windows"] = blind.identity_guessed_windows
+        changes["identity_guessed_gpu_seconds"] = blind.identity_guessed_gpu_seconds
+    return changes
+
+
+def _blind_spots_say(period: str, blind: BlindSpots) -> None:
+    """Logged, so beat's close says it too. Not refused: an inference pod meant to serve
+    without the histogram, or pods kube-state-metrics never scrapes (a pod living less than
+    its scrape interval), would hold every close, and accepting a month incomplete accepts
+    every problem with them."""
+    if blind.latency_unseen_windows:
+        logger.warning(
+            "%s closed with %d windows whose inference pods served without the latency"
+            " histogram: no SLA breach of theirs (pricing rule 4) is in it",
+            period,
+            blind.latency_unseen_windows,
+        )
+    if blind.identity_guessed_windows:
+        logger.warning(
+            "%s closed with %d windows holding %s GPU-seconds of pods kube-state-metrics did"
+            " not describe: their task, team and kind are guesses",
+            period,
+            blind.identity_guessed_windows,
+            blind.identity_guessed_gpu_seconds,
+        )
 
 
 @contextmanager

@@ -241,3 +241,24 @@ def test_it_logs_unmeasured_inference_latency_in_the_beat_close(boundary_pool, c
         "2026-09 closed with 1 windows whose inference pods served without the latency"
         " histogram: no SLA breach of theirs (pricing rule 4) is in it"
     ) in caplog.text
+
+
+def test_it_closes_a_month_with_guessed_identity_and_says_how_many_gpu_seconds(boundary_pool):
+    """GPU-seconds of pods kube-state-metrics did not describe (IngestWindow.
+    undescribed_gpu_seconds): their team is a guess, which the close says and audits."""
+    IngestWindow.objects.filter(
+        source=boundary_pool.source,
+        start__gte=dt.datetime(2026, 9, 16, tzinfo=UTC),
+        start__lt=dt.datetime(2026, 9, 16, 2, tzinfo=UTC),
+    ).update(undescribed_gpu_seconds=Decimal("1200.5"))
+
+    output = command_output("close_period", "--period", SEPTEMBER)
+
+    assert not PeriodClose.objects.get(period=SEPTEMBER).is_incomplete
+    assert (
+        "note: 2 windows hold 2401.000000 GPU-seconds of pods kube-state-metrics did not"
+        " describe: their task, team and kind are guesses"
+    ) in output
+    (entry,) = AuditEntry.objects.filter(object_type="billing.periodclose", action="close")
+    assert entry.changes["identity_guessed_windows"] == 2
+    assert entry.changes["identity_guessed_gpu_seconds"] == "2401.000000"

@@ -86,11 +86,19 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"closed INCOMPLETE ({', '.join(what)}), accepted: {close.incomplete_reason}"
             )
-        if outcome.latency_unseen_windows:
+        blind = outcome.blind_spots
+        if blind.latency_unseen_windows:
             self.stdout.write(
-                f"note: {outcome.latency_unseen_windows} windows have inference pods that served"
+                f"note: {blind.latency_unseen_windows} windows have inference pods that served"
                 " without the latency histogram: no SLA breach of theirs (pricing rule 4) is in"
                 " this close; the windows' warnings name them"
+            )
+        if blind.identity_guessed_windows:
+            self.stdout.write(
+                f"note: {blind.identity_guessed_windows} windows hold"
+                f" {blind.identity_guessed_gpu_seconds} GPU-seconds of pods kube-state-metrics"
+                " did not describe: their task, team and kind are guesses; the windows'"
+                " warnings name them"
             )
         for statement in close.statements.select_related("team"):
             self.stdout.write(f"  {statement.team.name}: {statement.total}")
