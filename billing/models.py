@@ -336,6 +336,16 @@ class PeriodClose(ImmutableModel):
     # The capacity of each GPU class in the month, exact GPU-seconds as text, by class name
     # ({"default": "..."} alone in a month without classes; empty for closes made before).
     capacity_gpu_seconds_by_class = models.JSONField(default=dict, blank=True)
+    # What the month's windows could not show at the close, every GPU sample there all the
+    # same (metering.selectors.BlindSpots): windows with inference pods that served without the
+    # latency histogram (no SLA breach of theirs, rule 4), and windows and GPU-seconds of pods
+    # kube-state-metrics did not describe (their task, team and kind guessed). Said, never
+    # refused; 0 for closes made before they were counted.
+    latency_unseen_windows = models.PositiveIntegerField(default=0, db_default=0)
+    identity_guessed_windows = models.PositiveIntegerField(default=0, db_default=0)
+    identity_guessed_gpu_seconds = models.DecimalField(
+        max_digits=18, decimal_places=6, default=0, db_default=0
+    )
 
     class Meta:
         ordering = ["-period"]
@@ -368,6 +378,10 @@ class PeriodClose(ImmutableModel):
     @property
     def is_incomplete(self) -> bool:
         return bool(self.incomplete_reason)
+
+    @property
+    def has_blind_spots(self) -> bool:
+        return bool(self.latency_unseen_windows or self.identity_guessed_windows)
 
 
 class PeriodScenario(ImmutableModel):

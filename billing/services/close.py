@@ -169,7 +169,7 @@ def period_close(
                 raise PeriodCloseRefused(
                     period, [f"another close corrected {item.period} meanwhile; run it again"]
                 )
-        close = _store_close(bounds, book, priced, due, now, accepted, incomplete)
+        close = _store_close(bounds, book, priced, due, now, accepted, incomplete, blind)
         for hook, reading in readings:
             hook.store(close, reading)
         changes: dict[str, object] = {"pool_cost": close.pool_cost}
@@ -510,6 +510,7 @@ def _store_close(
     now: dt.datetime,
     accepted: str,
     incomplete: list[WindowProblem],
+    blind: BlindSpots,
 ) -> PeriodClose:
     result = priced.result
     team_lines: dict[str, list[StatementLine]] = defaultdict(list)
@@ -563,6 +564,9 @@ def _store_close(
         capacity_gpu_seconds_by_class={
             name: str(seconds) for name, seconds in result.capacity_gpu_seconds_by_class
         },
+        latency_unseen_windows=blind.latency_unseen_windows,
+        identity_guessed_windows=blind.identity_guessed_windows,
+        identity_guessed_gpu_seconds=blind.identity_guessed_gpu_seconds,
     )
     _store_scenarios(close, book, priced, corrections, now)
     _store_statements(close, bounds, book, team_lines, totals, line_contributions)
