@@ -19,6 +19,7 @@ from django.urls import reverse
 
 from access.models import Role
 from config import settings as config_settings
+from config.embedded import embedded_postgres_pid, embedded_postgres_stop
 from tests.conftest import REPO
 
 
@@ -93,17 +94,25 @@ def test_it_checks_with_manage_py_and_no_database_url() -> None:
             timeout=120,
         )
 
-    result = manage("check", "--database", "default")
-    assert result.returncode == 0, result.stderr
-    assert "System check identified no issues" in result.stdout
-    connected = manage(
-        "shell", "--no-imports", "-c",
-        "import os; from django.db import connection; connection.ensure_connection();"
-        " print(os.environ['DATABASE_URL'])",
-    )  # fmt: skip
-    assert connected.returncode == 0, connected.stderr
     var = Path(env.get("TANDEM_VAR_DIR", REPO / "var"))
-    assert str(var / "pgdata") in unquote(connected.stdout)
+    # Under `make test` the session's embedded server runs already; a session run against
+    # another DATABASE_URL has none, and the one manage.py starts here is this test's to stop.
+    running_before = embedded_postgres_pid(var)
+    try:
+        result = manage("check", "--database", "default")
+        assert result.returncode == 0, result.stderr
+        assert "System check identified no issues" in result.stdout
+        connected = manage(
+            "shell", "--no-imports", "-c",
+            "import os; from django.db import connection; connection.ensure_connection();"
+            " print(os.environ['DATABASE_URL'])",
+        )  # fmt: skip
+        assert connected.returncode == 0, connected.stderr
+        assert str(var / "pgdata") in unquote(connected.stdout)
+    finally:
+        started = embedded_postgres_pid(var)
+        if running_before is None and started is not None:
+            assert embedded_postgres_stop(var, started)
 
 
 def test_it_starts_with_production_settings_from_the_environment() -> None:
