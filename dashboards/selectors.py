@@ -57,6 +57,7 @@ from metering.models import (
     UsageInterval,
 )
 from metering.selectors import (
+    blind_spot_counts,
     capacity_parts,
     hour_start,
     hourly_rollup_serves,
@@ -204,15 +205,11 @@ class WindowProblems:
     failed: int
     incomplete: int
     examples: list[IngestWindow]
-    # Done windows in which kube-state-metrics could not show preemptions (a release before
-    # v2.19): nothing will change them, so they are not "not complete yet", but rule 5 is blind.
-    preemptions_unseen: int = 0
-    # Done windows with inference pods that served without the latency histogram (vLLM with
-    # --disable-log-stats, another server): their SLA breaches, and rule 4, are not seen.
-    latency_unseen: int = 0
-    # Done windows with GPU-seconds of pods kube-state-metrics did not describe: their task,
-    # team and kind are guesses.
-    identity_guessed: int = 0
+    # Done windows that nothing will change, so not "not complete yet", but whose preemptions,
+    # inference latency or pods' identity could not be seen (metering.selectors.BlindSpots).
+    preemptions_unseen_windows: int = 0
+    latency_unseen_windows: int = 0
+    identity_guessed_windows: int = 0
 
     @property
     def any(self) -> bool:
@@ -231,15 +228,7 @@ def window_problems(*, start: dt.datetime, end: dt.datetime, limit: int = 8) -> 
         running=Count("id", filter=Q(status="running")),
         failed=Count("id", filter=Q(status="failed")),
         incomplete=Count("id", filter=incomplete),
-        preemptions_unseen=Count(
-            "id", filter=Q(status=IngestWindow.Status.DONE, preemptions_unreadable=True)
-        ),
-        latency_unseen=Count(
-            "id", filter=Q(status=IngestWindow.Status.DONE, latency_unseen_pods__gt=0)
-        ),
-        identity_guessed=Count(
-            "id", filter=Q(status=IngestWindow.Status.DONE, undescribed_gpu_seconds__gt=0)
-        ),
+        **blind_spot_counts(),
     )
     examples = list(in_range.filter(problems).select_related("source").order_by("start")[:limit])
     return WindowProblems(examples=examples, **counts)

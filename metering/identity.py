@@ -55,7 +55,7 @@ def _task_identity(plan: sources.QueryPlan, pod: PodKey, identity: PodIdentity) 
     kind = plan.priority_class_kinds.get(identity.priority_class, DEFAULT_KIND)
     return TaskIdentity(
         namespace=namespace,
-        external_id=identity.task_label or identity.owner_name or pod_name,
+        external_id=identity.task_name(pod_name),
         team=identity.team_label or namespace,
         kind=kind,
         fault_domain=identity.node,

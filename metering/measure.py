@@ -95,6 +95,11 @@ class PodIdentity:
     gpus_requested: Fraction = Fraction(0)
     running: bool = False
 
+    def task_name(self, pod_name: str) -> str:
+        """The task the pod counts under within its namespace: its task label, else its
+        owner, else the pod itself (metering.identity names tasks so)."""
+        return self.task_label or self.owner_name or pod_name
+
 
 @dataclass
 class SeriesTicks:
@@ -313,7 +318,7 @@ def _observe_meters(
     plan: sources.QueryPlan,
     first: int,
     parallel: int,
-) -> dict[Target, str]:
+) -> dict[Target, set[str]]:
     """Every meter of the plan, parsed into `observed`; returns the scrape targets that
     answered the series of a meter in GAP_EFFECTS, with the meters they answered."""
     step = plan.step_seconds
@@ -858,11 +863,8 @@ def _inference_through(
 
 
 def _task_of(pod: PodKey, identity: PodIdentity | None) -> tuple[str, str]:
-    """The task a pod counts under, as identity.py names it (its task label, else its owner,
-    else itself), within its namespace."""
-    if identity is None:
-        return pod
-    return (pod[0], identity.task_label or identity.owner_name or pod[1])
+    """(namespace, task) of a pod (`PodIdentity.task_name`); the pod itself without a view."""
+    return pod if identity is None else (pod[0], identity.task_name(pod[1]))
 
 
 # The words of a window with inference pods whose latency went unmeasured (`_latency_unseen`).

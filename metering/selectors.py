@@ -126,29 +126,39 @@ def windows_missing(
 @dataclass(frozen=True)
 class BlindSpots:
     """Done windows of a range whose rows cannot show all that pricing reads, though every GPU
-    sample is there: inference pods that served without the latency histogram (no SLA breach
-    of theirs is seen, rule 4), and GPU-seconds of pods kube-state-metrics did not describe
-    (their task, team and kind are guesses)."""
+    sample is there: kube-state-metrics wrote no preemption reason (rule 5's credits unseen),
+    inference pods served without the latency histogram (no SLA breach of theirs is seen,
+    rule 4), and GPU-seconds of pods kube-state-metrics did not describe (their task, team and
+    kind are guesses)."""
 
+    preemptions_unseen_windows: int = 0
     latency_unseen_windows: int = 0
     identity_guessed_windows: int = 0
     identity_guessed_gpu_seconds: Decimal = Decimal(0)
+
+
+# What makes a done window one of each kind of `BlindSpots`.
+BLIND_SPOT_CONDITIONS = {
+    "preemptions_unseen_windows": Q(preemptions_unreadable=True),
+    "latency_unseen_windows": Q(latency_unseen_pods__gt=0),
+    "identity_guessed_windows": Q(undescribed_gpu_seconds__gt=0),
+}
+
+
+def blind_spot_counts() -> dict[str, Count]:
+    """The done windows of each kind of `BlindSpots`, as aggregates of a query over windows,
+    so that a reader counting more of them (dashboards' window problems) asks once."""
+    done = Q(status=IngestWindow.Status.DONE)
+    return {name: Count("id", filter=done & kind) for name, kind in BLIND_SPOT_CONDITIONS.items()}
 
 
 def window_blind_spots(*, start: datetime, end: datetime) -> BlindSpots:
     """`BlindSpots` of the done windows in [start, end), in one query."""
     found = IngestWindow.objects.filter(
         start__lt=end, end__gt=start, status=IngestWindow.Status.DONE
-    ).aggregate(
-        latency=Count("id", filter=Q(latency_unseen_pods__gt=0)),
-        guessed=Count("id", filter=Q(undescribed_gpu_seconds__gt=0)),
-        guessed_seconds=Sum("undescribed_gpu_seconds"),
-    )
-    return BlindSpots(
-        latency_unseen_windows=found["latency"],
-        identity_guessed_windows=found["guessed"],
-        identity_guessed_gpu_seconds=found["guessed_seconds"] or Decimal(0),
-    )
+    ).aggregate(**blind_spot_counts(), guessed_seconds=Sum("undescribed_gpu_seconds"))
+    guessed_seconds = found.pop("guessed_seconds") or Decimal(0)
+    return BlindSpots(**found, identity_guessed_gpu_seconds=guessed_seconds)
 
 
 def completeness(*, start: datetime, end: datetime) -> Decimal:
@@ -235,24 +245,17 @@ def usage_report(*, start: datetime, end: datetime, group_by: str) -> dict[str, 
             [start, end],
         )
         capacity = cursor.fetchone()[0]
-    # Windows whose kube-state-metrics could not show preemptions (the counts below miss
-    # any), those with inference pods whose latency was not measured (no SLA breach of
-    # theirs can be seen), and those with pods it did not describe (their groups are guesses).
-    unseen = IngestWindow.objects.filter(
-        start__lt=end, end__gt=start, status=IngestWindow.Status.DONE
-    ).aggregate(
-        preemptions=Count("id", filter=Q(preemptions_unreadable=True)),
-        latency=Count("id", filter=Q(latency_unseen_pods__gt=0)),
-        guessed=Count("id", filter=Q(undescribed_gpu_seconds__gt=0)),
-    )
+    # Windows whose preemptions (the counts below miss any), inference latency or pods'
+    # identity (their groups are guesses) could not be seen.
+    blind = window_blind_spots(start=start, end=end)
     return {
         "start": start.isoformat().replace("+00:00", "Z"),
         "end": end.isoformat().replace("+00:00", "Z"),
         "capacity_gpu_hours": _gpu_hours(capacity),
         "completeness": str(completeness(start=start, end=end)),
-        "windows_without_preemptions": unseen["preemptions"],
-        "windows_without_latency": unseen["latency"],
-        "windows_with_guessed_identity": unseen["guessed"],
+        "windows_without_preemptions": blind.preemptions_unseen_windows,
+        "windows_without_latency": blind.latency_unseen_windows,
+        "windows_with_guessed_identity": blind.identity_guessed_windows,
         "groups": [
             {
                 "group": group,

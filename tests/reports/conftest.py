@@ -39,3 +39,11 @@ def people(report_pool: pools.ReportPool) -> dict[str, Client]:
         client.force_login(user)
         clients[name] = client
     return clients
+
+
+@pytest.fixture
+def finance(db) -> Client:
+    """A finance user's client, for a test that builds its own pool (not `report_pool`)."""
+    client = Client()
+    client.force_login(RoleFactory(user__username="fiona", name=Role.Name.FINANCE).user)
+    return client

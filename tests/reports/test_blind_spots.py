@@ -7,15 +7,12 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
-from access.models import Role
 from billing.models import PeriodClose
 from billing.selectors import period_bounds
 from billing.services import period_close
 from metering.models import IngestWindow
-from tests.factories import RoleFactory
 from tests.pools import reports as pools
 
 
@@ -33,13 +30,6 @@ def blind(db) -> tuple[pools.ReportPool, PeriodClose]:
         period=pools.PERIOD, accept_incomplete="only 1 October was metered (test pool)"
     ).period_close
     return report_pool, close
-
-
-@pytest.fixture
-def finance(db) -> Client:
-    client = Client()
-    client.force_login(RoleFactory(user__username="fiona", name=Role.Name.FINANCE).user)
-    return client
 
 
 def panel(html: str) -> str:

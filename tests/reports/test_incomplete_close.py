@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
-from access.models import Role
 from billing.models import PeriodClose
 from billing.services import period_close
 from reports import services
 from reports.models import ReportFile
-from tests.factories import RoleFactory
 from tests.pools import reports as pools
 from tests.reports.test_pdf import pdf_text
 
@@ -28,13 +25,6 @@ def incomplete(db) -> tuple[pools.ReportPool, PeriodClose]:
     report_pool = pools.build_report_pool()
     close = period_close(period=pools.PERIOD, accept_incomplete=REASON).period_close
     return report_pool, close
-
-
-@pytest.fixture
-def finance(db) -> Client:
-    client = Client()
-    client.force_login(RoleFactory(user__username="fiona", name=Role.Name.FINANCE).user)
-    return client
 
 
 def flag(html: str) -> str:
