@@ -20,6 +20,10 @@ MAX_DAYS = 400
 POOL_MODES = ("shared", "separate")
 # uniform: every GPU an H100; mixed: nodes cycle through H100, A100 and L40S (see layout).
 GPU_MODEL_MIXES = ("uniform", "mixed")
+# Who preempts training for inference: kube-scheduler (each pod says so in kube-state-metrics'
+# `kube_pod_status_reason`), or Kueue, which evicts the workload itself and counts it in its
+# own `kueue_evicted_workloads_total` while the pods carry no preemption reason.
+PREEMPTERS = ("scheduler", "kueue")
 
 
 class SimulatorConfigError(ValueError):
@@ -128,6 +132,9 @@ class PoolConfig:
     # while its scrape target answers. With any, Prometheus' `up` of every vLLM replica is
     # written too (by default none is, so the default output stays as it was).
     vllm_without_stats: tuple[str, ...] = ()
+    # PREEMPTERS: "kueue" writes Kueue's eviction counter and its `up` instead of the pods'
+    # PreemptionByScheduler reason (the default writes no Kueue series, so it stays as it was).
+    preemptions_by: str = "scheduler"
 
     def __post_init__(self) -> None:
         _check_whole("--gpus", self.gpus, 1, MAX_GPUS)
@@ -159,6 +166,11 @@ class PoolConfig:
             raise SimulatorConfigError(
                 f"--kube-state-metrics must be one of {', '.join(KSM_VERSIONS)}, "
                 f"got {self.kube_state_metrics!r}"
+            )
+        if self.preemptions_by not in PREEMPTERS:
+            raise SimulatorConfigError(
+                f"--preemptions-by must be one of {', '.join(PREEMPTERS)}, "
+                f"got {self.preemptions_by!r}"
             )
         if not isinstance(self.vllm_without_stats, tuple) or not all(
             isinstance(model, str) and model for model in self.vllm_without_stats

@@ -90,6 +90,12 @@ JOB_GPU_CHOICES = ((1, 0.45), (2, 0.3), (4, 0.2), (8, 0.05))
 REPLICA_TARGET_LOAD = 0.7
 SCALE_DOWN_AFTER_SECONDS = 600
 STARVATION_SECONDS = 3 * 3600
+# Kueue's controller as Prometheus scrapes it (its metrics Service, HTTPS port 8443), and its
+# counter of evicted workloads (Kueue's pkg/metrics: per cluster queue, reason, underlying
+# cause, priority class and replica role; a Prometheus client CounterVec, so a label set's
+# series exists only from its first increment on).
+KUEUE_TARGET = 'job="kueue",instance="10.96.0.50:8443"'
+KUEUE_UP = f"up{{{KUEUE_TARGET}}} "
 
 
 @dataclass(frozen=True)
@@ -184,6 +190,14 @@ class Pool:
         self.sequence = 0
         self.started = False
         self.separate = config.pools == "separate"
+        # --preemptions-by kueue: the `kueue_evicted_workloads_total` line prefix of each label
+        # set evicted so far -> its workloads evicted, in the order the label sets appeared;
+        # and the tasks already evicted at the tick being run, since a workload is evicted
+        # once however many of its pods go (see _count_eviction).
+        self.kueue = config.preemptions_by == "kueue"
+        self.kueue_evictions: dict[str, int] = {}
+        self._evicted_tick: int | None = None
+        self._evicted_tasks: set[Task] = set()
         self._create_services()
         served = {service.model_name for service in self.services}
         for model in config.vllm_without_stats:
@@ -823,7 +837,11 @@ class Pool:
     def _preempt(self, victim: Pod, t: int) -> None:
         task = victim.task
         ran = t - victim.scheduled
-        self._end(victim, t, "Failed", preempted=True)
+        # Kueue evicts the workload (suspends its Job, whose pods are deleted): kube-scheduler
+        # preempted nothing, so the pod carries no PreemptionByScheduler reason.
+        self._end(victim, t, "Failed", preempted=not self.kueue)
+        if self.kueue:
+            self._count_eviction(task, t)
         lost = self._after_interruption(victim, ran)
         task.preemptions.append(
             {
@@ -834,6 +852,24 @@ class Pool:
                 "lost_gpu_seconds": f"{lost * task.request_gpus}.000000",
             }
         )
+
+    def _count_eviction(self, task: Task, t: int) -> None:
+        """Kueue's count of `task`'s workload evicted at `t`, once per tick: the pods of a gang
+        Job preempted at one tick are one workload's eviction. _emit writes it at `t` already,
+        with the pod's end (preemption runs in _schedule, before _emit)."""
+        if self._evicted_tick != t:
+            self._evicted_tick, self._evicted_tasks = t, set()
+        if task in self._evicted_tasks:
+            return
+        self._evicted_tasks.add(task)
+        # The simulated pool queues each namespace's workloads in a ClusterQueue named after
+        # it (through a LocalQueue), so the cluster queue is the task's namespace.
+        prefix = (
+            f'kueue_evicted_workloads_total{{{KUEUE_TARGET},cluster_queue="{task.namespace}",'
+            f'reason="Preempted",underlying_cause="",priority_class="{task.priority_class}",'
+            f'replica_role="leader"}} '
+        )
+        self.kueue_evictions[prefix] = self.kueue_evictions.get(prefix, 0) + 1
 
     # -- per-pod behaviour -------------------------------------------------------------------
 
@@ -955,6 +991,9 @@ class Pool:
         for group in (self.lingering, self.pending, self.running):
             for pod in group:
                 lines += pod.ksm_lines
+        if self.kueue:
+            lines.append(KUEUE_UP + "1")
+            lines += [prefix + str(count) for prefix, count in self.kueue_evictions.items()]
         return lines
 
     def _read_device(self, device: Device) -> tuple[int, int, list[str]]:

@@ -23,6 +23,7 @@ COUNTER_FAMILIES = {
     "container_fs_writes_total",
     "container_fs_reads_bytes_total",
     "container_fs_writes_bytes_total",
+    "kueue_evicted_workloads_total",
 }
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

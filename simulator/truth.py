@@ -46,6 +46,7 @@ Top level
 ---------
 {"meta": {"seed", "gpus", "start", "end" (ISO Z), "scrape_interval_seconds", "step_seconds",
           "timezone", "pools": "shared"|"separate" (separate adds inference-only nodes),
+          "preemptions_by": "kueue" (only then; absent: kube-scheduler preempts),
           "nodes": [{"name", "hostname_label": "Hostname"|"hostname",
           "pod_label_style": "pod"|"exported_pod", "gpus": [{"UUID", "gpu",
           "mode": "whole"|"mig"|"timesliced", "modelName",
@@ -74,7 +75,10 @@ Top level
                                       same numbers: use one level per pod, never both
      "preemptions": [{"pod", "at", "gpus", "seconds_since_start", "lost_gpu_seconds"}],
           at = ISO time of the first tick with kube_pod_status_reason{reason=
-          "PreemptionByScheduler"} = 1; gpus = the pod's nvidia_com_gpu request;
+          "PreemptionByScheduler"} = 1 (with "preemptions_by": "kueue", never 1: at = the
+          first tick of the pod's phase Failed, where its task's
+          kueue_evicted_workloads_total counts the eviction; see below);
+          gpus = the pod's nvidia_com_gpu request;
           seconds_since_start = at - the pod's kube_pod_status_scheduled_time;
           lost_gpu_seconds = work since the pod's last checkpoint x gpus (decimal string;
           exporters cannot tell this)
@@ -86,6 +90,14 @@ Top level
  "services": {"<namespace>/<model_name>": {"team", "slo_p99_ms",
      "bucket_bounds": ["0.3", ..., "60.0", "+Inf"],  exactly the `le` strings written
      "increments": {"<interval>": [cumulative count per bound, summed over replicas]}}}}
+
+With "preemptions_by": "kueue", Prometheus' `up{job="kueue",instance="10.96.0.50:8443"}` is 1
+at every tick, and `kueue_evicted_workloads_total{job="kueue",instance="10.96.0.50:8443",
+cluster_queue="<task namespace>",reason="Preempted",underlying_cause="",
+priority_class="<task priority_class>",replica_role="leader"}` counts the workloads evicted so far
+(one per task and tick in "preemptions": a gang Job's pods preempted at one tick count once),
+written from the tick of its first eviction on (first value 1, or more if several at that tick;
+never 0) at every tick, the increment at the preemption's `at`.
 
 Counter increments per interval = value at the last sample in the interval - value at the last
 sample before it (0 if the series had none: counters start at 0 when the pod starts, so its
@@ -144,6 +156,8 @@ def build_truth(pool: Pool, *, samples_written: int) -> dict:
             "step_seconds": config.step_seconds,
             "timezone": config.timezone,
             "pools": config.pools,
+            # Only when not the default, so that the default file stays as it was.
+            **({"preemptions_by": "kueue"} if config.preemptions_by == "kueue" else {}),
             "nodes": describe_nodes(pool.nodes),
             "silent_exporters": [
                 {

@@ -16,6 +16,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from simulator.config import (
+    PREEMPTERS,
     PoolConfig,
     SimulatorConfigError,
     parse_silent_exporter,
@@ -63,6 +64,15 @@ class Command(BaseCommand):
             help="that served model's vLLM runs with --disable-log-stats: no vllm:* series while"
             " its scrape target answers (then Prometheus' up of every vLLM replica is written)",
         )
+        parser.add_argument(
+            "--preemptions-by",
+            default="scheduler",
+            metavar="{" + ",".join(PREEMPTERS) + "}",
+            help="who preempts training for inference: scheduler (kube-scheduler: the pod's"
+            " kube_pod_status_reason says PreemptionByScheduler) or kueue (Kueue evicts the"
+            " workload: no reason on the pod; kueue_evicted_workloads_total per cluster queue"
+            " and priority class, and Kueue's up, are written instead)",
+        )
         parser.add_argument("--serve", type=int, default=None, metavar="PORT")
         parser.add_argument("--host", default="127.0.0.1", help="address --serve binds to")
         parser.add_argument("--speed", type=float, default=1.0)
@@ -104,6 +114,7 @@ class Command(BaseCommand):
             gpu_models=options["gpu_models"],
             kube_state_metrics=options["kube_state_metrics"],
             vllm_without_stats=tuple(options["vllm_without_stats"]),
+            preemptions_by=options["preemptions_by"],
             silent_exporters=tuple(
                 parse_silent_exporter(text) for text in options["silent_exporter"]
             ),
