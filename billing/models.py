@@ -339,13 +339,16 @@ class PeriodClose(ImmutableModel):
     # What the month's windows could not show at the close, every GPU sample there all the
     # same (metering.selectors.BlindSpots): windows with inference pods that served without the
     # latency histogram (no SLA breach of theirs, rule 4), and windows and GPU-seconds of pods
-    # kube-state-metrics did not describe (their task, team and kind guessed). Said, never
-    # refused; 0 for closes made before they were counted.
+    # kube-state-metrics did not describe (their task, team and kind guessed), and windows and
+    # workloads Kueue preempted (no pod shows them, so no credit of rule 5 for them). Said,
+    # never refused; 0 for closes made before they were counted.
     latency_unseen_windows = models.PositiveIntegerField(default=0, db_default=0)
     identity_guessed_windows = models.PositiveIntegerField(default=0, db_default=0)
     identity_guessed_gpu_seconds = models.DecimalField(
         max_digits=18, decimal_places=6, default=0, db_default=0
     )
+    kueue_preemption_windows = models.PositiveIntegerField(default=0, db_default=0)
+    kueue_preempted_workloads = models.PositiveIntegerField(default=0, db_default=0)
 
     class Meta:
         ordering = ["-period"]
@@ -381,7 +384,11 @@ class PeriodClose(ImmutableModel):
 
     @property
     def has_blind_spots(self) -> bool:
-        return bool(self.latency_unseen_windows or self.identity_guessed_windows)
+        return bool(
+            self.latency_unseen_windows
+            or self.identity_guessed_windows
+            or self.kueue_preemption_windows
+        )
 
 
 class PeriodScenario(ImmutableModel):

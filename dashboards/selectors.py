@@ -206,10 +206,12 @@ class WindowProblems:
     incomplete: int
     examples: list[IngestWindow]
     # Done windows that nothing will change, so not "not complete yet", but whose preemptions,
-    # inference latency or pods' identity could not be seen (metering.selectors.BlindSpots).
+    # inference latency or pods' identity could not be seen, or in which Kueue preempted
+    # workloads no pod shows (metering.selectors.BlindSpots).
     preemptions_unseen_windows: int = 0
     latency_unseen_windows: int = 0
     identity_guessed_windows: int = 0
+    kueue_preemption_windows: int = 0
 
     @property
     def any(self) -> bool:
@@ -219,7 +221,8 @@ class WindowProblems:
 def window_problems(*, start: dt.datetime, end: dt.datetime, limit: int = 8) -> WindowProblems:
     """Windows in the range that are not done, or done with samples missing; and, apart,
     those done where kube-state-metrics could not show preemptions or did not describe GPU
-    pods, or where inference pods served without the latency histogram."""
+    pods, where inference pods served without the latency histogram, or where Kueue
+    preempted workloads."""
     in_range = IngestWindow.objects.filter(start__lt=end, end__gt=start)
     incomplete = Q(status=IngestWindow.Status.DONE, completeness__lt=1)
     problems = Q(status__in=["pending", "running", "failed"]) | incomplete

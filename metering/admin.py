@@ -161,6 +161,23 @@ class LatencyUnseenFilter(admin.SimpleListFilter):
         return queryset
 
 
+class KueuePreemptionsFilter(admin.SimpleListFilter):
+    """Windows in which Kueue preempted workloads (no pod shows them), or none."""
+
+    title = "Kueue preemptions"
+    parameter_name = "kueue_preemptions"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple]:
+        return [("yes", "Kueue preempted workloads"), ("no", "none")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() == "yes":
+            return queryset.filter(kueue_preempted_workloads__gt=0)
+        if self.value() == "no":
+            return queryset.filter(kueue_preempted_workloads=0)
+        return queryset
+
+
 @admin.register(models.IngestWindow)
 class IngestWindowAdmin(admin.ModelAdmin):
     list_display = [
@@ -174,7 +191,13 @@ class IngestWindowAdmin(admin.ModelAdmin):
         "changed_after_first_write",
         "error",
     ]
-    list_filter = ["status", "source", "preemptions_unreadable", LatencyUnseenFilter]
+    list_filter = [
+        "status",
+        "source",
+        "preemptions_unreadable",
+        LatencyUnseenFilter,
+        KueuePreemptionsFilter,
+    ]
     date_hierarchy = "start"
     readonly_fields = [*(f.name for f in models.IngestWindow._meta.fields), "recorded_queries"]
     actions = [ingest_again, replace_accepting_loss]

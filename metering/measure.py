@@ -140,6 +140,9 @@ class Observed:
     # series of that one, as its releases before v2.19 do (sources.reasons_at_zero_query).
     preemption_reason_series: int = 0
     preemptions_unreadable: bool = False
+    # Kueue's count of the workloads it evicted to preempt them: each series' (its labels,
+    # sorted) last reading; on the interval before the batch, its last in the look-back.
+    kueue_evicted: dict[tuple[tuple[str, str], ...], Decimal] = field(default_factory=dict)
     # Devices of time-sliced GPUs: ticks at which any series of theirs was there.
     present: dict[Device, int] = field(default_factory=dict)
     # Scrape target -> [scrapes attempted, scrapes answered] (Prometheus' `up`).
@@ -198,6 +201,8 @@ class IntervalFacts:
     waits: dict[PodKey, int] = field(default_factory=dict)  # scheduled, Unix seconds
     preemptions: dict[PodKey, dict[str, Any]] = field(default_factory=dict)
     preemptions_unreadable: bool = False  # see PREEMPTIONS_UNREADABLE
+    # Workloads Kueue evicted to preempt them, by cluster queue (`_kueue_preemptions`).
+    kueue_preemptions: dict[str, int] = field(default_factory=dict)
     # GPU-seconds of pods kube-state-metrics described somewhere in the batch, and of those it
     # described nowhere (`_identity_coverage`).
     described_gpu_seconds: Fraction = Fraction(0)
@@ -446,7 +451,27 @@ def _follow_ups(
             PARSERS[meter](result, observed, plan)
             _repeated_warn(result, observed, plan)
         _counters_unfound_warn(observed, meter, resumed)
+    _observe_kueue(runner, observed, plan)
     return shared
+
+
+def _observe_kueue(runner: _Runner, observed: dict[int, Observed], plan: sources.QueryPlan) -> None:
+    """Kueue's count of the workloads it preempted, per interval; where it counted any, each
+    series' last reading before the batch too. Where Kueue is not scraped, one query answers
+    nothing."""
+    result = runner.run("kueue", sources.kueue_preemptions_query(plan))
+    _parse_kueue(result, observed, plan)
+    if any(interval.kueue_evicted for interval in observed.values()):
+        query = sources.kueue_before_batch_query(plan)
+        result = runner.run("kueue_before_batch", query, at_start=True)
+        _parse_kueue(result, observed, plan)
+
+
+def _parse_kueue(
+    result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
+) -> None:
+    for interval, labels, _, value, _ in _points(result, observed, plan, needs_pod=False):
+        interval.kueue_evicted[tuple(sorted(labels.items()))] = value
 
 
 def _counters_unfound_warn(
@@ -538,7 +563,70 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
             io_earlier.setdefault(pod, {}).update(counters)
         latency_earlier.update(now.latency_last)
     _identity_coverage(intervals)
+    _kueue_preemptions(intervals, observed, plan, first)
     return Measured(intervals, observation.queries, observation.evaluation_seconds, plan)
+
+
+def _kueue_preemptions(
+    intervals: dict[int, IntervalFacts],
+    observed: dict[int, Observed],
+    plan: sources.QueryPlan,
+    first: int,
+) -> None:
+    """The workloads Kueue evicted to preempt them in each interval, by cluster queue, and a
+    warning where it did: Kueue stops a workload itself, not through kube-scheduler, so none
+    of these shows as a pod's preemption, and rule 5 pays no credit for them. Counted, not
+    attributed: Kueue's count says which cluster queue, not which task.
+
+    Each series counts from its last earlier reading (in the batch, else in the look-back
+    before it); one that went down counts from zero (Kueue restarted). A series with no
+    earlier reading was created by its first eviction, and counts its value, only where its
+    scrape target answered in the interval before: otherwise (its Prometheus holds nothing
+    older, Kueue's target is new to it) what it counted before cannot be told apart, and the
+    window says so instead."""
+    step = plan.step_seconds
+    earlier = dict(observed[first - step].kueue_evicted)
+    for start in sorted(intervals):
+        facts, before = intervals[start], observed[start - step]
+        counted: dict[str, int] = defaultdict(int)
+        unknown: list[dict[str, str]] = []
+        for series, value in sorted(observed[start].kueue_evicted.items()):
+            last = earlier.get(series)
+            earlier[series] = value
+            labels = dict(series)
+            if last is None:
+                answered = before.targets.get((labels.get("job", ""), labels.get("instance", "")))
+                if not (answered and answered[1]):
+                    unknown.append(labels)
+                    continue
+                last = Decimal(0)
+            increment = int(value - last if value >= last else value)
+            if increment:
+                counted[labels.get("cluster_queue", "")] += increment
+        facts.kueue_preemptions = dict(sorted(counted.items()))
+        if counted:
+            queues = ", ".join(f"{queue or '(none)'}: {n}" for queue, n in sorted(counted.items()))
+            facts.warnings.append(
+                KUEUE_PREEMPTIONS.format(
+                    workloads=sum(counted.values()), queues=queues, reason=plan.preemption_reason
+                )
+            )
+        for labels in unknown:
+            facts.warnings.append(
+                f"preemptions: Kueue's count {describe(labels)} is first read here, at"
+                f" {observed[start].kueue_evicted[tuple(sorted(labels.items()))]}, with no"
+                " earlier reading of it or of its scrape target: what it counted before this"
+                " window is not counted"
+            )
+
+
+# The words of a window in which Kueue preempted workloads (`_kueue_preemptions`).
+KUEUE_PREEMPTIONS = (
+    "preemptions: Kueue evicted {workloads} workload(s) to preempt them"
+    ' (kueue_evicted_workloads_total, reason "Preempted"; by cluster queue {queues}): Kueue'
+    ' stops a workload itself, so its pods show no "{reason}" reason and no starvation credit'
+    " (pricing rule 5) is paid for these preemptions"
+)
 
 
 def _identity_coverage(intervals: dict[int, IntervalFacts]) -> None:

@@ -128,13 +128,16 @@ class BlindSpots:
     """Done windows of a range whose rows cannot show all that pricing reads, though every GPU
     sample is there: kube-state-metrics wrote no preemption reason (rule 5's credits unseen),
     inference pods served without the latency histogram (no SLA breach of theirs is seen,
-    rule 4), and GPU-seconds of pods kube-state-metrics did not describe (their task, team and
-    kind are guesses)."""
+    rule 4), GPU-seconds of pods kube-state-metrics did not describe (their task, team and
+    kind are guesses), and workloads Kueue preempted (no pod shows them, so rule 5 pays no
+    credit for them)."""
 
     preemptions_unseen_windows: int = 0
     latency_unseen_windows: int = 0
     identity_guessed_windows: int = 0
     identity_guessed_gpu_seconds: Decimal = Decimal(0)
+    kueue_preemption_windows: int = 0
+    kueue_preempted_workloads: int = 0
 
 
 # What makes a done window one of each kind of `BlindSpots`.
@@ -142,6 +145,7 @@ BLIND_SPOT_CONDITIONS = {
     "preemptions_unseen_windows": Q(preemptions_unreadable=True),
     "latency_unseen_windows": Q(latency_unseen_pods__gt=0),
     "identity_guessed_windows": Q(undescribed_gpu_seconds__gt=0),
+    "kueue_preemption_windows": Q(kueue_preempted_workloads__gt=0),
 }
 
 
@@ -156,9 +160,18 @@ def window_blind_spots(*, start: datetime, end: datetime) -> BlindSpots:
     """`BlindSpots` of the done windows in [start, end), in one query."""
     found = IngestWindow.objects.filter(
         start__lt=end, end__gt=start, status=IngestWindow.Status.DONE
-    ).aggregate(**blind_spot_counts(), guessed_seconds=Sum("undescribed_gpu_seconds"))
+    ).aggregate(
+        **blind_spot_counts(),
+        guessed_seconds=Sum("undescribed_gpu_seconds"),
+        kueue_workloads=Sum("kueue_preempted_workloads"),
+    )
     guessed_seconds = found.pop("guessed_seconds") or Decimal(0)
-    return BlindSpots(**found, identity_guessed_gpu_seconds=guessed_seconds)
+    kueue_workloads = found.pop("kueue_workloads") or 0
+    return BlindSpots(
+        **found,
+        identity_guessed_gpu_seconds=guessed_seconds,
+        kueue_preempted_workloads=kueue_workloads,
+    )
 
 
 def completeness(*, start: datetime, end: datetime) -> Decimal:
@@ -245,8 +258,8 @@ def usage_report(*, start: datetime, end: datetime, group_by: str) -> dict[str, 
             [start, end],
         )
         capacity = cursor.fetchone()[0]
-    # Windows whose preemptions (the counts below miss any), inference latency or pods'
-    # identity (their groups are guesses) could not be seen.
+    # Windows whose preemptions (the counts below miss any; Kueue's are counted apart),
+    # inference latency or pods' identity (their groups are guesses) could not be seen.
     blind = window_blind_spots(start=start, end=end)
     return {
         "start": start.isoformat().replace("+00:00", "Z"),
@@ -256,6 +269,8 @@ def usage_report(*, start: datetime, end: datetime, group_by: str) -> dict[str, 
         "windows_without_preemptions": blind.preemptions_unseen_windows,
         "windows_without_latency": blind.latency_unseen_windows,
         "windows_with_guessed_identity": blind.identity_guessed_windows,
+        "windows_with_kueue_preemptions": blind.kueue_preemption_windows,
+        "kueue_preempted_workloads": blind.kueue_preempted_workloads,
         "groups": [
             {
                 "group": group,

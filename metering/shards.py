@@ -70,8 +70,9 @@ logger = logging.getLogger(__name__)
 # its host's network (`measure._latency_unseen`), and whether its labels, owner and info were
 # read (`labelled`, `owned`, `informed`: `measure._described`); and the scrape targets that
 # answered I/O, latency or identity series hold every meter they answered
-# (`Observation.gap_targets`).
-OBSERVATION_VERSION = 10
+# (`Observation.gap_targets`); 11: each interval holds Kueue's count of the workloads it
+# preempted (`Observed.kueue_evicted`, filled by the combiner's follow-ups).
+OBSERVATION_VERSION = 11
 
 Asked = TypeVar("Asked")
 

@@ -837,6 +837,29 @@ def reasons_at_zero_query(plan: QueryPlan) -> str:
     return f"count(last_over_time({evicted}{plan.window}) == 0)"
 
 
+# Kueue preempts a workload itself: it evicts it (suspends its Job, whose pods are then
+# deleted), never through kube-scheduler, so the pods carry no `PreemptionByScheduler`
+# reason and kube-state-metrics shows no preemption. What Kueue counts is per cluster queue,
+# each label set's series created at its first eviction (kubernetes-sigs/kueue,
+# pkg/metrics/metrics.go), which cannot say which task it was.
+KUEUE_EVICTIONS = "kueue_evicted_workloads_total"
+KUEUE_PREEMPTED = "Preempted"
+
+
+def kueue_preemptions_query(plan: QueryPlan) -> str:
+    """Each series of Kueue's count of the workloads it evicted to preempt them: its last
+    reading in each interval (measure._kueue_preemptions takes the increments)."""
+    evicted = selector(plan, KUEUE_EVICTIONS, label_matcher("reason", KUEUE_PREEMPTED))
+    return f"last_over_time({evicted}{plan.window})"
+
+
+def kueue_before_batch_query(plan: QueryPlan) -> str:
+    """The same series' last reading in the COUNTER_LOOKBACK_SECONDS up to the batch's start
+    (evaluated there), from which the batch's first increments count."""
+    evicted = selector(plan, KUEUE_EVICTIONS, label_matcher("reason", KUEUE_PREEMPTED))
+    return f"last_over_time({evicted}[{COUNTER_LOOKBACK_SECONDS}s] offset 1ms)"
+
+
 def preemption_ticks_query(plan: QueryPlan, pods: Iterable[str]) -> str:
     """For the pods found preempted: the first tick at which their reason was 1."""
     names = regex_alternatives(pods)

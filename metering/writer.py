@@ -384,6 +384,7 @@ def _run_write(
                 "latency_unseen_pods",
                 "undescribed_gpu_seconds",
                 "described_gpu_seconds",
+                "kueue_preempted_workloads",
             )
         }
         now = timezone.now()
@@ -422,6 +423,7 @@ def _run_write(
                     len(facts.latency_unseen),
                     identity.undescribed,
                     identity.described,
+                    sum(facts.kueue_preemptions.values()),
                 )
             )
         usage_seconds = _rows_replace(replaced)
@@ -521,6 +523,7 @@ def _kept_result(
         before["latency_unseen_pods"],
         before["undescribed_gpu_seconds"],
         before["described_gpu_seconds"],
+        before["kueue_preempted_workloads"],
     )
 
 
@@ -591,7 +594,7 @@ def _windows_result_update(
     runs over these windows that no window points at any more go."""
     row = "(%s::bigint, %s::int, %s::bigint, %s::bigint, %s::numeric, %s::jsonb, %s::text,"
     row += " %s::timestamptz, %s::timestamptz, %s::boolean, %s::int, %s::numeric,"
-    row += " %s::numeric)"
+    row += " %s::numeric, %s::int)"
     bounds = {"source": run[0].source_id, "first": run[0].start, "last": run[-1].start}
     with connection.cursor() as cursor:
         cursor.execute(
@@ -610,10 +613,10 @@ def _windows_result_update(
             " first_written = v.first_written, changed_after_first_write = v.changed,"
             " preemptions_unreadable = v.unreadable, latency_unseen_pods = v.latency_unseen,"
             " undescribed_gpu_seconds = v.undescribed, described_gpu_seconds = v.described,"
-            " updated = %s"
+            " kueue_preempted_workloads = v.kueue, updated = %s"
             f" FROM (VALUES {', '.join([row] * len(results))})"
             " AS v(id, rows, seen, expected, completeness, warnings, hash, first_written, changed,"
-            " unreadable, latency_unseen, undescribed, described)"
+            " unreadable, latency_unseen, undescribed, described, kueue)"
             " WHERE w.id = v.id",
             [
                 IngestWindow.Status.DONE,

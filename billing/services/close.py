@@ -195,14 +195,17 @@ def _blind_spots_audited(blind: BlindSpots) -> dict[str, object]:
     if blind.identity_guessed_windows:
         changes["identity_guessed_windows"] = blind.identity_guessed_windows
         changes["identity_guessed_gpu_seconds"] = blind.identity_guessed_gpu_seconds
+    if blind.kueue_preemption_windows:
+        changes["kueue_preemption_windows"] = blind.kueue_preemption_windows
+        changes["kueue_preempted_workloads"] = blind.kueue_preempted_workloads
     return changes
 
 
 def _blind_spots_say(period: str, blind: BlindSpots) -> None:
     """Logged, so beat's close says it too. Not refused: an inference pod meant to serve
     without the histogram, or pods kube-state-metrics never scrapes (a pod living less than
-    its scrape interval), would hold every close, and accepting a month incomplete accepts
-    every problem with them."""
+    its scrape interval), or a pool whose preemptions Kueue makes, would hold every close,
+    and accepting a month incomplete accepts every problem with them."""
     if blind.latency_unseen_windows:
         logger.warning(
             "%s closed with %d windows whose inference pods served without the latency"
@@ -217,6 +220,14 @@ def _blind_spots_say(period: str, blind: BlindSpots) -> None:
             period,
             blind.identity_guessed_windows,
             blind.identity_guessed_gpu_seconds,
+        )
+    if blind.kueue_preemption_windows:
+        logger.warning(
+            "%s closed with %d workloads Kueue preempted in %d windows: no pod shows them"
+            " preempted, so no starvation credit (pricing rule 5) for them is in it",
+            period,
+            blind.kueue_preempted_workloads,
+            blind.kueue_preemption_windows,
         )
 
 
@@ -567,6 +578,8 @@ def _store_close(
         latency_unseen_windows=blind.latency_unseen_windows,
         identity_guessed_windows=blind.identity_guessed_windows,
         identity_guessed_gpu_seconds=blind.identity_guessed_gpu_seconds,
+        kueue_preemption_windows=blind.kueue_preemption_windows,
+        kueue_preempted_workloads=blind.kueue_preempted_workloads,
     )
     _store_scenarios(close, book, priced, corrections, now)
     _store_statements(close, bounds, book, team_lines, totals, line_contributions)

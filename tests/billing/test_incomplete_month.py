@@ -262,3 +262,30 @@ def test_it_closes_a_month_with_guessed_identity_and_says_how_many_gpu_seconds(b
     (entry,) = AuditEntry.objects.filter(object_type="billing.periodclose", action="close")
     assert entry.changes["identity_guessed_windows"] == 2
     assert entry.changes["identity_guessed_gpu_seconds"] == "2401.000000"
+
+
+def test_it_closes_a_month_in_which_kueue_preempted_and_says_how_many_workloads(
+    boundary_pool, caplog
+):
+    """Workloads Kueue preempted (IngestWindow.kueue_preempted_workloads) show on no pod, so
+    rule 5 pays no credit for them; a pool run by Kueue would hold every close, so the month
+    closes complete, and the command, the log and the audit say how many."""
+    for hour, workloads in ((1, 2), (5, 1)):
+        IngestWindow.objects.filter(
+            source=boundary_pool.source, start=dt.datetime(2026, 9, 17, hour, tzinfo=UTC)
+        ).update(kueue_preempted_workloads=workloads)
+
+    with caplog.at_level(logging.WARNING, logger="billing.services"):
+        output = command_output("close_period", "--period", SEPTEMBER)
+
+    close = PeriodClose.objects.get(period=SEPTEMBER)
+    assert not close.is_incomplete
+    assert (close.kueue_preemption_windows, close.kueue_preempted_workloads) == (2, 3)
+    assert (
+        "note: Kueue preempted 3 workloads in 2 windows: no pod shows them preempted, so no"
+        " starvation credit (pricing rule 5) for them is in this close"
+    ) in output
+    assert "2026-09 closed with 3 workloads Kueue preempted in 2 windows" in caplog.text
+    (entry,) = AuditEntry.objects.filter(object_type="billing.periodclose", action="close")
+    assert entry.changes["kueue_preemption_windows"] == 2
+    assert entry.changes["kueue_preempted_workloads"] == 3

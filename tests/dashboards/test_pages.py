@@ -290,6 +290,12 @@ def test_it_warns_on_the_overview_when_a_window_is_pending(client, people, close
             {"undescribed_gpu_seconds": 240},
             "Task, team and kind were guessed for some GPU pods in 3 windows",
         ),
+        # Kueue preempted workloads: no pod shows them preempted.
+        (
+            "kueue-preemptions",
+            {"kueue_preempted_workloads": 1},
+            "Kueue preempted workloads in 3 windows",
+        ),
         # Inference pods served without the latency histogram (vLLM --disable-log-stats).
         (
             "latency",

@@ -24,8 +24,10 @@ def blind(db) -> tuple[pools.ReportPool, PeriodClose]:
         start__gte=bounds.start, end__lte=bounds.end, status=IngestWindow.Status.DONE
     )
     windows = list(done.order_by("start").values_list("pk", flat=True)[:3])
+    assert len(windows) == 3
     IngestWindow.objects.filter(pk__in=windows[:2]).update(latency_unseen_pods=1)
     IngestWindow.objects.filter(pk=windows[2]).update(undescribed_gpu_seconds=Decimal("300.5"))
+    IngestWindow.objects.filter(pk=windows[2]).update(kueue_preempted_workloads=2)
     close = period_close(
         period=pools.PERIOD, accept_incomplete="only 1 October was metered (test pool)"
     ).period_close
@@ -41,6 +43,7 @@ def test_it_stores_the_blind_spots_on_the_close(blind) -> None:
     _, close = blind
     assert (close.latency_unseen_windows, close.identity_guessed_windows) == (2, 1)
     assert close.identity_guessed_gpu_seconds == Decimal("300.5")
+    assert (close.kueue_preemption_windows, close.kueue_preempted_workloads) == (1, 2)
 
 
 def test_it_shows_them_on_the_statements_and_the_report(blind, finance) -> None:
@@ -57,6 +60,7 @@ def test_it_shows_them_on_the_statements_and_the_report(blind, finance) -> None:
         shown = panel(response.content.decode())
         assert "2 windows with inference pods" in shown or "2 windows had inference pods" in shown
         assert "300.500000 GPU-seconds in 1 window" in shown
+        assert "2 workloads preempted by Kueue in 1 window" in shown
 
 
 def test_it_shows_none_on_a_month_that_had_none(report_pool, people) -> None:

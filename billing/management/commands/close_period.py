@@ -100,6 +100,13 @@ class Command(BaseCommand):
                 " did not describe: their task, team and kind are guesses; the windows'"
                 " warnings name them"
             )
+        if blind.kueue_preemption_windows:
+            self.stdout.write(
+                f"note: Kueue preempted {blind.kueue_preempted_workloads} workloads in"
+                f" {blind.kueue_preemption_windows} windows: no pod shows them preempted, so no"
+                " starvation credit (pricing rule 5) for them is in this close; the windows'"
+                " warnings name their cluster queues"
+            )
         for statement in close.statements.select_related("team"):
             self.stdout.write(f"  {statement.team.name}: {statement.total}")
         if outcome.corrected_periods:

@@ -1,0 +1,132 @@
+"""A pool whose preemptions Kueue makes, back-filled into a real Prometheus from the simulator
+(`--preemptions-by kueue`): Kueue evicts a workload itself (suspends its Job, whose pods are
+then deleted), so no pod carries kube-state-metrics' `PreemptionByScheduler` reason, and its
+only trace is Kueue's own count per cluster queue, `kueue_evicted_workloads_total`.
+
+Before this check, such a pool's windows were complete and said nothing: no preemption was
+stored, so pricing rule 5 paid no starvation credit, silently. Now each window counts the
+workloads Kueue preempted in it (as many as the truth's preempted tasks there), says which
+cluster queues, and the month's close and the usage report count them; the same pool with the
+scheduler's preemptions stores them as before and counts nothing of Kueue's."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, date, datetime
+
+import pytest
+
+from metering.models import IngestWindow, Preemption, Source
+from metering.selectors import usage_report, window_blind_spots
+from simulator.config import PoolConfig
+from simulator.pool import simulate
+from simulator.prometheus import PrometheusProcess, backfill
+from tests.metering.conftest import ingest_span, prometheus_over, source_remove
+
+pytestmark = pytest.mark.slow
+
+# Three preemptions in the morning ramp: one task at 08:27 (Shanghai), two at 09:01, of two
+# cluster queues (the simulator names a workload's queue after its namespace).
+BASE = PoolConfig(gpus=16, days=1, start=date(2026, 10, 6), seed=4, scrape_interval_seconds=60)
+SPAN = (BASE.start_epoch + 8 * 3600, BASE.start_epoch + 10 * 3600)
+ISO = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def at(epoch: int) -> datetime:
+    return datetime.fromtimestamp(epoch, UTC)
+
+
+def pool_of(
+    preempter: str, tmp: pytest.TempPathFactory
+) -> Iterator[tuple[dict, PrometheusProcess]]:
+    config = replace(BASE, preemptions_by=preempter)
+    out = tmp.mktemp(f"preempted-by-{preempter}")
+    simulate(config, out)
+    backfill(out / "metrics.om", out / "tsdb")
+    (out / "metrics.om").unlink()
+    prometheus = prometheus_over(out / "tsdb", config.scrape_interval_seconds)
+    try:
+        yield json.loads((out / "truth.json").read_text()), prometheus
+    finally:
+        prometheus.stop()
+
+
+@pytest.fixture(scope="module")
+def kueue_pool(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[dict, PrometheusProcess]]:
+    yield from pool_of("kueue", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def scheduler_pool(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[dict, PrometheusProcess]]:
+    yield from pool_of("scheduler", tmp_path_factory)
+
+
+def evictions_by_window(truth: dict) -> Counter:
+    """The truth's workloads evicted (a task preempted at one tick), by window start."""
+    evicted = {
+        (task, p["at"]) for task, found in truth["tasks"].items() for p in found["preemptions"]
+    }
+    windows: Counter = Counter()
+    for _, when in evicted:
+        epoch = int(datetime.strptime(when, ISO).replace(tzinfo=UTC).timestamp())
+        if SPAN[0] <= epoch < SPAN[1]:
+            windows[at(epoch - epoch % 300).strftime(ISO)] += 1
+    return windows
+
+
+def metered(prometheus: PrometheusProcess, name: str, shards: list[str]) -> Source:
+    source = Source.objects.create(
+        name=name, url=prometheus.url, scrape_interval_seconds=60, shard_node_patterns=shards
+    )
+    # Two batches of an hour: the second's first increments count from the look-back.
+    ingest_span(source, at(SPAN[0]), at(SPAN[1]), batch=12)
+    return source
+
+
+@pytest.mark.parametrize("shards", [[], ["gpu-node-0[01]"]], ids=["whole", "sharded"])
+@pytest.mark.django_db(transaction=True)
+def test_it_counts_the_workloads_kueue_preempted_in_each_window(kueue_pool, shards) -> None:
+    truth, prometheus = kueue_pool
+    expected = evictions_by_window(truth)
+    assert sum(expected.values()) == 3 and len(expected) == 2  # one window holds two
+    source = metered(prometheus, "kueue-pool", shards)
+    try:
+        windows = list(IngestWindow.objects.filter(source=source).order_by("start"))
+        assert len(windows) == 24 and {w.status for w in windows} == {"done"}
+        assert all(w.completeness == 1 for w in windows)  # every GPU sample is there
+        found = {w.start.strftime(ISO): w.kueue_preempted_workloads for w in windows}
+        assert {start: n for start, n in found.items() if n} == dict(expected)
+        for window in windows:
+            said = [w for w in window.warnings if "Kueue evicted" in w]
+            assert bool(said) == bool(window.kueue_preempted_workloads), window.warnings
+        # No pod shows a preemption: without the count, nothing would say one happened.
+        assert not Preemption.objects.filter(task__source=source).exists()
+        blind = window_blind_spots(start=at(SPAN[0]), end=at(SPAN[1]))
+        assert (blind.kueue_preemption_windows, blind.kueue_preempted_workloads) == (2, 3)
+        report = usage_report(start=at(SPAN[0]), end=at(SPAN[1]), group_by="team")
+        assert report["windows_with_kueue_preemptions"] == 2
+        assert report["kueue_preempted_workloads"] == 3
+    finally:
+        source_remove(source.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_stores_the_schedulers_preemptions_and_counts_nothing_of_kueue(scheduler_pool) -> None:
+    truth, prometheus = scheduler_pool
+    expected = evictions_by_window(truth)
+    source = metered(prometheus, "scheduler-pool", [])
+    try:
+        windows = IngestWindow.objects.filter(source=source)
+        assert not windows.filter(kueue_preempted_workloads__gt=0).exists()
+        epochs = [int(p.at.timestamp()) for p in Preemption.objects.filter(task__source=source)]
+        stored = Counter(at(epoch - epoch % 300).strftime(ISO) for epoch in epochs)
+        assert stored == expected
+    finally:
+        source_remove(source.pk)
