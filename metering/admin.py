@@ -7,6 +7,7 @@ from django.template.response import TemplateResponse
 
 from audit.admin import AuditedModelAdmin
 from metering import models, services, sources, tasks
+from metering.selectors import BLIND_SPOT_CONDITIONS
 
 # Windows one confirmation replaces, in this request: a day of 5-minute windows.
 MAX_WINDOWS_REPLACED_AT_ONCE = 288
@@ -172,9 +173,9 @@ class KueuePreemptionsFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if self.value() == "yes":
-            return queryset.filter(kueue_preempted_workloads__gt=0)
+            return queryset.filter(BLIND_SPOT_CONDITIONS["kueue_preemption_windows"])
         if self.value() == "no":
-            return queryset.filter(kueue_preempted_workloads=0)
+            return queryset.exclude(BLIND_SPOT_CONDITIONS["kueue_preemption_windows"])
         return queryset
 
 

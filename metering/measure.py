@@ -141,8 +141,12 @@ class Observed:
     preemption_reason_series: int = 0
     preemptions_unreadable: bool = False
     # Kueue's count of the workloads it evicted to preempt them: each series' (its labels,
-    # sorted) last reading; on the interval before the batch, its last in the look-back.
+    # sorted) last reading. On the interval before the batch only: each series' last reading
+    # in the look-back before it, and the `instance`s of Kueue's scrape targets that answered
+    # a scrape in that look-back.
     kueue_evicted: dict[tuple[tuple[str, str], ...], Decimal] = field(default_factory=dict)
+    kueue_looked_back: dict[tuple[tuple[str, str], ...], Decimal] = field(default_factory=dict)
+    kueue_answered_before: set[str] = field(default_factory=set)
     # Devices of time-sliced GPUs: ticks at which any series of theirs was there.
     present: dict[Device, int] = field(default_factory=dict)
     # Scrape target -> [scrapes attempted, scrapes answered] (Prometheus' `up`).
@@ -201,8 +205,10 @@ class IntervalFacts:
     waits: dict[PodKey, int] = field(default_factory=dict)  # scheduled, Unix seconds
     preemptions: dict[PodKey, dict[str, Any]] = field(default_factory=dict)
     preemptions_unreadable: bool = False  # see PREEMPTIONS_UNREADABLE
-    # Workloads Kueue evicted to preempt them, by cluster queue (`_kueue_preemptions`).
+    # Workloads Kueue evicted to preempt them, by cluster queue; and Kueue's counts first read
+    # here that could not be placed in time (`_kueue_preemptions`).
     kueue_preemptions: dict[str, int] = field(default_factory=dict)
+    kueue_unplaced: int = 0
     # GPU-seconds of pods kube-state-metrics described somewhere in the batch, and of those it
     # described nowhere (`_identity_coverage`).
     described_gpu_seconds: Fraction = Fraction(0)
@@ -457,14 +463,25 @@ def _follow_ups(
 
 def _observe_kueue(runner: _Runner, observed: dict[int, Observed], plan: sources.QueryPlan) -> None:
     """Kueue's count of the workloads it preempted, per interval; where it counted any, each
-    series' last reading before the batch too. Where Kueue is not scraped, one query answers
-    nothing."""
+    series' last reading before the batch, and which of its targets answered before it.
+    Where Kueue is not scraped, one query answers nothing."""
     result = runner.run("kueue", sources.kueue_preemptions_query(plan))
     _parse_kueue(result, observed, plan)
-    if any(interval.kueue_evicted for interval in observed.values()):
-        query = sources.kueue_before_batch_query(plan)
-        result = runner.run("kueue_before_batch", query, at_start=True)
-        _parse_kueue(result, observed, plan)
+    instances = {
+        dict(series).get("instance", "")
+        for interval in observed.values()
+        for series in interval.kueue_evicted
+    }
+    if not instances:
+        return
+    before = observed[min(observed)]
+    result = runner.run("kueue_before_batch", sources.kueue_before_batch_query(plan), at_start=True)
+    for _, labels, _, value, _ in _points(result, observed, plan, needs_pod=False):
+        before.kueue_looked_back[tuple(sorted(labels.items()))] = value
+    query = sources.kueue_targets_before_batch_query(plan, sorted(instances))
+    result = runner.run("kueue_targets_before_batch", query, at_start=True)
+    for series in result.series:
+        before.kueue_answered_before.add(series.labels.get("instance", ""))
 
 
 def _parse_kueue(
@@ -567,6 +584,9 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
     return Measured(intervals, observation.queries, observation.evaluation_seconds, plan)
 
 
+KueueCount = tuple[tuple[str, str], ...]  # a series' labels but `job`, sorted
+
+
 def _kueue_preemptions(
     intervals: dict[int, IntervalFacts],
     observed: dict[int, Observed],
@@ -575,35 +595,49 @@ def _kueue_preemptions(
 ) -> None:
     """The workloads Kueue evicted to preempt them in each interval, by cluster queue, and a
     warning where it did: Kueue stops a workload itself, not through kube-scheduler, so none
-    of these shows as a pod's preemption, and rule 5 pays no credit for them. Counted, not
+    of these shows as a pod's preemption, and rule 5 cannot credit them. Counted, not
     attributed: Kueue's count says which cluster queue, not which task.
 
-    Each series counts from its last earlier reading (in the batch, else in the look-back
-    before it); one that went down counts from zero (Kueue restarted). A series with no
-    earlier reading was created by its first eviction, and counts its value, only where its
-    scrape target answered in the interval before: otherwise (its Prometheus holds nothing
-    older, Kueue's target is new to it) what it counted before cannot be told apart, and the
-    window says so instead."""
+    - A count is a series without its `job`: Kueue scraped by two jobs is one count.
+    - Each counts from its last earlier reading (in the batch, else the look-back before it);
+      one that went down counts from zero (Kueue restarted in place).
+    - A count with no earlier reading whose target (`instance`) answered a scrape before
+      (in the batch or its look-back) was created by its first eviction (a client_golang
+      CounterVec writes no 0 before), and counts its value; one that takes over from a count
+      of the same target and cluster queue read in the interval before and gone now (a label
+      added by a relabelling) counts from that one's reading.
+    - Any other (Kueue at an address Prometheus never scraped before: a restart or a new
+      leader; a Prometheus that holds nothing older) may hold evictions from before this
+      window, or before Prometheus' oldest sample: it is not counted, and the window says so
+      (`IntervalFacts.kueue_unplaced`), a blind spot of its own."""
     step = plan.step_seconds
-    earlier = dict(observed[first - step].kueue_evicted)
+    before = observed[first - step]
+    earlier: dict[KueueCount, Decimal] = _kueue_counts(before.kueue_looked_back)
+    read_before = _kueue_counts(before.kueue_evicted)
+    earlier.update(read_before)
+    answered = set(before.kueue_answered_before) | _answered_instances(before)
     for start in sorted(intervals):
-        facts, before = intervals[start], observed[start - step]
+        facts, now = intervals[start], observed[start]
+        readings = _kueue_counts(now.kueue_evicted)
+        gone = {count: earlier[count] for count in read_before if count not in readings}
         counted: dict[str, int] = defaultdict(int)
-        unknown: list[dict[str, str]] = []
-        for series, value in sorted(observed[start].kueue_evicted.items()):
-            last = earlier.get(series)
-            earlier[series] = value
-            labels = dict(series)
+        unplaced: list[tuple[KueueCount, Decimal]] = []
+        for count, value in sorted(readings.items()):
+            last = earlier.get(count)
             if last is None:
-                answered = before.targets.get((labels.get("job", ""), labels.get("instance", "")))
-                if not (answered and answered[1]):
-                    unknown.append(labels)
-                    continue
-                last = Decimal(0)
-            increment = int(value - last if value >= last else value)
+                last = _kueue_taken_over(count, gone)
+            if last is None and dict(count).get("instance", "") not in answered:
+                unplaced.append((count, value))
+                earlier[count] = value
+                continue
+            increment = int(value - (last or 0) if value >= (last or 0) else value)
             if increment:
-                counted[labels.get("cluster_queue", "")] += increment
+                counted[dict(count).get("cluster_queue", "")] += increment
+            earlier[count] = value
+        read_before = readings
+        answered |= _answered_instances(now)
         facts.kueue_preemptions = dict(sorted(counted.items()))
+        facts.kueue_unplaced = len(unplaced)
         if counted:
             queues = ", ".join(f"{queue or '(none)'}: {n}" for queue, n in sorted(counted.items()))
             facts.warnings.append(
@@ -611,21 +645,48 @@ def _kueue_preemptions(
                     workloads=sum(counted.values()), queues=queues, reason=plan.preemption_reason
                 )
             )
-        for labels in unknown:
+        for count, value in unplaced:
             facts.warnings.append(
-                f"preemptions: Kueue's count {describe(labels)} is first read here, at"
-                f" {observed[start].kueue_evicted[tuple(sorted(labels.items()))]}, with no"
-                " earlier reading of it or of its scrape target: what it counted before this"
-                " window is not counted"
+                f"preemptions: Kueue's count {describe(dict(count))} is first read here, at"
+                f" {value}, from a target Prometheus holds no earlier scrape of (Kueue"
+                " restarted at a new address, or Prometheus holds nothing older): when those"
+                " preemptions happened cannot be told, so they are not counted"
             )
+
+
+def _kueue_counts(series: dict[tuple[tuple[str, str], ...], Decimal]) -> dict[KueueCount, Decimal]:
+    """Readings by count: a series without its `job` (copies under two jobs are one count, the
+    larger reading kept)."""
+    counts: dict[KueueCount, Decimal] = {}
+    for labels, value in series.items():
+        count = tuple(item for item in labels if item[0] != "job")
+        counts[count] = max(value, counts.get(count, value))
+    return counts
+
+
+def _kueue_taken_over(count: KueueCount, gone: dict[KueueCount, Decimal]) -> Decimal | None:
+    """The reading of the one count of the same target and cluster queue that was read in the
+    interval before and is gone now: `count` continues it under new labels."""
+    labels = dict(count)
+    same = [
+        value
+        for other, value in gone.items()
+        if dict(other).get("instance") == labels.get("instance")
+        and dict(other).get("cluster_queue") == labels.get("cluster_queue")
+    ]
+    return same[0] if len(same) == 1 else None
+
+
+def _answered_instances(interval: Observed) -> set[str]:
+    return {instance for (_, instance), (_, answered) in interval.targets.items() if answered}
 
 
 # The words of a window in which Kueue preempted workloads (`_kueue_preemptions`).
 KUEUE_PREEMPTIONS = (
     "preemptions: Kueue evicted {workloads} workload(s) to preempt them"
     ' (kueue_evicted_workloads_total, reason "Preempted"; by cluster queue {queues}): Kueue'
-    ' stops a workload itself, so its pods show no "{reason}" reason and no starvation credit'
-    " (pricing rule 5) is paid for these preemptions"
+    ' stops a workload itself, so its pods show no "{reason}" reason, and rule 5 (starvation'
+    " credits) counts none of these preemptions toward any task"
 )
 
 

@@ -335,9 +335,11 @@ class IngestWindow(models.Model):
         max_digits=18, decimal_places=6, default=0, db_default=0
     )
     # Workloads Kueue evicted to preempt them in the window (measure.KUEUE_PREEMPTIONS): no
-    # pod shows them preempted, so rule 5's credits for them are unknown. 0 for windows
-    # written before migration 0022.
+    # pod shows them preempted, so rule 5 cannot credit them; and Kueue's counts first read
+    # in the window that could not be placed in time (measure._kueue_preemptions). 0 for
+    # windows written before migration 0022.
     kueue_preempted_workloads = models.PositiveIntegerField(default=0, db_default=0)
+    kueue_counts_unplaced = models.PositiveIntegerField(default=0, db_default=0)
     error = models.TextField(blank=True)
     content_hash = models.CharField(max_length=64, blank=True)
     first_written = models.DateTimeField(null=True, blank=True)

@@ -145,7 +145,7 @@ BLIND_SPOT_CONDITIONS = {
     "preemptions_unseen_windows": Q(preemptions_unreadable=True),
     "latency_unseen_windows": Q(latency_unseen_pods__gt=0),
     "identity_guessed_windows": Q(undescribed_gpu_seconds__gt=0),
-    "kueue_preemption_windows": Q(kueue_preempted_workloads__gt=0),
+    "kueue_preemption_windows": Q(kueue_preempted_workloads__gt=0) | Q(kueue_counts_unplaced__gt=0),
 }
 
 

@@ -86,6 +86,9 @@ MAPPING_DEFAULTS: dict[str, Any] = {
     # latency histogram by design (an offline batch server, a Triton): not named for it;
     # "" = none (measure._latency_unseen)
     "latency_unmeasured_tasks": "",
+    # a regular expression of the Kueue cluster queues whose preemptions this source counts
+    # (those of its pool's training workloads); "" = every one (measure._kueue_preemptions)
+    "kueue_cluster_queues": "",
 }
 
 
@@ -208,6 +211,7 @@ class QueryPlan:
     gpu_resource: str = MAPPING_DEFAULTS["gpu_resource"]
     unmetered_nodes: str = ""  # see MAPPING_DEFAULTS
     latency_unmeasured_tasks: str = ""  # see MAPPING_DEFAULTS
+    kueue_cluster_queues: str = ""  # see MAPPING_DEFAULTS
     priority_class_kinds: Mapping[str, str] = field(
         default_factory=lambda: dict(DEFAULT_PRIORITY_CLASS_KINDS)
     )
@@ -310,7 +314,7 @@ def query_plan_for(source: Source, *, step_seconds: int) -> QueryPlan:
     for key in ("preemption_reason", "gpu_resource"):
         if not isinstance(mapping[key], str) or not mapping[key]:
             raise SourceConfigurationError(f"label_mapping.{key} must be a non-empty string")
-    for key in ("unmetered_nodes", "latency_unmeasured_tasks"):
+    for key in ("unmetered_nodes", "latency_unmeasured_tasks", "kueue_cluster_queues"):
         try:
             re.compile(mapping[key])
         except (re.error, TypeError) as error:
@@ -349,6 +353,7 @@ def query_plan_for(source: Source, *, step_seconds: int) -> QueryPlan:
         gpu_resource=mapping["gpu_resource"],
         unmetered_nodes=mapping["unmetered_nodes"],
         latency_unmeasured_tasks=mapping["latency_unmeasured_tasks"],
+        kueue_cluster_queues=mapping["kueue_cluster_queues"],
         priority_class_kinds=dict(kinds),
     )
 
@@ -846,18 +851,33 @@ KUEUE_EVICTIONS = "kueue_evicted_workloads_total"
 KUEUE_PREEMPTED = "Preempted"
 
 
+def _kueue_evictions(plan: QueryPlan) -> str:
+    matchers = [label_matcher("reason", KUEUE_PREEMPTED)]
+    if plan.kueue_cluster_queues:
+        matchers.append(label_matcher("cluster_queue", plan.kueue_cluster_queues, "=~"))
+    return selector(plan, KUEUE_EVICTIONS, *matchers)
+
+
 def kueue_preemptions_query(plan: QueryPlan) -> str:
-    """Each series of Kueue's count of the workloads it evicted to preempt them: its last
-    reading in each interval (measure._kueue_preemptions takes the increments)."""
-    evicted = selector(plan, KUEUE_EVICTIONS, label_matcher("reason", KUEUE_PREEMPTED))
-    return f"last_over_time({evicted}{plan.window})"
+    """Each series of Kueue's count of the workloads it evicted to preempt them (of the
+    source's cluster queues): its last reading in each interval (measure._kueue_preemptions
+    takes the increments)."""
+    return f"last_over_time({_kueue_evictions(plan)}{plan.window})"
 
 
 def kueue_before_batch_query(plan: QueryPlan) -> str:
     """The same series' last reading in the COUNTER_LOOKBACK_SECONDS up to the batch's start
     (evaluated there), from which the batch's first increments count."""
-    evicted = selector(plan, KUEUE_EVICTIONS, label_matcher("reason", KUEUE_PREEMPTED))
-    return f"last_over_time({evicted}[{COUNTER_LOOKBACK_SECONDS}s] offset 1ms)"
+    return f"last_over_time({_kueue_evictions(plan)}[{COUNTER_LOOKBACK_SECONDS}s] offset 1ms)"
+
+
+def kueue_targets_before_batch_query(plan: QueryPlan, instances: Iterable[str]) -> str:
+    """Which of Kueue's scrape targets (by `instance`) answered a scrape in the
+    COUNTER_LOOKBACK_SECONDS up to the batch's start: a series of theirs first read later was
+    created by an eviction while Prometheus scraped them."""
+    up = selector(plan, "up", label_matcher("instance", regex_alternatives(instances), "=~"))
+    lookback = f"[{COUNTER_LOOKBACK_SECONDS}s] offset 1ms"
+    return f"max by (instance) (max_over_time({up}{lookback})) == 1"
 
 
 def preemption_ticks_query(plan: QueryPlan, pods: Iterable[str]) -> str:

@@ -385,6 +385,7 @@ def _run_write(
                 "undescribed_gpu_seconds",
                 "described_gpu_seconds",
                 "kueue_preempted_workloads",
+                "kueue_counts_unplaced",
             )
         }
         now = timezone.now()
@@ -424,6 +425,7 @@ def _run_write(
                     identity.undescribed,
                     identity.described,
                     sum(facts.kueue_preemptions.values()),
+                    facts.kueue_unplaced,
                 )
             )
         usage_seconds = _rows_replace(replaced)
@@ -524,6 +526,7 @@ def _kept_result(
         before["undescribed_gpu_seconds"],
         before["described_gpu_seconds"],
         before["kueue_preempted_workloads"],
+        before["kueue_counts_unplaced"],
     )
 
 
@@ -594,7 +597,7 @@ def _windows_result_update(
     runs over these windows that no window points at any more go."""
     row = "(%s::bigint, %s::int, %s::bigint, %s::bigint, %s::numeric, %s::jsonb, %s::text,"
     row += " %s::timestamptz, %s::timestamptz, %s::boolean, %s::int, %s::numeric,"
-    row += " %s::numeric, %s::int)"
+    row += " %s::numeric, %s::int, %s::int)"
     bounds = {"source": run[0].source_id, "first": run[0].start, "last": run[-1].start}
     with connection.cursor() as cursor:
         cursor.execute(
@@ -613,10 +616,11 @@ def _windows_result_update(
             " first_written = v.first_written, changed_after_first_write = v.changed,"
             " preemptions_unreadable = v.unreadable, latency_unseen_pods = v.latency_unseen,"
             " undescribed_gpu_seconds = v.undescribed, described_gpu_seconds = v.described,"
-            " kueue_preempted_workloads = v.kueue, updated = %s"
+            " kueue_preempted_workloads = v.kueue, kueue_counts_unplaced = v.kueue_unplaced,"
+            " updated = %s"
             f" FROM (VALUES {', '.join([row] * len(results))})"
             " AS v(id, rows, seen, expected, completeness, warnings, hash, first_written, changed,"
-            " unreadable, latency_unseen, undescribed, described, kueue)"
+            " unreadable, latency_unseen, undescribed, described, kueue, kueue_unplaced)"
             " WHERE w.id = v.id",
             [
                 IngestWindow.Status.DONE,

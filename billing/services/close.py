@@ -224,7 +224,7 @@ def _blind_spots_say(period: str, blind: BlindSpots) -> None:
     if blind.kueue_preemption_windows:
         logger.warning(
             "%s closed with %d workloads Kueue preempted in %d windows: no pod shows them"
-            " preempted, so no starvation credit (pricing rule 5) for them is in it",
+            " preempted, so rule 5 (starvation credits) counted none of them",
             period,
             blind.kueue_preempted_workloads,
             blind.kueue_preemption_windows,

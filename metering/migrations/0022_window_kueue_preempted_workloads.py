@@ -14,4 +14,9 @@ class Migration(migrations.Migration):
             name="kueue_preempted_workloads",
             field=models.PositiveIntegerField(db_default=0, default=0),
         ),
+        migrations.AddField(
+            model_name="ingestwindow",
+            name="kueue_counts_unplaced",
+            field=models.PositiveIntegerField(db_default=0, default=0),
+        ),
     ]

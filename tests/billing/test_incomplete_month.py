@@ -282,8 +282,8 @@ def test_it_closes_a_month_in_which_kueue_preempted_and_says_how_many_workloads(
     assert not close.is_incomplete
     assert (close.kueue_preemption_windows, close.kueue_preempted_workloads) == (2, 3)
     assert (
-        "note: Kueue preempted 3 workloads in 2 windows: no pod shows them preempted, so no"
-        " starvation credit (pricing rule 5) for them is in this close"
+        "note: Kueue preempted 3 workloads in 2 windows: no pod shows them preempted, so"
+        " rule 5 (starvation credits) counted none of them in this close"
     ) in output
     assert "2026-09 closed with 3 workloads Kueue preempted in 2 windows" in caplog.text
     (entry,) = AuditEntry.objects.filter(object_type="billing.periodclose", action="close")

@@ -296,6 +296,12 @@ def test_it_warns_on_the_overview_when_a_window_is_pending(client, people, close
             {"kueue_preempted_workloads": 1},
             "Kueue preempted workloads in 3 windows",
         ),
+        # Kueue's counts first read from a target never scraped before: when, unknown.
+        (
+            "kueue-preemptions",
+            {"kueue_counts_unplaced": 1},
+            "Kueue preempted workloads in 3 windows",
+        ),
         # Inference pods served without the latency histogram (vLLM --disable-log-stats).
         (
             "latency",

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, date, datetime
+from pathlib import Path
 
 import pytest
 
@@ -39,12 +40,28 @@ def at(epoch: int) -> datetime:
     return datetime.fromtimestamp(epoch, UTC)
 
 
+# Kueue's scrapes missing over [00:55, 01:05) UTC, across the two batches' boundary (01:00)
+# and the two preemptions of 01:01: the second batch counts from the look-back before it.
+KUEUE_GAP = (BASE.start_epoch + 8 * 3600 + 55 * 60, BASE.start_epoch + 9 * 3600 + 5 * 60)
+
+
+def without_kueue_in_gap(metrics: Path) -> None:
+    kept = []
+    for line in metrics.read_text().splitlines(keepends=True):
+        kueue = line.startswith(("kueue_", 'up{job="kueue"'))
+        if not (kueue and KUEUE_GAP[0] <= int(line.rsplit(" ", 1)[1]) < KUEUE_GAP[1]):
+            kept.append(line)
+    metrics.write_text("".join(kept))
+
+
 def pool_of(
-    preempter: str, tmp: pytest.TempPathFactory
+    preempter: str, tmp: pytest.TempPathFactory, *, kueue_gap: bool = False
 ) -> Iterator[tuple[dict, PrometheusProcess]]:
     config = replace(BASE, preemptions_by=preempter)
-    out = tmp.mktemp(f"preempted-by-{preempter}")
+    out = tmp.mktemp(f"preempted-by-{preempter}{'-gap' if kueue_gap else ''}")
     simulate(config, out)
+    if kueue_gap:
+        without_kueue_in_gap(out / "metrics.om")
     backfill(out / "metrics.om", out / "tsdb")
     (out / "metrics.om").unlink()
     prometheus = prometheus_over(out / "tsdb", config.scrape_interval_seconds)
@@ -59,6 +76,13 @@ def kueue_pool(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[dict, PrometheusProcess]]:
     yield from pool_of("kueue", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def kueue_gap_pool(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[dict, PrometheusProcess]]:
+    yield from pool_of("kueue", tmp_path_factory, kueue_gap=True)
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +109,7 @@ def metered(prometheus: PrometheusProcess, name: str, shards: list[str]) -> Sour
     source = Source.objects.create(
         name=name, url=prometheus.url, scrape_interval_seconds=60, shard_node_patterns=shards
     )
-    # Two batches of an hour: the second's first increments count from the look-back.
+    # Two batches of an hour (00:00 and 01:00 UTC).
     ingest_span(source, at(SPAN[0]), at(SPAN[1]), batch=12)
     return source
 
@@ -113,6 +137,26 @@ def test_it_counts_the_workloads_kueue_preempted_in_each_window(kueue_pool, shar
         report = usage_report(start=at(SPAN[0]), end=at(SPAN[1]), group_by="team")
         assert report["windows_with_kueue_preemptions"] == 2
         assert report["kueue_preempted_workloads"] == 3
+    finally:
+        source_remove(source.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_counts_what_kueue_preempted_during_its_gap_once_it_answers_again(
+    kueue_gap_pool,
+) -> None:
+    """Kueue's scrapes missing through the interval before the second batch: its counts are
+    taken from their last reading before the gap (the look-back), and the two preemptions of
+    01:01 land on 01:05, when Kueue answers again, as counters do after a gap. Without the
+    look-back, the count created at 00:27 would be counted whole again at 01:05."""
+    truth, prometheus = kueue_gap_pool
+    assert sum(evictions_by_window(truth).values()) == 3
+    source = metered(prometheus, "kueue-gap-pool", [])
+    try:
+        windows = IngestWindow.objects.filter(source=source, kueue_preempted_workloads__gt=0)
+        found = {w.start.strftime(ISO): w.kueue_preempted_workloads for w in windows}
+        assert found == {"2026-10-06T00:25:00Z": 1, "2026-10-06T01:05:00Z": 2}
+        assert not IngestWindow.objects.filter(source=source, kueue_counts_unplaced__gt=0).exists()
     finally:
         source_remove(source.pk)
 

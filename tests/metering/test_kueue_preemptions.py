@@ -7,8 +7,12 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+import pytest
+
 from metering import measure, sources
 from metering.measure import IntervalFacts, Observed
+from metering.models import Source
+from metering.sources import SourceConfigurationError
 
 PLAN = sources.QueryPlan(scrape_seconds=60, step_seconds=300)
 FIRST = 1_790_000_100  # a multiple of 300
@@ -25,17 +29,25 @@ def counted(
     readings: list[dict[tuple, int]],
     *,
     before: dict[tuple, int] | None = None,
+    looked_back: dict[tuple, int] | None = None,
     answered_before: bool = True,
+    answered_in_look_back: bool = False,
+    answering: tuple[str, str] = TARGET,
 ) -> list[IntervalFacts]:
     """Each interval's facts, from Kueue's readings in the interval before the batch
-    (`before`, as the look-back puts them) and in each interval of the batch."""
+    (`before`), in the look-back before it (`looked_back`) and in each interval of the batch;
+    `answering` answers every scrape in the batch, and in the interval before as told."""
     step = PLAN.step_seconds
-    observed = {FIRST - step: Observed(targets={TARGET: [5, 5 if answered_before else 0]})}
-    observed[FIRST - step].kueue_evicted = {k: Decimal(v) for k, v in (before or {}).items()}
+    interval_before = Observed(targets={answering: [5, 5 if answered_before else 0]})
+    interval_before.kueue_evicted = {k: Decimal(v) for k, v in (before or {}).items()}
+    interval_before.kueue_looked_back = {k: Decimal(v) for k, v in (looked_back or {}).items()}
+    if answered_in_look_back:
+        interval_before.kueue_answered_before.add(answering[1])
+    observed = {FIRST - step: interval_before}
     intervals = {}
     for n, reading in enumerate(readings):
         start = FIRST + n * step
-        observed[start] = Observed(targets={TARGET: [5, 5]})
+        observed[start] = Observed(targets={answering: [5, 5]})
         observed[start].kueue_evicted = {k: Decimal(v) for k, v in reading.items()}
         intervals[start] = IntervalFacts()
     measure._kueue_preemptions(intervals, observed, PLAN, FIRST)
@@ -46,6 +58,13 @@ def test_it_counts_each_interval_from_the_last_reading_before_it() -> None:
     research = series("research")
     facts = counted([{research: 3}, {research: 3}, {}, {research: 5}], before={research: 2})
     assert [f.kueue_preemptions for f in facts] == [{"research": 1}, {}, {}, {"research": 2}]
+
+
+def test_it_counts_from_the_look_back_where_the_interval_before_holds_no_reading() -> None:
+    # Kueue's scrapes failed through the interval before the batch.
+    research = series("research")
+    facts = counted([{research: 6}], looked_back={research: 4}, answered_before=False)
+    assert facts[0].kueue_preemptions == {"research": 2} and not facts[0].kueue_unplaced
 
 
 def test_it_counts_a_series_created_by_its_first_eviction_where_its_target_answered_before() -> (
@@ -59,30 +78,56 @@ def test_it_counts_a_series_created_by_its_first_eviction_where_its_target_answe
     assert 'show no "PreemptionByScheduler" reason' in facts[1].warnings[0]
 
 
-def test_it_does_not_count_what_a_series_held_before_its_prometheus_holds_anything() -> None:
-    # Kueue's target was not scraped in the interval before: the series' value is what it
-    # counted since Kueue started, most of it before this Prometheus' oldest sample.
+def test_it_counts_a_first_eviction_after_failed_scrapes_of_a_target_that_answered_earlier() -> (
+    None
+):
+    facts = counted([{series("research"): 3}], answered_before=False, answered_in_look_back=True)
+    assert facts[0].kueue_preemptions == {"research": 3} and not facts[0].kueue_unplaced
+
+
+def test_it_places_nothing_it_cannot_tell_the_time_of_and_says_so() -> None:
+    # Kueue's target answered no scrape before: the series' value is what it counted since
+    # Kueue started, most of it maybe before this Prometheus' oldest sample (or Kueue
+    # restarted at a new address and evicted before Prometheus first scraped it).
     research = series("research")
     facts = counted([{research: 57}, {research: 58}], answered_before=False)
-    assert facts[0].kueue_preemptions == {}
-    assert "first read here, at 57, with no earlier reading" in facts[0].warnings[0]
-    assert facts[1].kueue_preemptions == {"research": 1}
+    assert (facts[0].kueue_preemptions, facts[0].kueue_unplaced) == ({}, 1)
+    assert "first read here, at 57, from a target Prometheus holds no" in facts[0].warnings[0]
+    assert facts[1].kueue_preemptions == {"research": 1} and not facts[1].kueue_unplaced
 
 
-def test_it_counts_from_zero_after_kueue_restarted() -> None:
+def test_it_counts_from_zero_after_kueue_restarted_in_place() -> None:
     research = series("research")
     facts = counted([{research: 9}, {research: 2}], before={research: 7})
     assert [f.kueue_preemptions for f in facts] == [{"research": 2}, {"research": 2}]
 
 
-def test_it_adds_the_series_of_one_queue_and_keeps_the_others_apart() -> None:
+def test_it_counts_kueue_scraped_by_two_jobs_once() -> None:
+    monitor = series("research", target=("kueue-metrics", TARGET[1]))
+    pods = series("research", target=("kubernetes-pods", TARGET[1]))
+    facts = counted([{monitor: 5, pods: 5}], before={monitor: 4, pods: 4})
+    assert facts[0].kueue_preemptions == {"research": 1}
+
+
+def test_it_takes_a_count_relabelled_on_a_live_kueue_as_the_same_count() -> None:
+    old = series("research")
+    relabelled = series("research", priority_class="training-batch")
+    facts = counted([{relabelled: 841}], before={old: 840})
+    assert facts[0].kueue_preemptions == {"research": 1}
+
+
+def test_it_counts_a_new_leader_whose_address_prometheus_scraped_before() -> None:
+    # A follower is scraped through the same Service: its target answered before it led.
+    leader = ("kueue", "10.96.0.51:8443")
+    facts = counted([{series("research", target=leader): 1}], answering=leader)
+    assert facts[0].kueue_preemptions == {"research": 1}
+
+
+def test_it_keeps_the_queues_apart() -> None:
     batch = series("research", priority_class="training-batch")
     other = series("research", priority_class="preprocessing")
-    moved = series("research", target=("kueue", "10.96.0.51:8443"))  # a new leader's
-    facts = counted(
-        [{batch: 4, other: 1, moved: 1}], before={batch: 2, other: 1}, answered_before=True
-    )
-    # The new leader's target answered no scrape before: its first reading is not counted.
+    vision = series("vision")
+    facts = counted([{batch: 4, other: 1, vision: 2}], before={batch: 2, other: 1, vision: 2})
     assert facts[0].kueue_preemptions == {"research": 2}
 
 
@@ -99,3 +144,22 @@ def test_it_reads_kueue_preemptions_with_the_source_matchers_over_each_interval(
         "[299999ms] offset 1ms)"
     )
     assert sources.kueue_before_batch_query(plan).endswith("[86400s] offset 1ms)")
+    assert sources.kueue_targets_before_batch_query(plan, ["10.96.0.50:8443"]) == (
+        r'max by (instance) (max_over_time(up{instance=~"10\\.96\\.0\\.50:8443",cluster="a"}'
+        "[86400s] offset 1ms)) == 1"
+    )
+
+
+def test_it_counts_only_the_source_cluster_queues_where_it_names_them() -> None:
+    source = Source(
+        name="pool",
+        url="http://127.0.0.1:9",
+        label_mapping={"kueue_cluster_queues": "train-.*"},
+    )
+    plan = sources.query_plan_for(source, step_seconds=300)
+    assert 'cluster_queue=~"train-.*"' in sources.kueue_preemptions_query(plan)
+    with pytest.raises(SourceConfigurationError, match=r"label_mapping\.kueue_cluster_queues"):
+        sources.query_plan_for(
+            Source(name="bad", url="http://x", label_mapping={"kueue_cluster_queues": "("}),
+            step_seconds=300,
+        )

@@ -103,8 +103,8 @@ class Command(BaseCommand):
         if blind.kueue_preemption_windows:
             self.stdout.write(
                 f"note: Kueue preempted {blind.kueue_preempted_workloads} workloads in"
-                f" {blind.kueue_preemption_windows} windows: no pod shows them preempted, so no"
-                " starvation credit (pricing rule 5) for them is in this close; the windows'"
+                f" {blind.kueue_preemption_windows} windows: no pod shows them preempted, so"
+                " rule 5 (starvation credits) counted none of them in this close; the windows'"
                 " warnings name their cluster queues"
             )
         for statement in close.statements.select_related("team"):
