@@ -788,9 +788,11 @@ def _scrape_interval_check(
         f" {_target_text(target)} {count} times in the {seconds} s from"
         f" {datetime.fromtimestamp(start, UTC):%Y-%m-%dT%H:%M:%SZ} (every"
         f" {seconds / count:.3g} s, where {intervals * ticks} scrapes were expected): set the"
-        " source's scrape interval to the one Prometheus scrapes dcgm-exporter at, or, if two"
+        " source's scrape interval to the one Prometheus scrapes dcgm-exporter at; if two"
         " Prometheus replicas answer undeduplicated, point the source at a deduplicating"
-        " querier; nothing was stored"
+        " querier; if the Prometheus holds two clusters whose exporters share addresses, give"
+        " the source a matcher that picks one (label_mapping.matchers, e.g."
+        ' {"cluster": "..."}); nothing was stored'
     )
 
 

@@ -55,8 +55,10 @@ def test_it_refuses_a_batch_whose_gpu_exporter_is_scraped_more_often() -> None:
         ' scrape_interval_seconds of 15 s allows, e.g. job="dcgm-exporter"'
         ' instance="10.42.0.11:9400" 30 times in the 300 s from 2026-09-21T14:15:00Z (every'
         " 10 s, where 20 scrapes were expected): set the source's scrape interval to the one"
-        " Prometheus scrapes dcgm-exporter at, or, if two Prometheus replicas answer"
-        " undeduplicated, point the source at a deduplicating querier; nothing was stored"
+        " Prometheus scrapes dcgm-exporter at; if two Prometheus replicas answer"
+        " undeduplicated, point the source at a deduplicating querier; if the Prometheus holds"
+        " two clusters whose exporters share addresses, give the source a matcher that picks"
+        ' one (label_mapping.matchers, e.g. {"cluster": "..."}); nothing was stored'
     )
     assert isinstance(refused.value, sources.SourceConfigurationError)  # windows fail
 
