@@ -349,6 +349,9 @@ class PeriodClose(ImmutableModel):
     )
     kueue_preemption_windows = models.PositiveIntegerField(default=0, db_default=0)
     kueue_preempted_workloads = models.PositiveIntegerField(default=0, db_default=0)
+    # Kueue's counts first read from a target Prometheus held no earlier scrape of: their
+    # evictions could not be placed in time, so they are in no window's count.
+    kueue_counts_unplaced = models.PositiveIntegerField(default=0, db_default=0)
 
     class Meta:
         ordering = ["-period"]

@@ -584,7 +584,20 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
     return Measured(intervals, observation.queries, observation.evaluation_seconds, plan)
 
 
-KueueCount = tuple[tuple[str, str], ...]  # a series' labels but `job`, sorted
+# What tells Kueue's counts apart: the labels Kueue writes on its counter (pkg/metrics; its
+# custom labels are a cluster queue's own, so one value per queue), and the target's
+# `instance`. The labels a scrape job adds (`job`, a ServiceMonitor's `service`, `endpoint`,
+# `pod`, a relabelling's) are left out: the same counter scraped by two jobs, or relabelled,
+# is one count.
+KUEUE_COUNT_LABELS = (
+    "instance",
+    "cluster_queue",
+    "reason",
+    "underlying_cause",
+    "priority_class",
+    "replica_role",
+)
+KueueCount = tuple[str, ...]  # the KUEUE_COUNT_LABELS' values
 
 
 def _kueue_preemptions(
@@ -598,14 +611,13 @@ def _kueue_preemptions(
     of these shows as a pod's preemption, and rule 5 cannot credit them. Counted, not
     attributed: Kueue's count says which cluster queue, not which task.
 
-    - A count is a series without its `job`: Kueue scraped by two jobs is one count.
+    - A count is a series' KUEUE_COUNT_LABELS: Kueue scraped by two jobs, or relabelled,
+      is one count.
     - Each counts from its last earlier reading (in the batch, else the look-back before it);
       one that went down counts from zero (Kueue restarted in place).
     - A count with no earlier reading whose target (`instance`) answered a scrape before
       (in the batch or its look-back) was created by its first eviction (a client_golang
-      CounterVec writes no 0 before), and counts its value; one that takes over from a count
-      of the same target and cluster queue read in the interval before and gone now (a label
-      added by a relabelling) counts from that one's reading.
+      CounterVec writes no 0 before), and counts its value.
     - Any other (Kueue at an address Prometheus never scraped before: a restart or a new
       leader; a Prometheus that holds nothing older) may hold evictions from before this
       window, or before Prometheus' oldest sample: it is not counted, and the window says so
@@ -613,28 +625,23 @@ def _kueue_preemptions(
     step = plan.step_seconds
     before = observed[first - step]
     earlier: dict[KueueCount, Decimal] = _kueue_counts(before.kueue_looked_back)
-    read_before = _kueue_counts(before.kueue_evicted)
-    earlier.update(read_before)
+    earlier.update(_kueue_counts(before.kueue_evicted))
     answered = set(before.kueue_answered_before) | _answered_instances(before)
     for start in sorted(intervals):
         facts, now = intervals[start], observed[start]
         readings = _kueue_counts(now.kueue_evicted)
-        gone = {count: earlier[count] for count in read_before if count not in readings}
         counted: dict[str, int] = defaultdict(int)
         unplaced: list[tuple[KueueCount, Decimal]] = []
         for count, value in sorted(readings.items()):
             last = earlier.get(count)
-            if last is None:
-                last = _kueue_taken_over(count, gone)
-            if last is None and dict(count).get("instance", "") not in answered:
+            if last is None and count[0] not in answered:
                 unplaced.append((count, value))
                 earlier[count] = value
                 continue
             increment = int(value - (last or 0) if value >= (last or 0) else value)
             if increment:
-                counted[dict(count).get("cluster_queue", "")] += increment
+                counted[count[1]] += increment
             earlier[count] = value
-        read_before = readings
         answered |= _answered_instances(now)
         facts.kueue_preemptions = dict(sorted(counted.items()))
         facts.kueue_unplaced = len(unplaced)
@@ -647,7 +654,7 @@ def _kueue_preemptions(
             )
         for count, value in unplaced:
             facts.warnings.append(
-                f"preemptions: Kueue's count {describe(dict(count))} is first read here, at"
+                f"preemptions: Kueue's count {_kueue_text(count)} is first read here, at"
                 f" {value}, from a target Prometheus holds no earlier scrape of (Kueue"
                 " restarted at a new address, or Prometheus holds nothing older): when those"
                 " preemptions happened cannot be told, so they are not counted"
@@ -655,26 +662,19 @@ def _kueue_preemptions(
 
 
 def _kueue_counts(series: dict[tuple[tuple[str, str], ...], Decimal]) -> dict[KueueCount, Decimal]:
-    """Readings by count: a series without its `job` (copies under two jobs are one count, the
-    larger reading kept)."""
+    """Readings by count (KUEUE_COUNT_LABELS): copies under two scrape jobs are one count,
+    the larger reading kept."""
     counts: dict[KueueCount, Decimal] = {}
     for labels, value in series.items():
-        count = tuple(item for item in labels if item[0] != "job")
+        found = dict(labels)
+        count = tuple(found.get(name, "") for name in KUEUE_COUNT_LABELS)
         counts[count] = max(value, counts.get(count, value))
     return counts
 
 
-def _kueue_taken_over(count: KueueCount, gone: dict[KueueCount, Decimal]) -> Decimal | None:
-    """The reading of the one count of the same target and cluster queue that was read in the
-    interval before and is gone now: `count` continues it under new labels."""
-    labels = dict(count)
-    same = [
-        value
-        for other, value in gone.items()
-        if dict(other).get("instance") == labels.get("instance")
-        and dict(other).get("cluster_queue") == labels.get("cluster_queue")
-    ]
-    return same[0] if len(same) == 1 else None
+def _kueue_text(count: KueueCount) -> str:
+    named = zip(KUEUE_COUNT_LABELS, count, strict=True)
+    return describe({name: value for name, value in named if value})
 
 
 def _answered_instances(interval: Observed) -> set[str]:

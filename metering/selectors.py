@@ -138,6 +138,7 @@ class BlindSpots:
     identity_guessed_gpu_seconds: Decimal = Decimal(0)
     kueue_preemption_windows: int = 0
     kueue_preempted_workloads: int = 0
+    kueue_counts_unplaced: int = 0
 
 
 # What makes a done window one of each kind of `BlindSpots`.
@@ -164,13 +165,16 @@ def window_blind_spots(*, start: datetime, end: datetime) -> BlindSpots:
         **blind_spot_counts(),
         guessed_seconds=Sum("undescribed_gpu_seconds"),
         kueue_workloads=Sum("kueue_preempted_workloads"),
+        kueue_unplaced=Sum("kueue_counts_unplaced"),
     )
     guessed_seconds = found.pop("guessed_seconds") or Decimal(0)
     kueue_workloads = found.pop("kueue_workloads") or 0
+    kueue_unplaced = found.pop("kueue_unplaced") or 0
     return BlindSpots(
         **found,
         identity_guessed_gpu_seconds=guessed_seconds,
         kueue_preempted_workloads=kueue_workloads,
+        kueue_counts_unplaced=kueue_unplaced,
     )
 
 
@@ -271,6 +275,7 @@ def usage_report(*, start: datetime, end: datetime, group_by: str) -> dict[str, 
         "windows_with_guessed_identity": blind.identity_guessed_windows,
         "windows_with_kueue_preemptions": blind.kueue_preemption_windows,
         "kueue_preempted_workloads": blind.kueue_preempted_workloads,
+        "kueue_counts_unplaced": blind.kueue_counts_unplaced,
         "groups": [
             {
                 "group": group,

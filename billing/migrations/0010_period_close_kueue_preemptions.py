@@ -20,4 +20,9 @@ class Migration(migrations.Migration):
             name='kueue_preemption_windows',
             field=models.PositiveIntegerField(db_default=0, default=0),
         ),
+        migrations.AddField(
+            model_name='periodclose',
+            name='kueue_counts_unplaced',
+            field=models.PositiveIntegerField(db_default=0, default=0),
+        ),
     ]

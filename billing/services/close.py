@@ -198,6 +198,8 @@ def _blind_spots_audited(blind: BlindSpots) -> dict[str, object]:
     if blind.kueue_preemption_windows:
         changes["kueue_preemption_windows"] = blind.kueue_preemption_windows
         changes["kueue_preempted_workloads"] = blind.kueue_preempted_workloads
+    if blind.kueue_counts_unplaced:
+        changes["kueue_counts_unplaced"] = blind.kueue_counts_unplaced
     return changes
 
 
@@ -223,11 +225,13 @@ def _blind_spots_say(period: str, blind: BlindSpots) -> None:
         )
     if blind.kueue_preemption_windows:
         logger.warning(
-            "%s closed with %d workloads Kueue preempted in %d windows: no pod shows them"
+            "%s closed with %d workloads Kueue preempted in %d windows (and %d of Kueue's"
+            " counts whose evictions could not be placed in time): no pod shows them"
             " preempted, so rule 5 (starvation credits) counted none of them",
             period,
             blind.kueue_preempted_workloads,
             blind.kueue_preemption_windows,
+            blind.kueue_counts_unplaced,
         )
 
 
@@ -580,6 +584,7 @@ def _store_close(
         identity_guessed_gpu_seconds=blind.identity_guessed_gpu_seconds,
         kueue_preemption_windows=blind.kueue_preemption_windows,
         kueue_preempted_workloads=blind.kueue_preempted_workloads,
+        kueue_counts_unplaced=blind.kueue_counts_unplaced,
     )
     _store_scenarios(close, book, priced, corrections, now)
     _store_statements(close, bounds, book, team_lines, totals, line_contributions)

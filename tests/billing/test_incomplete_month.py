@@ -289,3 +289,22 @@ def test_it_closes_a_month_in_which_kueue_preempted_and_says_how_many_workloads(
     (entry,) = AuditEntry.objects.filter(object_type="billing.periodclose", action="close")
     assert entry.changes["kueue_preemption_windows"] == 2
     assert entry.changes["kueue_preempted_workloads"] == 3
+
+
+def test_it_says_how_many_of_kueues_counts_could_not_be_placed(boundary_pool) -> None:
+    """A count first read from a Kueue that Prometheus never scraped before (restarted at a
+    new address, a Prometheus holding nothing older): its evictions are in no window's count,
+    and the close says so rather than "0 workloads"."""
+    IngestWindow.objects.filter(
+        source=boundary_pool.source, start=dt.datetime(2026, 9, 18, 2, tzinfo=UTC)
+    ).update(kueue_counts_unplaced=2)
+
+    output = command_output("close_period", "--period", SEPTEMBER)
+
+    close = PeriodClose.objects.get(period=SEPTEMBER)
+    assert (close.kueue_preemption_windows, close.kueue_preempted_workloads) == (1, 0)
+    assert close.kueue_counts_unplaced == 2 and close.has_blind_spots
+    assert "note: 2 of Kueue's counts were first read from a target" in output
+    assert "Kueue preempted 0" not in output
+    (entry,) = AuditEntry.objects.filter(object_type="billing.periodclose", action="close")
+    assert entry.changes["kueue_counts_unplaced"] == 2

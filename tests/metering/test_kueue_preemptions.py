@@ -103,17 +103,37 @@ def test_it_counts_from_zero_after_kueue_restarted_in_place() -> None:
 
 
 def test_it_counts_kueue_scraped_by_two_jobs_once() -> None:
-    monitor = series("research", target=("kueue-metrics", TARGET[1]))
-    pods = series("research", target=("kubernetes-pods", TARGET[1]))
+    # A ServiceMonitor's job writes its own target labels, a pod-annotation job others.
+    monitor = series(
+        "research",
+        target=("kueue-metrics", TARGET[1]),
+        service="kueue-controller-manager-metrics-service",
+        endpoint="https",
+    )
+    pods = series("research", target=("kubernetes-pods", TARGET[1]), node="cpu-node-1")
     facts = counted([{monitor: 5, pods: 5}], before={monitor: 4, pods: 4})
     assert facts[0].kueue_preemptions == {"research": 1}
+    # A second job added later reads the same count: nothing more was preempted.
+    facts = counted([{pods: 40, monitor: 40}], before={pods: 40})
+    assert facts[0].kueue_preemptions == {}
 
 
 def test_it_takes_a_count_relabelled_on_a_live_kueue_as_the_same_count() -> None:
-    old = series("research")
-    relabelled = series("research", priority_class="training-batch")
-    facts = counted([{relabelled: 841}], before={old: 840})
-    assert facts[0].kueue_preemptions == {"research": 1}
+    # A relabelling that adds a target label to every series, across a missed interval.
+    high = series("research", priority_class="training-batch")
+    low = series("research", priority_class="preprocessing")
+    relabelled_high = series("research", priority_class="training-batch", env="prod")
+    relabelled_low = series("research", priority_class="preprocessing", env="prod")
+    facts = counted([{}, {relabelled_high: 501, relabelled_low: 340}], before={high: 500, low: 340})
+    assert [f.kueue_preemptions for f in facts] == [{}, {"research": 1}]
+
+
+def test_it_counts_a_first_eviction_after_kueue_restarted_in_place() -> None:
+    # The restarted process' first eviction is of another priority class: a new count.
+    old = series("research", priority_class="training-batch")
+    new = series("research", priority_class="preprocessing")
+    facts = counted([{new: 3}], before={old: 1})
+    assert facts[0].kueue_preemptions == {"research": 3}
 
 
 def test_it_counts_a_new_leader_whose_address_prometheus_scraped_before() -> None:

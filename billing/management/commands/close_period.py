@@ -100,12 +100,19 @@ class Command(BaseCommand):
                 " did not describe: their task, team and kind are guesses; the windows'"
                 " warnings name them"
             )
-        if blind.kueue_preemption_windows:
+        if blind.kueue_preempted_workloads:
             self.stdout.write(
                 f"note: Kueue preempted {blind.kueue_preempted_workloads} workloads in"
                 f" {blind.kueue_preemption_windows} windows: no pod shows them preempted, so"
                 " rule 5 (starvation credits) counted none of them in this close; the windows'"
                 " warnings name their cluster queues"
+            )
+        if blind.kueue_counts_unplaced:
+            self.stdout.write(
+                f"note: {blind.kueue_counts_unplaced} of Kueue's counts were first read from a"
+                " target Prometheus held no earlier scrape of: when their evictions happened"
+                " cannot be told, so they are in no window's count; the windows' warnings"
+                " name them"
             )
         for statement in close.statements.select_related("team"):
             self.stdout.write(f"  {statement.team.name}: {statement.total}")
