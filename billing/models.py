@@ -352,6 +352,12 @@ class PeriodClose(ImmutableModel):
     # Kueue's counts first read from a target Prometheus held no earlier scrape of: their
     # evictions could not be placed in time, so they are in no window's count.
     kueue_counts_unplaced = models.PositiveIntegerField(default=0, db_default=0)
+    # Windows and GPU-seconds under priority classes the source did not map: counted as
+    # training_batch.
+    kind_guessed_windows = models.PositiveIntegerField(default=0, db_default=0)
+    kind_guessed_gpu_seconds = models.DecimalField(
+        max_digits=18, decimal_places=6, default=0, db_default=0
+    )
 
     class Meta:
         ordering = ["-period"]
@@ -391,6 +397,7 @@ class PeriodClose(ImmutableModel):
             self.latency_unseen_windows
             or self.identity_guessed_windows
             or self.kueue_preemption_windows
+            or self.kind_guessed_windows
         )
 
 

@@ -212,6 +212,7 @@ class WindowProblems:
     latency_unseen_windows: int = 0
     identity_guessed_windows: int = 0
     kueue_preemption_windows: int = 0
+    kind_guessed_windows: int = 0
 
     @property
     def any(self) -> bool:

@@ -179,6 +179,23 @@ class KueuePreemptionsFilter(admin.SimpleListFilter):
         return queryset
 
 
+class UnmappedKindsFilter(admin.SimpleListFilter):
+    """Windows with GPU-seconds under priority classes the source does not map, or none."""
+
+    title = "priority classes"
+    parameter_name = "unmapped_kinds"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple]:
+        return [("yes", "some not mapped"), ("no", "all mapped")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() == "yes":
+            return queryset.filter(BLIND_SPOT_CONDITIONS["kind_guessed_windows"])
+        if self.value() == "no":
+            return queryset.exclude(BLIND_SPOT_CONDITIONS["kind_guessed_windows"])
+        return queryset
+
+
 @admin.register(models.IngestWindow)
 class IngestWindowAdmin(admin.ModelAdmin):
     list_display = [
@@ -198,6 +215,7 @@ class IngestWindowAdmin(admin.ModelAdmin):
         "preemptions_unreadable",
         LatencyUnseenFilter,
         KueuePreemptionsFilter,
+        UnmappedKindsFilter,
     ]
     date_hierarchy = "start"
     readonly_fields = [*(f.name for f in models.IngestWindow._meta.fields), "recorded_queries"]

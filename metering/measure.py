@@ -209,6 +209,9 @@ class IntervalFacts:
     # here that could not be placed in time (`_kueue_preemptions`).
     kueue_preemptions: dict[str, int] = field(default_factory=dict)
     kueue_unplaced: int = 0
+    # GPU-seconds of pods whose kind the source's priority classes do not say, by priority
+    # class ("" = none; `_kinds_unmapped`).
+    unmapped_kinds: dict[str, Fraction] = field(default_factory=dict)
     # GPU-seconds of pods kube-state-metrics described somewhere in the batch, and of those it
     # described nowhere (`_identity_coverage`).
     described_gpu_seconds: Fraction = Fraction(0)
@@ -576,6 +579,7 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
         _gap_targets_warn(intervals[start], now, gap_targets)
         _latency_unseen(intervals[start], now, observed[start - step], plan, histogram_targets)
         _mapping_labels_dropped(intervals[start], now, observed[start - step], plan)
+        _kinds_unmapped(intervals[start], now, plan)
         for pod, counters in now.io_last.items():
             io_earlier.setdefault(pod, {}).update(counters)
         latency_earlier.update(now.latency_last)
@@ -924,6 +928,50 @@ def _latency_unseen(
             example=f"{namespace}/{name} ({_target_text(target)})",
         )
     )
+
+
+def _kinds_unmapped(facts: IntervalFacts, now: Observed, plan: sources.QueryPlan) -> None:
+    """GPU-seconds of pods whose priority class the source does not map to a kind, which are
+    counted as `training_batch` (identity.DEFAULT_KIND): training's rates and off-peak
+    discount, none of inference's reserve, no SLA breach of theirs. A class the mapping does
+    not name (a cluster's own, or one renamed) is said; so is a pod without a class that
+    served the latency histogram (an inference server under no class). A pod without a class
+    that serves nothing is the contract's default, and says nothing.
+
+    Only pods kube-state-metrics described in the interval (their `kube_pod_info` read): the
+    class of the others is unknown, `_identity_coverage`'s concern."""
+    serving = {(namespace, pod) for namespace, _, pod in now.latency_last}
+    unmapped: dict[str, list[tuple[PodKey, Fraction]]] = defaultdict(list)
+    for pod, held in facts.alloc.items():
+        identity = facts.identity.get(pod)
+        if identity is None or not identity.informed or not held:
+            continue
+        priority_class = identity.priority_class
+        if priority_class in plan.priority_class_kinds:
+            continue
+        if priority_class or pod in serving:
+            unmapped[priority_class].append((pod, held))
+    if not unmapped:
+        return
+    facts.unmapped_kinds = {
+        name: Fraction(exact_sum(held for _, held in pods))
+        for name, pods in sorted(unmapped.items())
+    }
+    classes = ", ".join(
+        f"{name or '(none, serving)'}: {half_up_rational_text(seconds, 6)}"
+        for name, seconds in facts.unmapped_kinds.items()
+    )
+    namespace, pod = min(pod for pods in unmapped.values() for pod, _ in pods)
+    facts.warnings.append(KINDS_UNMAPPED.format(classes=classes, example=f"{namespace}/{pod}"))
+
+
+# The words of an interval with GPU-seconds under priority classes the source does not map.
+KINDS_UNMAPPED = (
+    "kind: pods held GPUs under priority classes the source's priority_class_kinds does not"
+    " map (GPU-seconds by class: {classes}), e.g. {example}: counted as training_batch"
+    " (training's rates and off-peak discount, none of inference's reserve, no SLA breach);"
+    " map each class to its kind in the source and ingest these windows again"
+)
 
 
 def _mapping_labels_dropped(

@@ -340,6 +340,11 @@ class IngestWindow(models.Model):
     # windows written before migration 0022.
     kueue_preempted_workloads = models.PositiveIntegerField(default=0, db_default=0)
     kueue_counts_unplaced = models.PositiveIntegerField(default=0, db_default=0)
+    # GPU-seconds of pods under priority classes the source does not map to a kind, counted
+    # as training_batch (measure.KINDS_UNMAPPED). 0 for windows written before migration 0023.
+    unmapped_kind_gpu_seconds = models.DecimalField(
+        max_digits=18, decimal_places=6, default=0, db_default=0
+    )
     error = models.TextField(blank=True)
     content_hash = models.CharField(max_length=64, blank=True)
     first_written = models.DateTimeField(null=True, blank=True)

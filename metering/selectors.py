@@ -130,7 +130,8 @@ class BlindSpots:
     inference pods served without the latency histogram (no SLA breach of theirs is seen,
     rule 4), GPU-seconds of pods kube-state-metrics did not describe (their task, team and
     kind are guesses), and workloads Kueue preempted (no pod shows them, so rule 5 pays no
-    credit for them)."""
+    credit for them), and GPU-seconds under priority classes the source does not map (their
+    kind is the default, training_batch)."""
 
     preemptions_unseen_windows: int = 0
     latency_unseen_windows: int = 0
@@ -139,6 +140,8 @@ class BlindSpots:
     kueue_preemption_windows: int = 0
     kueue_preempted_workloads: int = 0
     kueue_counts_unplaced: int = 0
+    kind_guessed_windows: int = 0
+    kind_guessed_gpu_seconds: Decimal = Decimal(0)
 
 
 # What makes a done window one of each kind of `BlindSpots`.
@@ -147,6 +150,7 @@ BLIND_SPOT_CONDITIONS = {
     "latency_unseen_windows": Q(latency_unseen_pods__gt=0),
     "identity_guessed_windows": Q(undescribed_gpu_seconds__gt=0),
     "kueue_preemption_windows": Q(kueue_preempted_workloads__gt=0) | Q(kueue_counts_unplaced__gt=0),
+    "kind_guessed_windows": Q(unmapped_kind_gpu_seconds__gt=0),
 }
 
 
@@ -166,15 +170,18 @@ def window_blind_spots(*, start: datetime, end: datetime) -> BlindSpots:
         guessed_seconds=Sum("undescribed_gpu_seconds"),
         kueue_workloads=Sum("kueue_preempted_workloads"),
         kueue_unplaced=Sum("kueue_counts_unplaced"),
+        kind_guessed_seconds=Sum("unmapped_kind_gpu_seconds"),
     )
     guessed_seconds = found.pop("guessed_seconds") or Decimal(0)
     kueue_workloads = found.pop("kueue_workloads") or 0
     kueue_unplaced = found.pop("kueue_unplaced") or 0
+    kind_guessed_seconds = found.pop("kind_guessed_seconds") or Decimal(0)
     return BlindSpots(
         **found,
         identity_guessed_gpu_seconds=guessed_seconds,
         kueue_preempted_workloads=kueue_workloads,
         kueue_counts_unplaced=kueue_unplaced,
+        kind_guessed_gpu_seconds=kind_guessed_seconds,
     )
 
 
@@ -276,6 +283,7 @@ def usage_report(*, start: datetime, end: datetime, group_by: str) -> dict[str, 
         "windows_with_kueue_preemptions": blind.kueue_preemption_windows,
         "kueue_preempted_workloads": blind.kueue_preempted_workloads,
         "kueue_counts_unplaced": blind.kueue_counts_unplaced,
+        "windows_with_unmapped_kinds": blind.kind_guessed_windows,
         "groups": [
             {
                 "group": group,

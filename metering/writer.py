@@ -386,6 +386,7 @@ def _run_write(
                 "described_gpu_seconds",
                 "kueue_preempted_workloads",
                 "kueue_counts_unplaced",
+                "unmapped_kind_gpu_seconds",
             )
         }
         now = timezone.now()
@@ -426,6 +427,7 @@ def _run_write(
                     identity.described,
                     sum(facts.kueue_preemptions.values()),
                     facts.kueue_unplaced,
+                    _quantize(sum(facts.unmapped_kinds.values(), Fraction(0))),
                 )
             )
         usage_seconds = _rows_replace(replaced)
@@ -527,6 +529,7 @@ def _kept_result(
         before["described_gpu_seconds"],
         before["kueue_preempted_workloads"],
         before["kueue_counts_unplaced"],
+        before["unmapped_kind_gpu_seconds"],
     )
 
 
@@ -597,7 +600,7 @@ def _windows_result_update(
     runs over these windows that no window points at any more go."""
     row = "(%s::bigint, %s::int, %s::bigint, %s::bigint, %s::numeric, %s::jsonb, %s::text,"
     row += " %s::timestamptz, %s::timestamptz, %s::boolean, %s::int, %s::numeric,"
-    row += " %s::numeric, %s::int, %s::int)"
+    row += " %s::numeric, %s::int, %s::int, %s::numeric)"
     bounds = {"source": run[0].source_id, "first": run[0].start, "last": run[-1].start}
     with connection.cursor() as cursor:
         cursor.execute(
@@ -617,10 +620,11 @@ def _windows_result_update(
             " preemptions_unreadable = v.unreadable, latency_unseen_pods = v.latency_unseen,"
             " undescribed_gpu_seconds = v.undescribed, described_gpu_seconds = v.described,"
             " kueue_preempted_workloads = v.kueue, kueue_counts_unplaced = v.kueue_unplaced,"
-            " updated = %s"
+            " unmapped_kind_gpu_seconds = v.unmapped_kind, updated = %s"
             f" FROM (VALUES {', '.join([row] * len(results))})"
             " AS v(id, rows, seen, expected, completeness, warnings, hash, first_written, changed,"
-            " unreadable, latency_unseen, undescribed, described, kueue, kueue_unplaced)"
+            " unreadable, latency_unseen, undescribed, described, kueue, kueue_unplaced,"
+            " unmapped_kind)"
             " WHERE w.id = v.id",
             [
                 IngestWindow.Status.DONE,

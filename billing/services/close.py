@@ -200,6 +200,9 @@ def _blind_spots_audited(blind: BlindSpots) -> dict[str, object]:
         changes["kueue_preempted_workloads"] = blind.kueue_preempted_workloads
     if blind.kueue_counts_unplaced:
         changes["kueue_counts_unplaced"] = blind.kueue_counts_unplaced
+    if blind.kind_guessed_windows:
+        changes["kind_guessed_windows"] = blind.kind_guessed_windows
+        changes["kind_guessed_gpu_seconds"] = blind.kind_guessed_gpu_seconds
     return changes
 
 
@@ -232,6 +235,14 @@ def _blind_spots_say(period: str, blind: BlindSpots) -> None:
             blind.kueue_preempted_workloads,
             blind.kueue_preemption_windows,
             blind.kueue_counts_unplaced,
+        )
+    if blind.kind_guessed_windows:
+        logger.warning(
+            "%s closed with %d windows holding %s GPU-seconds under priority classes the source"
+            " does not map: counted as training_batch",
+            period,
+            blind.kind_guessed_windows,
+            blind.kind_guessed_gpu_seconds,
         )
 
 
@@ -585,6 +596,8 @@ def _store_close(
         kueue_preemption_windows=blind.kueue_preemption_windows,
         kueue_preempted_workloads=blind.kueue_preempted_workloads,
         kueue_counts_unplaced=blind.kueue_counts_unplaced,
+        kind_guessed_windows=blind.kind_guessed_windows,
+        kind_guessed_gpu_seconds=blind.kind_guessed_gpu_seconds,
     )
     _store_scenarios(close, book, priced, corrections, now)
     _store_statements(close, bounds, book, team_lines, totals, line_contributions)

@@ -291,6 +291,30 @@ def test_it_closes_a_month_in_which_kueue_preempted_and_says_how_many_workloads(
     assert entry.changes["kueue_preempted_workloads"] == 3
 
 
+def test_it_closes_a_month_with_unmapped_priority_classes_and_says_how_many_gpu_seconds(
+    boundary_pool, caplog
+) -> None:
+    """GPU-seconds under priority classes the source does not map count as training_batch
+    (IngestWindow.unmapped_kind_gpu_seconds): the close says, logs, audits and stores them."""
+    IngestWindow.objects.filter(
+        source=boundary_pool.source, start=dt.datetime(2026, 9, 19, 4, tzinfo=UTC)
+    ).update(unmapped_kind_gpu_seconds=Decimal("600.25"))
+
+    with caplog.at_level(logging.WARNING, logger="billing.services"):
+        output = command_output("close_period", "--period", SEPTEMBER)
+
+    close = PeriodClose.objects.get(period=SEPTEMBER)
+    assert not close.is_incomplete and close.has_blind_spots
+    assert (close.kind_guessed_windows, close.kind_guessed_gpu_seconds) == (1, Decimal("600.25"))
+    assert (
+        "note: 1 windows hold 600.250000 GPU-seconds under priority classes the source does not"
+        " map: counted as training_batch"
+    ) in output
+    assert "2026-09 closed with 1 windows holding 600.250000 GPU-seconds" in caplog.text
+    (entry,) = AuditEntry.objects.filter(object_type="billing.periodclose", action="close")
+    assert entry.changes["kind_guessed_gpu_seconds"] == "600.250000"
+
+
 def test_it_says_how_many_of_kueues_counts_could_not_be_placed(boundary_pool) -> None:
     """A count first read from a Kueue that Prometheus never scraped before (restarted at a
     new address, a Prometheus holding nothing older): its evictions are in no window's count,

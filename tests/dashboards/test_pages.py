@@ -296,6 +296,12 @@ def test_it_warns_on_the_overview_when_a_window_is_pending(client, people, close
             {"kueue_preempted_workloads": 1},
             "Kueue preempted workloads in 3 windows",
         ),
+        # Pods under priority classes the source does not map: counted as training.
+        (
+            "unmapped-kinds",
+            {"unmapped_kind_gpu_seconds": 300},
+            "GPUs were held under priority classes the source does not map in 3 windows",
+        ),
         # Kueue's counts first read from a target never scraped before: when, unknown.
         (
             "kueue-preemptions",

@@ -81,6 +81,24 @@ def test_it_filters_the_windows_in_which_kueue_preempted_workloads(operator_clie
 
 
 @pytest.mark.django_db
+def test_it_filters_the_windows_with_priority_classes_not_mapped(operator_client) -> None:
+    source = Source.objects.create(name="prod", url="https://prom.example")
+    for minute, seconds in ((0, 0), (5, 300)):
+        IngestWindow.objects.create(
+            source=source,
+            start=datetime.fromisoformat(f"2026-10-01T00:{minute:02}:00Z"),
+            end=datetime.fromisoformat(f"2026-10-01T00:{minute + 5:02}:00Z"),
+            status="done",
+            completeness=Decimal(1),
+            unmapped_kind_gpu_seconds=Decimal(seconds),
+        )
+    for value, shown in (("yes", "00:05"), ("no", "00:00")):
+        response = operator_client.get(f"/admin/metering/ingestwindow/?unmapped_kinds={value}")
+        assert response.status_code == 200
+        assert [w.start.strftime("%H:%M") for w in response.context["cl"].result_list] == [shown]
+
+
+@pytest.mark.django_db
 def test_it_refuses_a_source_with_a_bad_mapping_in_the_admin(operator_client) -> None:
     response = operator_client.post(
         "/admin/metering/source/add/",

@@ -114,6 +114,13 @@ class Command(BaseCommand):
                 " cannot be told, so they are in no window's count; the windows' warnings"
                 " name them"
             )
+        if blind.kind_guessed_windows:
+            self.stdout.write(
+                f"note: {blind.kind_guessed_windows} windows hold"
+                f" {blind.kind_guessed_gpu_seconds} GPU-seconds under priority classes the"
+                " source does not map: counted as training_batch; the windows' warnings name"
+                " the classes (map them in the source's priority_class_kinds)"
+            )
         for statement in close.statements.select_related("team"):
             self.stdout.write(f"  {statement.team.name}: {statement.total}")
         if outcome.corrected_periods:
