@@ -145,55 +145,44 @@ def replace_accepting_loss(
     return None
 
 
-class LatencyUnseenFilter(admin.SimpleListFilter):
-    """Windows with inference pods that served without the latency histogram, or none."""
+class _BlindSpotFilter(admin.SimpleListFilter):
+    """The done windows of one kind of metering.selectors.BlindSpots (`blind_spot`), or the
+    others: what the month's close counts, one window at a time."""
 
+    blind_spot: str
+    answers: tuple[str, str]  # what "yes" and "no" read as
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple]:
+        return [("yes", self.answers[0]), ("no", self.answers[1])]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        condition = BLIND_SPOT_CONDITIONS[self.blind_spot]
+        if self.value() == "yes":
+            return queryset.filter(condition)
+        if self.value() == "no":
+            return queryset.exclude(condition)
+        return queryset
+
+
+class LatencyUnseenFilter(_BlindSpotFilter):
     title = "inference latency"
     parameter_name = "latency_unseen"
-
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple]:
-        return [("yes", "not measured for some pods"), ("no", "measured for every pod")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if self.value() == "yes":
-            return queryset.filter(latency_unseen_pods__gt=0)
-        if self.value() == "no":
-            return queryset.filter(latency_unseen_pods=0)
-        return queryset
+    blind_spot = "latency_unseen_windows"
+    answers = ("not measured for some pods", "measured for every pod")
 
 
-class KueuePreemptionsFilter(admin.SimpleListFilter):
-    """Windows in which Kueue preempted workloads (no pod shows them), or none."""
-
+class KueuePreemptionsFilter(_BlindSpotFilter):
     title = "Kueue preemptions"
     parameter_name = "kueue_preemptions"
-
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple]:
-        return [("yes", "Kueue preempted workloads"), ("no", "none")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if self.value() == "yes":
-            return queryset.filter(BLIND_SPOT_CONDITIONS["kueue_preemption_windows"])
-        if self.value() == "no":
-            return queryset.exclude(BLIND_SPOT_CONDITIONS["kueue_preemption_windows"])
-        return queryset
+    blind_spot = "kueue_preemption_windows"
+    answers = ("Kueue preempted workloads", "none")
 
 
-class UnmappedKindsFilter(admin.SimpleListFilter):
-    """Windows with GPU-seconds under priority classes the source does not map, or none."""
-
+class UnmappedKindsFilter(_BlindSpotFilter):
     title = "priority classes"
     parameter_name = "unmapped_kinds"
-
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple]:
-        return [("yes", "some not mapped"), ("no", "all mapped")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if self.value() == "yes":
-            return queryset.filter(BLIND_SPOT_CONDITIONS["kind_guessed_windows"])
-        if self.value() == "no":
-            return queryset.exclude(BLIND_SPOT_CONDITIONS["kind_guessed_windows"])
-        return queryset
+    blind_spot = "kind_guessed_windows"
+    answers = ("some not mapped", "all mapped")
 
 
 @admin.register(models.IngestWindow)

@@ -46,18 +46,23 @@ EDGE_SCRAPE = 15
 EDGE_TICKS = range(EDGE_START, EDGE_START + 600, EDGE_SCRAPE)
 
 
-def simulated(config: PoolConfig, out: Path) -> dict:
+def simulated(config: PoolConfig, out: Path, edit: Callable[[Path], None] | None = None) -> dict:
     """`config`'s pool simulated into `out` and back-filled with promtool into `out / "tsdb"`;
-    its truth. The metrics file goes (hundreds of MB for POOL; the TSDB holds it all)."""
+    its truth. `edit` may change the metrics file first (drop an exporter's samples, say). The
+    metrics file goes (hundreds of MB for POOL; the TSDB holds it all)."""
     simulate(config, out)
+    if edit is not None:
+        edit(out / "metrics.om")
     backfill(out / "metrics.om", out / "tsdb")
     (out / "metrics.om").unlink()
     return json.loads((out / "truth.json").read_text())
 
 
-def simulated_prometheus(config: PoolConfig, out: Path) -> Iterator[tuple[dict, PrometheusProcess]]:
+def simulated_prometheus(
+    config: PoolConfig, out: Path, edit: Callable[[Path], None] | None = None
+) -> Iterator[tuple[dict, PrometheusProcess]]:
     """`simulated`, then a real Prometheus over it, for a fixture to `yield from`."""
-    truth = simulated(config, out)
+    truth = simulated(config, out, edit)
     running = prometheus_over(out / "tsdb", config.scrape_interval_seconds)
     try:
         yield truth, running

@@ -10,7 +10,6 @@ histogram and whose targets answer alike, are measured exactly and never named."
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, date, datetime
@@ -22,9 +21,12 @@ from metering import measure
 from metering.models import IngestWindow, LatencyInterval, Source
 from metering.selectors import usage_report
 from simulator.config import PoolConfig
-from simulator.pool import simulate
-from simulator.prometheus import PrometheusProcess, backfill
-from tests.metering.conftest import ingest_span, prometheus_over, source_remove
+from simulator.prometheus import PrometheusProcess
+from tests.metering.conftest import (
+    ingest_span,
+    simulated_prometheus,
+    source_remove,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -38,15 +40,7 @@ ISO = "%Y-%m-%dT%H:%M:%SZ"
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict, PrometheusProcess]]:
     config = replace(BASE, vllm_without_stats=(SILENT_MODEL,))
-    out = tmp_path_factory.mktemp("vllm-without-stats")
-    simulate(config, out)
-    backfill(out / "metrics.om", out / "tsdb")
-    (out / "metrics.om").unlink()
-    prometheus = prometheus_over(out / "tsdb", config.scrape_interval_seconds)
-    try:
-        yield json.loads((out / "truth.json").read_text()), prometheus
-    finally:
-        prometheus.stop()
+    yield from simulated_prometheus(config, tmp_path_factory.mktemp("vllm-without-stats"))
 
 
 def at(epoch: int) -> datetime:

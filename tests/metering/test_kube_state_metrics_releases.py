@@ -14,7 +14,6 @@ v2.19 that misses an interval's scrapes is not taken for an older release."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, date, datetime
@@ -27,9 +26,12 @@ from metering.measure import PREEMPTIONS_UNREADABLE
 from metering.models import IngestWindow, Preemption, Source
 from metering.selectors import usage_report
 from simulator.config import PoolConfig
-from simulator.pool import simulate
-from simulator.prometheus import PrometheusProcess, backfill
-from tests.metering.conftest import ingest_span, prometheus_over, source_remove
+from simulator.prometheus import PrometheusProcess
+from tests.metering.conftest import (
+    ingest_span,
+    simulated_prometheus,
+    source_remove,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -65,16 +67,9 @@ def release_pool(
     release = request.param.split(",")[0]
     config = replace(BASE, kube_state_metrics=release)
     out = tmp_path_factory.mktemp(f"ksm-{release}")
-    simulate(config, out)
-    if request.param.endswith("silent"):
-        ksm_silent(out / "metrics.om")
-    backfill(out / "metrics.om", out / "tsdb")
-    (out / "metrics.om").unlink()
-    prometheus = prometheus_over(out / "tsdb", config.scrape_interval_seconds)
-    try:
-        yield request.param, json.loads((out / "truth.json").read_text()), prometheus
-    finally:
-        prometheus.stop()
+    edit = ksm_silent if request.param.endswith("silent") else None
+    for truth, prometheus in simulated_prometheus(config, out, edit):
+        yield request.param, truth, prometheus
 
 
 def at(epoch: int) -> datetime:

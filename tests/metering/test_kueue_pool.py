@@ -11,7 +11,6 @@ scheduler's preemptions stores them as before and counts nothing of Kueue's."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
@@ -23,9 +22,12 @@ import pytest
 from metering.models import IngestWindow, Preemption, Source
 from metering.selectors import usage_report, window_blind_spots
 from simulator.config import PoolConfig
-from simulator.pool import simulate
-from simulator.prometheus import PrometheusProcess, backfill
-from tests.metering.conftest import ingest_span, prometheus_over, source_remove
+from simulator.prometheus import PrometheusProcess
+from tests.metering.conftest import (
+    ingest_span,
+    simulated_prometheus,
+    source_remove,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -57,18 +59,9 @@ def without_kueue_in_gap(metrics: Path) -> None:
 def pool_of(
     preempter: str, tmp: pytest.TempPathFactory, *, kueue_gap: bool = False
 ) -> Iterator[tuple[dict, PrometheusProcess]]:
-    config = replace(BASE, preemptions_by=preempter)
     out = tmp.mktemp(f"preempted-by-{preempter}{'-gap' if kueue_gap else ''}")
-    simulate(config, out)
-    if kueue_gap:
-        without_kueue_in_gap(out / "metrics.om")
-    backfill(out / "metrics.om", out / "tsdb")
-    (out / "metrics.om").unlink()
-    prometheus = prometheus_over(out / "tsdb", config.scrape_interval_seconds)
-    try:
-        yield json.loads((out / "truth.json").read_text()), prometheus
-    finally:
-        prometheus.stop()
+    edit = without_kueue_in_gap if kueue_gap else None
+    yield from simulated_prometheus(replace(BASE, preemptions_by=preempter), out, edit)
 
 
 @pytest.fixture(scope="module")

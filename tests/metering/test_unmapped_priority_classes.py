@@ -9,7 +9,6 @@ out `inference-critical`, and the rule's cases on hand-made facts."""
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterator
 from datetime import UTC, date, datetime
@@ -23,9 +22,12 @@ from metering.measure import IntervalFacts, Observed, PodIdentity
 from metering.models import IngestWindow, Source, UsageInterval
 from metering.selectors import usage_report
 from simulator.config import PoolConfig
-from simulator.pool import simulate
-from simulator.prometheus import PrometheusProcess, backfill
-from tests.metering.conftest import ingest_span, prometheus_over, source_remove
+from simulator.prometheus import PrometheusProcess
+from tests.metering.conftest import (
+    ingest_span,
+    simulated_prometheus,
+    source_remove,
+)
 
 BASE = PoolConfig(gpus=16, days=1, start=date(2026, 10, 6), seed=7, scrape_interval_seconds=60)
 SPAN = (BASE.start_epoch + 8 * 3600, BASE.start_epoch + 9 * 3600)
@@ -74,15 +76,7 @@ def test_it_leaves_the_contracts_default_and_the_mapped_classes_alone() -> None:
 
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict, PrometheusProcess]]:
-    out = tmp_path_factory.mktemp("unmapped-classes")
-    simulate(BASE, out)
-    backfill(out / "metrics.om", out / "tsdb")
-    (out / "metrics.om").unlink()
-    prometheus = prometheus_over(out / "tsdb", BASE.scrape_interval_seconds)
-    try:
-        yield json.loads((out / "truth.json").read_text()), prometheus
-    finally:
-        prometheus.stop()
+    yield from simulated_prometheus(BASE, tmp_path_factory.mktemp("unmapped-classes"))
 
 
 @pytest.mark.slow
