@@ -100,7 +100,9 @@ def _tasks_upsert(source: Source, plan: sources.QueryPlan, measured: Measured) -
         known = facts.identity
         pods: list[SeenPod] = []
         for pod in sorted(_active_pods(facts)):
-            identity = known.get(pod) or measured.pod_identity(start, pod)
+            identity = known.get(pod)
+            if identity is None or not identity.informed:  # its kind from the nearest view
+                identity = measured.pod_identity(start, pod)
             view = (
                 pod,
                 identity.task_label,

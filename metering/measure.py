@@ -230,25 +230,38 @@ class Measured:
     evaluation_seconds: float
     plan: sources.QueryPlan
     _seen_at: dict[PodKey, list[int]] | None = field(default=None, repr=False)
+    _informed_at: dict[PodKey, list[int]] = field(default_factory=dict, repr=False)
 
     def pod_identity(self, start: int, pod: PodKey) -> PodIdentity:
         """The interval's kube-state-metrics view of the pod, else the nearest one in the
-        batch (the earlier of two as near), else an empty one."""
+        batch (the earlier of two as near), else an empty one. A view without the pod's
+        `kube_pod_info` (its priority class, so its kind, unknown: kube-state-metrics' info
+        missed in that interval) gives way to the nearest view with it."""
         identity = self.intervals[start].identity.get(pod)
-        if identity is not None:
+        if identity is not None and identity.informed:
             return identity
         if self._seen_at is None:
-            self._seen_at = defaultdict(list)
+            self._seen_at, self._informed_at = defaultdict(list), defaultdict(list)
             for at in sorted(self.intervals):
-                for known in self.intervals[at].identity:
+                for known, view in self.intervals[at].identity.items():
                     self._seen_at[known].append(at)
-        starts = self._seen_at.get(pod)
+                    if view.informed:
+                        self._informed_at[known].append(at)
+        informed = self._nearest(self._informed_at.get(pod), start)
+        if informed is not None:
+            return self.intervals[informed].identity[pod]
+        if identity is not None:
+            return identity
+        nearest = self._nearest(self._seen_at.get(pod), start)
+        return PodIdentity() if nearest is None else self.intervals[nearest].identity[pod]
+
+    @staticmethod
+    def _nearest(starts: list[int] | None, start: int) -> int | None:
         if not starts:
-            return PodIdentity()
+            return None
         index = bisect_left(starts, start)
         nearby = starts[max(0, index - 1) : index + 1]
-        nearest = min(nearby, key=lambda at: (abs(at - start), at))
-        return self.intervals[nearest].identity[pod]
+        return min(nearby, key=lambda at: (abs(at - start), at))
 
 
 @collector_paused
@@ -579,13 +592,14 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
         _gap_targets_warn(intervals[start], now, gap_targets)
         _latency_unseen(intervals[start], now, observed[start - step], plan, histogram_targets)
         _mapping_labels_dropped(intervals[start], now, observed[start - step], plan)
-        _kinds_unmapped(intervals[start], now, plan)
         for pod, counters in now.io_last.items():
             io_earlier.setdefault(pod, {}).update(counters)
         latency_earlier.update(now.latency_last)
     _identity_coverage(intervals)
     _kueue_preemptions(intervals, observed, plan, first)
-    return Measured(intervals, observation.queries, observation.evaluation_seconds, plan)
+    measured = Measured(intervals, observation.queries, observation.evaluation_seconds, plan)
+    _kinds_unmapped(measured, observed)
+    return measured
 
 
 # What tells Kueue's counts apart: the labels Kueue writes on its counter (pkg/metrics; its
@@ -930,39 +944,49 @@ def _latency_unseen(
     )
 
 
-def _kinds_unmapped(facts: IntervalFacts, now: Observed, plan: sources.QueryPlan) -> None:
+def _kinds_unmapped(measured: Measured, observed: dict[int, Observed]) -> None:
     """GPU-seconds of pods whose priority class the source does not map to a kind, which are
     counted as `training_batch` (identity.DEFAULT_KIND): training's rates and off-peak
     discount, none of inference's reserve, no SLA breach of theirs. A class the mapping does
-    not name (a cluster's own, or one renamed) is said; so is a pod without a class that
-    served the latency histogram (an inference server under no class). A pod without a class
-    that serves nothing is the contract's default, and says nothing.
+    not name (a cluster's own, or one renamed) is said; so is no class at all on a task one of
+    whose pods served the latency histogram in the interval (an inference server, or a
+    worker of one, under no class). No class on a task that serves nothing is the contract's
+    default, and says nothing.
 
-    Only pods kube-state-metrics described in the interval (their `kube_pod_info` read): the
-    class of the others is unknown, `_identity_coverage`'s concern."""
-    serving = {(namespace, pod) for namespace, _, pod in now.latency_last}
-    unmapped: dict[str, list[tuple[PodKey, Fraction]]] = defaultdict(list)
-    for pod, held in facts.alloc.items():
-        identity = facts.identity.get(pod)
-        if identity is None or not identity.informed or not held:
+    Each pod's class is read from the view its task's kind is taken from
+    (`Measured.pod_identity`, as identity.py takes it), and only where kube-state-metrics'
+    info was read somewhere in the batch: a pod it never described is `_identity_coverage`'s
+    concern."""
+    plan = measured.plan
+    for start, facts in measured.intervals.items():
+        serving = {(namespace, pod) for namespace, _, pod in observed[start].latency_last}
+        views = {pod: measured.pod_identity(start, pod) for pod in {*facts.alloc, *serving}}
+        serving_tasks = {(pod[0], views[pod].task_name(pod[1])) for pod in serving}
+        unmapped: dict[str, list[tuple[PodKey, Fraction]]] = defaultdict(list)
+        for pod, held in facts.alloc.items():
+            view = views[pod]
+            if not held or not view.informed or view.priority_class in plan.priority_class_kinds:
+                continue
+            if view.priority_class or (pod[0], view.task_name(pod[1])) in serving_tasks:
+                unmapped[view.priority_class].append((pod, held))
+        if not unmapped:
             continue
-        priority_class = identity.priority_class
-        if priority_class in plan.priority_class_kinds:
-            continue
-        if priority_class or pod in serving:
-            unmapped[priority_class].append((pod, held))
-    if not unmapped:
-        return
-    facts.unmapped_kinds = {
-        name: Fraction(exact_sum(held for _, held in pods))
-        for name, pods in sorted(unmapped.items())
-    }
-    classes = ", ".join(
-        f"{name or '(none, serving)'}: {half_up_rational_text(seconds, 6)}"
-        for name, seconds in facts.unmapped_kinds.items()
-    )
-    namespace, pod = min(pod for pods in unmapped.values() for pod, _ in pods)
-    facts.warnings.append(KINDS_UNMAPPED.format(classes=classes, example=f"{namespace}/{pod}"))
+        facts.unmapped_kinds = {
+            name: Fraction(exact_sum(held for _, held in pods))
+            for name, pods in sorted(unmapped.items())
+        }
+        classes = ", ".join(
+            f"{name or '(none, serving)'}: {half_up_rational_text(seconds, 6)}"
+            for name, seconds in facts.unmapped_kinds.items()
+        )
+        namespace, pod = min(pod for pods in unmapped.values() for pod, _ in pods)
+        remedy = [KINDS_MAP] if any(unmapped) else []
+        remedy += [KINDS_GIVE_A_CLASS] if "" in unmapped else []
+        facts.warnings.append(
+            KINDS_UNMAPPED.format(
+                classes=classes, example=f"{namespace}/{pod}", remedy="; ".join(remedy)
+            )
+        )
 
 
 # The words of an interval with GPU-seconds under priority classes the source does not map.
@@ -970,7 +994,11 @@ KINDS_UNMAPPED = (
     "kind: pods held GPUs under priority classes the source's priority_class_kinds does not"
     " map (GPU-seconds by class: {classes}), e.g. {example}: counted as training_batch"
     " (training's rates and off-peak discount, none of inference's reserve, no SLA breach);"
-    " map each class to its kind in the source and ingest these windows again"
+    " {remedy}, and ingest these windows again"
+)
+KINDS_MAP = "map each class to its kind in the source"
+KINDS_GIVE_A_CLASS = (
+    "give the serving pods under no class a priority class the source maps to inference"
 )
 
 

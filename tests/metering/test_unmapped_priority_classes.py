@@ -17,9 +17,9 @@ from fractions import Fraction
 
 import pytest
 
-from metering import measure, sources
+from metering import identity, measure, sources
 from metering.measure import IntervalFacts, Observed, PodIdentity
-from metering.models import IngestWindow, Source, UsageInterval
+from metering.models import IngestWindow, Source, Task, UsageInterval
 from metering.selectors import usage_report
 from simulator.config import PoolConfig
 from simulator.prometheus import PrometheusProcess
@@ -46,18 +46,43 @@ def at(epoch: int) -> datetime:
     return datetime.fromtimestamp(epoch, UTC)
 
 
-def unmapped(priority_class: str, *, serving: bool = False, informed: bool = True) -> dict:
-    pod = ("search", "server-0")
-    now = Observed()
-    if serving:
-        now.latency_last[("search", "qwen", "server-0")]["+Inf"] = Decimal(3)
-    facts = IntervalFacts()
-    facts.identity[pod] = PodIdentity(
-        from_kube=True, priority_class=priority_class, informed=informed
+POD = ("search", "server-0")
+
+
+def view(priority_class: str, *, informed: bool = True, task: str = "") -> PodIdentity:
+    return PodIdentity(
+        from_kube=True, priority_class=priority_class, informed=informed, task_label=task
     )
-    facts.alloc[pod] = Fraction(600, 7)
-    measure._kinds_unmapped(facts, now, PLAN)
-    return facts.unmapped_kinds
+
+
+def unmapped_by_interval(
+    views: list[dict[tuple[str, str], PodIdentity]],
+    *,
+    serving: tuple[str, str] | None = None,
+    holding: tuple[tuple[str, str], ...] = (POD,),
+) -> list[dict[str, Fraction]]:
+    """Each interval's unmapped GPU-seconds by class: `holding` hold 600/7 GPU-seconds in
+    every interval, kube-state-metrics' views of them are `views`, `serving` writes the
+    latency histogram."""
+    intervals, observed = {}, {}
+    for n, seen in enumerate(views):
+        start = 1_790_000_100 + 300 * n
+        facts = IntervalFacts(identity=dict(seen))
+        for pod in holding:
+            facts.alloc[pod] = Fraction(600, 7)
+        intervals[start] = facts
+        observed[start] = Observed()
+        if serving is not None:
+            observed[start].latency_last[(serving[0], "qwen", serving[1])]["+Inf"] = Decimal(3)
+    measure._kinds_unmapped(measure.Measured(intervals, [], 0.0, PLAN), observed)
+    return [intervals[start].unmapped_kinds for start in sorted(intervals)]
+
+
+def unmapped(priority_class: str, *, serving: bool = False, informed: bool = True) -> dict:
+    found = unmapped_by_interval(
+        [{POD: view(priority_class, informed=informed)}], serving=POD if serving else None
+    )
+    return found[0]
 
 
 def test_it_counts_a_class_the_source_does_not_map() -> None:
@@ -71,7 +96,35 @@ def test_it_counts_a_pod_without_a_class_that_serves_the_latency_histogram() -> 
 def test_it_leaves_the_contracts_default_and_the_mapped_classes_alone() -> None:
     assert unmapped("") == {}  # no class, serving nothing: training_batch by the contract
     assert unmapped("inference-critical", serving=True) == {}
-    assert unmapped("inference-high", informed=False) == {}  # its class is unknown
+    assert unmapped("inference-high", informed=False) == {}  # never described: unknown
+
+
+def test_it_reads_the_class_where_the_task_kind_is_read_from() -> None:
+    # kube-state-metrics missed the first and last intervals (no view, or one without its
+    # info): the pod's kind is its nearest informed view's, in each.
+    seen = [{POD: view("", informed=False)}, {POD: view("inference-high")}, {}]
+    found = unmapped_by_interval(seen)
+    assert found == [{"inference-high": Fraction(600, 7)}] * 3
+
+
+def test_it_counts_the_workers_of_a_task_one_pod_of_which_serves() -> None:
+    worker = ("search", "server-0-1")
+    seen = {POD: view("", task="qwen"), worker: view("", task="qwen")}
+    found = unmapped_by_interval([seen], serving=POD, holding=(POD, worker))
+    assert found == [{"": Fraction(1200, 7)}]
+
+
+def test_it_says_what_to_do_for_a_class_and_for_none() -> None:
+    facts = IntervalFacts(identity={POD: view("")})
+    facts.alloc[POD] = Fraction(300)
+    observed = Observed()
+    observed.latency_last[("search", "qwen", "server-0")]["+Inf"] = Decimal(3)
+    measured = measure.Measured({1_790_000_100: facts}, [], 0.0, PLAN)
+    measure._kinds_unmapped(measured, {1_790_000_100: observed})
+    (said,) = facts.warnings
+    assert "(GPU-seconds by class: (none, serving): 300.000000)" in said
+    assert "give the serving pods under no class a priority class" in said
+    assert "map each class to its kind" not in said
 
 
 @pytest.fixture(scope="module")
@@ -118,3 +171,27 @@ def test_it_says_how_many_gpu_seconds_a_mapping_without_inference_counts_as_trai
         assert report["windows_with_unmapped_kinds"] == 12
     finally:
         source_remove(source.pk)
+
+
+@pytest.mark.django_db
+def test_it_takes_a_pods_kind_from_its_nearest_view_with_its_info() -> None:
+    """kube-state-metrics' info missed in the run's first interval (labels and owner read):
+    the task's kind was that view's, the default, training_batch, for the whole run; it is
+    now the nearest view's with the info."""
+    source = Source.objects.create(name="info-missed", url="http://127.0.0.1:9")
+    plan = sources.query_plan_for(source, step_seconds=300)
+    intervals = {}
+    for n, informed in enumerate([False, True, True]):
+        seen = PodIdentity(
+            from_kube=True,
+            labelled=True,
+            owned=True,
+            informed=informed,
+            owner_name="server",
+            priority_class="inference-critical" if informed else "",
+        )
+        facts = IntervalFacts(identity={POD: seen})
+        facts.alloc[POD] = Fraction(300)
+        intervals[1_790_000_100 + 300 * n] = facts
+    identity._tasks_upsert(source, plan, measure.Measured(intervals, [], 0.0, plan))
+    assert list(Task.objects.filter(source=source).values_list("kind", flat=True)) == ["inference"]
