@@ -280,10 +280,12 @@ def usage_report(*, start: datetime, end: datetime, group_by: str) -> dict[str, 
         "windows_without_preemptions": blind.preemptions_unseen_windows,
         "windows_without_latency": blind.latency_unseen_windows,
         "windows_with_guessed_identity": blind.identity_guessed_windows,
+        "guessed_identity_gpu_hours": _gpu_hours(blind.identity_guessed_gpu_seconds),
         "windows_with_kueue_preemptions": blind.kueue_preemption_windows,
         "kueue_preempted_workloads": blind.kueue_preempted_workloads,
         "kueue_counts_unplaced": blind.kueue_counts_unplaced,
         "windows_with_unmapped_kinds": blind.kind_guessed_windows,
+        "unmapped_kind_gpu_hours": _gpu_hours(blind.kind_guessed_gpu_seconds),
         "groups": [
             {
                 "group": group,

@@ -169,6 +169,8 @@ def test_it_says_how_many_gpu_seconds_a_mapping_without_inference_counts_as_trai
         assert kinds == {"training_batch"}
         report = usage_report(start=at(SPAN[0]), end=at(SPAN[1]), group_by="team")
         assert report["windows_with_unmapped_kinds"] == 12
+        total = sum(inference.values(), Decimal(0)) / 3600
+        assert report["unmapped_kind_gpu_hours"] == str(total.quantize(Decimal("0.000001")))
     finally:
         source_remove(source.pk)
 
