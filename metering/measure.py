@@ -235,8 +235,11 @@ class Measured:
     def pod_identity(self, start: int, pod: PodKey) -> PodIdentity:
         """The interval's kube-state-metrics view of the pod, else the nearest one in the
         batch (the earlier of two as near), else an empty one. A view without the pod's
-        `kube_pod_info` (its priority class, so its kind, unknown: kube-state-metrics' info
-        missed in that interval) gives way to the nearest view with it."""
+        `kube_pod_info` (kube-state-metrics' info missed in that interval: its priority
+        class, so its kind, unknown) takes what the info says (class, node, addresses) from
+        the nearest view with it, and keeps its own labels, owner and creation time (a
+        relabel moves only the intervals from then on; a pod recreated under its name is
+        the new one)."""
         identity = self.intervals[start].identity.get(pod)
         if identity is not None and identity.informed:
             return identity
@@ -247,13 +250,25 @@ class Measured:
                     self._seen_at[known].append(at)
                     if view.informed:
                         self._informed_at[known].append(at)
+        if identity is None:
+            nearest = self._nearest(self._seen_at.get(pod), start)
+            if nearest is None:
+                return PodIdentity()
+            identity = self.intervals[nearest].identity[pod]
+            if identity.informed:
+                return identity
         informed = self._nearest(self._informed_at.get(pod), start)
-        if informed is not None:
-            return self.intervals[informed].identity[pod]
-        if identity is not None:
+        if informed is None:
             return identity
-        nearest = self._nearest(self._seen_at.get(pod), start)
-        return PodIdentity() if nearest is None else self.intervals[nearest].identity[pod]
+        info = self.intervals[informed].identity[pod]
+        return replace(
+            identity,
+            informed=True,
+            priority_class=info.priority_class,
+            node=info.node,
+            pod_ip=info.pod_ip,
+            host_ip=info.host_ip,
+        )
 
     @staticmethod
     def _nearest(starts: list[int] | None, start: int) -> int | None:

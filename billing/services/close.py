@@ -226,14 +226,18 @@ def _blind_spots_say(period: str, blind: BlindSpots) -> None:
             blind.identity_guessed_windows,
             blind.identity_guessed_gpu_seconds,
         )
-    if blind.kueue_preemption_windows:
+    if blind.kueue_preempted_workloads:
         logger.warning(
-            "%s closed with %d workloads Kueue preempted in %d windows (and %d of Kueue's"
-            " counts whose evictions could not be placed in time): no pod shows them"
+            "%s closed with %d workloads Kueue preempted in %d windows: no pod shows them"
             " preempted, so rule 5 (starvation credits) counted none of them",
             period,
             blind.kueue_preempted_workloads,
             blind.kueue_preemption_windows,
+        )
+    if blind.kueue_counts_unplaced:
+        logger.warning(
+            "%s closed with %d of Kueue's counts whose evictions could not be placed in time",
+            period,
             blind.kueue_counts_unplaced,
         )
     if blind.kind_guessed_windows:

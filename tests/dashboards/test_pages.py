@@ -294,7 +294,7 @@ def test_it_warns_on_the_overview_when_a_window_is_pending(client, people, close
         (
             "kueue-preemptions",
             {"kueue_preempted_workloads": 1},
-            "Kueue preempted workloads in 3 windows",
+            "Kueue's preemptions show on no pod in 3 windows",
         ),
         # Pods under priority classes the source does not map: counted as training.
         (
@@ -306,7 +306,7 @@ def test_it_warns_on_the_overview_when_a_window_is_pending(client, people, close
         (
             "kueue-preemptions",
             {"kueue_counts_unplaced": 1},
-            "Kueue preempted workloads in 3 windows",
+            "Kueue's preemptions show on no pod in 3 windows",
         ),
         # Inference pods served without the latency histogram (vLLM --disable-log-stats).
         (

@@ -197,3 +197,32 @@ def test_it_takes_a_pods_kind_from_its_nearest_view_with_its_info() -> None:
         intervals[1_790_000_100 + 300 * n] = facts
     identity._tasks_upsert(source, plan, measure.Measured(intervals, [], 0.0, plan))
     assert list(Task.objects.filter(source=source).values_list("kind", flat=True)) == ["inference"]
+
+
+@pytest.mark.django_db
+def test_it_keeps_a_views_own_team_when_it_borrows_the_class_of_another() -> None:
+    """Relabelled to team `blue` in an interval whose info kube-state-metrics missed: that
+    interval is blue's (a relabel moves the intervals from then on), its kind the nearest
+    informed view's."""
+    source = Source.objects.create(name="relabelled", url="http://127.0.0.1:9")
+    plan = sources.query_plan_for(source, step_seconds=300)
+    intervals = {}
+    for n, (team, informed) in enumerate([("red", True), ("blue", False)]):
+        seen = PodIdentity(
+            from_kube=True,
+            labelled=True,
+            owned=True,
+            informed=informed,
+            owner_name="server",
+            team_label=team,
+            priority_class="inference-critical" if informed else "",
+        )
+        facts = IntervalFacts(identity={POD: seen})
+        facts.alloc[POD] = Fraction(300)
+        intervals[1_790_000_100 + 300 * n] = facts
+    ids = identity._tasks_upsert(source, plan, measure.Measured(intervals, [], 0.0, plan))
+    rows = [Task.objects.get(pk=ids[start][POD]) for start in sorted(intervals)]
+    assert [(row.team.name, row.kind) for row in rows] == [
+        ("red", "inference"),
+        ("blue", "inference"),
+    ]

@@ -65,6 +65,7 @@ def test_it_shows_them_on_the_statements_and_the_report(blind, finance) -> None:
         assert "300.500000 GPU-seconds in 1 window" in shown
         assert "2 workloads preempted by Kueue in 1 window" in shown
         assert "1 of Kueue's count could not be placed in time" in shown
+        assert "0 workloads" not in shown
         assert "42.500000 GPU-seconds in 1 window" in shown
 
 
@@ -73,3 +74,20 @@ def test_it_shows_none_on_a_month_that_had_none(report_pool, people) -> None:
     report = people["finance"].get(reverse("reports:page", args=[pools.PERIOD]))
     assert 'data-flag="blind-spots"' not in page.content.decode()
     assert 'data-flag="blind-spots"' not in report.content.decode()
+
+
+def test_it_says_no_workloads_where_kueue_counts_were_only_unplaced(db, finance) -> None:
+    pools.build_report_pool()
+    bounds = period_bounds(pools.PERIOD)
+    window = IngestWindow.objects.filter(
+        start__gte=bounds.start, end__lte=bounds.end, status=IngestWindow.Status.DONE
+    ).first()
+    IngestWindow.objects.filter(pk=window.pk).update(kueue_counts_unplaced=2)
+    period_close(period=pools.PERIOD, accept_incomplete="only 1 October was metered (test pool)")
+    for url in (
+        reverse("dashboards:statement_period", args=[pools.PERIOD]),
+        reverse("reports:page", args=[pools.PERIOD]),
+    ):
+        shown = panel(finance.get(url).content.decode())
+        assert "2 of Kueue's counts could not be placed in time" in shown
+        assert "preempted by Kueue" not in shown
