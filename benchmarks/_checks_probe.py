@@ -1,17 +1,18 @@
-"""What three checks of every batch cost in Python (they ask Prometheus nothing): telling
+"""What four checks of every batch cost in Python (they ask Prometheus nothing): telling
 inference pods that serve without the latency histogram (`measure._latency_unseen`), beside
 the latency derivation of the same intervals (`measure._derive_latency`); the team and task
 labels gone from every GPU pod at once (`measure._mapping_labels_dropped`) and the GPU-seconds
-of pods kube-state-metrics described or not (`measure._identity_coverage`), beside the
-allocation summed in the same intervals (`kernel.numbers.exact_sum`). Each reference is
-measured in the same run.
+of pods kube-state-metrics described or not (`measure._identity_coverage`) and of pods under
+priority classes the source does not map (`measure._kinds_unmapped`), beside the allocation
+summed in the same intervals (`kernel.numbers.exact_sum`). Each reference is measured in the
+same run.
 
 The interval is a 10,000-GPU pool's, made by hand: 10,000 pods holding one GPU each, a third
 of them inference replicas (each with its target and, but in the worst case, a histogram of 22
 buckets), among 40,000 pods kube-state-metrics describes (none, in the worst case); 1,250 GPU
 exporters. Twelve intervals, a batch's. The best of `--runs`. The figures docs/telemetry.md
-quotes ("Latency buckets", "Pods kube-state-metrics does not describe"). Not run by
-`make bench`.
+quotes ("Latency buckets", "Pods kube-state-metrics does not describe", "Who is who"). Not
+run by `make bench`.
 
     .venv/bin/python benchmarks/_checks_probe.py [--runs 5]
 """
@@ -23,6 +24,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from decimal import Decimal
 from fractions import Fraction
 from functools import partial
@@ -115,6 +117,12 @@ def allocation_sum(intervals: dict[int, IntervalFacts]) -> None:
         exact_sum(facts.alloc.values())
 
 
+def kinds(measured: measure.Measured, observed: dict[int, Observed]) -> None:
+    for facts in measured.intervals.values():
+        facts.warnings, facts.unmapped_kinds = [], {}
+    measure._kinds_unmapped(measured, observed)
+
+
 def batch_of(now: Observed, facts: IntervalFacts, *, described: bool) -> dict[int, IntervalFacts]:
     identity = now.identity if described else dict.fromkeys(now.identity, PodIdentity())
     return {n: IntervalFacts(identity=identity, alloc=dict(facts.alloc)) for n in range(INTERVALS)}
@@ -150,6 +158,20 @@ def main() -> None:
         print(
             f"identity coverage, {case}: {checked * 1000:.1f} ms per batch; allocation summed"
             f" {summed * 1000:.1f} ms; ratio {checked / summed:.2f}"
+        )
+    intervals = batch_of(now, facts, described=True)
+    observed = dict.fromkeys(intervals, now)
+    summed = best(options.runs, partial(allocation_sum, intervals))
+    for kinds_of, case in (
+        (PLAN.priority_class_kinds, "every class mapped"),
+        ({}, "none (all said)"),
+    ):
+        plan = replace(PLAN, priority_class_kinds=kinds_of)
+        measured = measure.Measured(intervals, [], 0.0, plan)
+        checked = best(options.runs, partial(kinds, measured, observed))
+        print(
+            f"priority classes not mapped, {case}: {checked * 1000:.1f} ms per batch;"
+            f" allocation summed {summed * 1000:.1f} ms; ratio {checked / summed:.2f}"
         )
 
 

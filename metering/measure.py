@@ -972,18 +972,22 @@ def _kinds_unmapped(measured: Measured, observed: dict[int, Observed]) -> None:
     (`Measured.pod_identity`, as identity.py takes it), and only where kube-state-metrics'
     info was read somewhere in the batch: a pod it never described is `_identity_coverage`'s
     concern."""
-    plan = measured.plan
+    kinds = measured.plan.priority_class_kinds
     for start, facts in measured.intervals.items():
-        serving = {(namespace, pod) for namespace, _, pod in observed[start].latency_last}
-        views = {pod: measured.pod_identity(start, pod) for pod in {*facts.alloc, *serving}}
-        serving_tasks = {(pod[0], views[pod].task_name(pod[1])) for pod in serving}
+        serving: set[tuple[str, str]] | None = None  # the serving tasks, once needed
         unmapped: dict[str, list[tuple[PodKey, Fraction]]] = defaultdict(list)
         for pod, held in facts.alloc.items():
-            view = views[pod]
-            if not held or not view.informed or view.priority_class in plan.priority_class_kinds:
+            view = facts.identity.get(pod)  # most pods: the interval's own view, informed
+            if view is None or not view.informed:
+                view = measured.pod_identity(start, pod)
+            if not held or not view.informed or view.priority_class in kinds:
                 continue
-            if view.priority_class or (pod[0], view.task_name(pod[1])) in serving_tasks:
-                unmapped[view.priority_class].append((pod, held))
+            if not view.priority_class:
+                if serving is None:
+                    serving = _serving_tasks(measured, start, observed[start])
+                if (pod[0], view.task_name(pod[1])) not in serving:
+                    continue
+            unmapped[view.priority_class].append((pod, held))
         if not unmapped:
             continue
         facts.unmapped_kinds = {
@@ -1002,6 +1006,14 @@ def _kinds_unmapped(measured: Measured, observed: dict[int, Observed]) -> None:
                 classes=classes, example=f"{namespace}/{pod}", remedy="; ".join(remedy)
             )
         )
+
+
+def _serving_tasks(measured: Measured, start: int, now: Observed) -> set[tuple[str, str]]:
+    """(namespace, task) of the pods that wrote the latency histogram in the interval."""
+    return {
+        (namespace, measured.pod_identity(start, (namespace, pod)).task_name(pod))
+        for namespace, _, pod in now.latency_last
+    }
 
 
 # The words of an interval with GPU-seconds under priority classes the source does not map.

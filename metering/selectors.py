@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -143,6 +143,14 @@ class BlindSpots:
     kind_guessed_windows: int = 0
     kind_guessed_gpu_seconds: Decimal = Decimal(0)
 
+    def closed(self) -> dict[str, int | Decimal]:
+        """What a month's close stores of them (billing's PeriodClose has a field of each):
+        all but the windows without preemptions, which the close refuses (or, accepted,
+        records among its incomplete ranges)."""
+        found = asdict(self)
+        del found["preemptions_unseen_windows"]
+        return found
+
 
 # What makes a done window one of each kind of `BlindSpots`.
 BLIND_SPOT_CONDITIONS = {
@@ -161,28 +169,25 @@ def blind_spot_counts() -> dict[str, Count]:
     return {name: Count("id", filter=done & kind) for name, kind in BLIND_SPOT_CONDITIONS.items()}
 
 
+# The figures `BlindSpots` adds up beside its window counts, each from a window column.
+BLIND_SPOT_SUMS = {
+    "identity_guessed_gpu_seconds": "undescribed_gpu_seconds",
+    "kueue_preempted_workloads": "kueue_preempted_workloads",
+    "kueue_counts_unplaced": "kueue_counts_unplaced",
+    "kind_guessed_gpu_seconds": "unmapped_kind_gpu_seconds",
+}
+
+
 def window_blind_spots(*, start: datetime, end: datetime) -> BlindSpots:
-    """`BlindSpots` of the done windows in [start, end), in one query."""
+    """`BlindSpots` of the done windows in [start, end), in one query (a sum over no window
+    is its field's 0)."""
     found = IngestWindow.objects.filter(
         start__lt=end, end__gt=start, status=IngestWindow.Status.DONE
     ).aggregate(
         **blind_spot_counts(),
-        guessed_seconds=Sum("undescribed_gpu_seconds"),
-        kueue_workloads=Sum("kueue_preempted_workloads"),
-        kueue_unplaced=Sum("kueue_counts_unplaced"),
-        kind_guessed_seconds=Sum("unmapped_kind_gpu_seconds"),
+        **{name: Sum(column) for name, column in BLIND_SPOT_SUMS.items()},
     )
-    guessed_seconds = found.pop("guessed_seconds") or Decimal(0)
-    kueue_workloads = found.pop("kueue_workloads") or 0
-    kueue_unplaced = found.pop("kueue_unplaced") or 0
-    kind_guessed_seconds = found.pop("kind_guessed_seconds") or Decimal(0)
-    return BlindSpots(
-        **found,
-        identity_guessed_gpu_seconds=guessed_seconds,
-        kueue_preempted_workloads=kueue_workloads,
-        kueue_counts_unplaced=kueue_unplaced,
-        kind_guessed_gpu_seconds=kind_guessed_seconds,
-    )
+    return BlindSpots(**{name: value for name, value in found.items() if value is not None})
 
 
 def completeness(*, start: datetime, end: datetime) -> Decimal:

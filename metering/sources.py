@@ -675,6 +675,8 @@ def io_parts(plan: QueryPlan) -> dict[str, Part]:
 # How far back a counter's last reading is looked for where a pod's counters resume at a
 # batch's start after a gap (measure._counters_looked_back): a day of a few pods' series.
 COUNTER_LOOKBACK_SECONDS = 86_400
+# The range of a look-up evaluated at a batch's start: the day before it.
+BEFORE_BATCH = f"[{COUNTER_LOOKBACK_SECONDS}s] offset 1ms"
 
 
 def _before_batch(plan: QueryPlan, metric: str, pods: Iterable[str], *matchers: str) -> Part:
@@ -685,9 +687,8 @@ def _before_batch(plan: QueryPlan, metric: str, pods: Iterable[str], *matchers: 
         (label_matcher("exported_pod", names, "=~"),),
         ('exported_pod=""', label_matcher("pod", names, "=~")),
     )
-    lookback = f"[{COUNTER_LOOKBACK_SECONDS}s] offset 1ms"
     first, *more = (
-        f"last_over_time({selector(plan, metric, *matchers, *spelling)}{lookback})"
+        f"last_over_time({selector(plan, metric, *matchers, *spelling)}{BEFORE_BATCH})"
         for spelling in spellings
     )
     return Part(first, also=tuple(more))
@@ -868,7 +869,7 @@ def kueue_preemptions_query(plan: QueryPlan) -> str:
 def kueue_before_batch_query(plan: QueryPlan) -> str:
     """The same series' last reading in the COUNTER_LOOKBACK_SECONDS up to the batch's start
     (evaluated there), from which the batch's first increments count."""
-    return f"last_over_time({_kueue_evictions(plan)}[{COUNTER_LOOKBACK_SECONDS}s] offset 1ms)"
+    return f"last_over_time({_kueue_evictions(plan)}{BEFORE_BATCH})"
 
 
 def kueue_targets_before_batch_query(plan: QueryPlan, instances: Iterable[str]) -> str:
@@ -876,8 +877,7 @@ def kueue_targets_before_batch_query(plan: QueryPlan, instances: Iterable[str]) 
     COUNTER_LOOKBACK_SECONDS up to the batch's start: a series of theirs first read later was
     created by an eviction while Prometheus scraped them."""
     up = selector(plan, "up", label_matcher("instance", regex_alternatives(instances), "=~"))
-    lookback = f"[{COUNTER_LOOKBACK_SECONDS}s] offset 1ms"
-    return f"max by (instance) (max_over_time({up}{lookback})) == 1"
+    return f"max by (instance) (max_over_time({up}{BEFORE_BATCH})) == 1"
 
 
 def preemption_ticks_query(plan: QueryPlan, pods: Iterable[str]) -> str:

@@ -11,7 +11,7 @@ import hashlib
 import json
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -46,6 +46,29 @@ WINDOW_LOCK_CLASS = 0x7A6F
 
 def _quantize(value: Fraction | int) -> Decimal:
     return Decimal(_six_places(value))
+
+
+# What a window stores of its interval's findings beside its rows, each column with its SQL
+# type and its value from the facts: a window written takes them from the facts, a window
+# kept (a loss refused) keeps the stored ones. One list for the read, the row and the UPDATE.
+WINDOW_FINDINGS: tuple[tuple[str, str, Callable[[IntervalFacts], object]], ...] = (
+    ("preemptions_unreadable", "boolean", lambda facts: facts.preemptions_unreadable),
+    ("latency_unseen_pods", "int", lambda facts: len(facts.latency_unseen)),
+    (
+        "undescribed_gpu_seconds",
+        "numeric",
+        lambda facts: _quantize(facts.undescribed_gpu_seconds),
+    ),
+    ("described_gpu_seconds", "numeric", lambda facts: _quantize(facts.described_gpu_seconds)),
+    ("kueue_preempted_workloads", "int", lambda facts: sum(facts.kueue_preemptions.values())),
+    ("kueue_counts_unplaced", "int", lambda facts: facts.kueue_unplaced),
+    (
+        "unmapped_kind_gpu_seconds",
+        "numeric",
+        lambda facts: _quantize(exact_sum(facts.unmapped_kinds.values())),
+    ),
+)
+FINDING_COLUMNS = tuple(column for column, _, _ in WINDOW_FINDINGS)
 
 
 def _six_places(value: Fraction | int) -> str:
@@ -380,13 +403,7 @@ def _run_write(
                 "samples_expected",
                 "rows_written",
                 "warnings",
-                "preemptions_unreadable",
-                "latency_unseen_pods",
-                "undescribed_gpu_seconds",
-                "described_gpu_seconds",
-                "kueue_preempted_workloads",
-                "kueue_counts_unplaced",
-                "unmapped_kind_gpu_seconds",
+                *FINDING_COLUMNS,
             )
         }
         now = timezone.now()
@@ -421,13 +438,7 @@ def _run_write(
                     content_hash,
                     before["first_written"] or now,
                     now if changed else before["changed_after_first_write"],
-                    facts.preemptions_unreadable,
-                    len(facts.latency_unseen),
-                    identity.undescribed,
-                    identity.described,
-                    sum(facts.kueue_preemptions.values()),
-                    facts.kueue_unplaced,
-                    _quantize(sum(facts.unmapped_kinds.values(), Fraction(0))),
+                    *(value(facts) for _, _, value in WINDOW_FINDINGS),
                 )
             )
         usage_seconds = _rows_replace(replaced)
@@ -523,13 +534,7 @@ def _kept_result(
         before["content_hash"],
         before["first_written"],
         before["changed_after_first_write"],
-        before["preemptions_unreadable"],
-        before["latency_unseen_pods"],
-        before["undescribed_gpu_seconds"],
-        before["described_gpu_seconds"],
-        before["kueue_preempted_workloads"],
-        before["kueue_counts_unplaced"],
-        before["unmapped_kind_gpu_seconds"],
+        *(before[column] for column in FINDING_COLUMNS),
     )
 
 
@@ -599,8 +604,9 @@ def _windows_result_update(
     pointing them at one record of the run's queries (`IngestQueries`); the records of earlier
     runs over these windows that no window points at any more go."""
     row = "(%s::bigint, %s::int, %s::bigint, %s::bigint, %s::numeric, %s::jsonb, %s::text,"
-    row += " %s::timestamptz, %s::timestamptz, %s::boolean, %s::int, %s::numeric,"
-    row += " %s::numeric, %s::int, %s::int, %s::numeric)"
+    row += " %s::timestamptz, %s::timestamptz, "
+    row += ", ".join(f"%s::{sql_type}" for _, sql_type, _ in WINDOW_FINDINGS) + ")"
+    findings = ", ".join(f"{column} = v.{column}" for column in FINDING_COLUMNS)
     bounds = {"source": run[0].source_id, "first": run[0].start, "last": run[-1].start}
     with connection.cursor() as cursor:
         cursor.execute(
@@ -617,14 +623,10 @@ def _windows_result_update(
             " samples_expected = v.expected, completeness = v.completeness,"
             " warnings = v.warnings, error = '', content_hash = v.hash,"
             " first_written = v.first_written, changed_after_first_write = v.changed,"
-            " preemptions_unreadable = v.unreadable, latency_unseen_pods = v.latency_unseen,"
-            " undescribed_gpu_seconds = v.undescribed, described_gpu_seconds = v.described,"
-            " kueue_preempted_workloads = v.kueue, kueue_counts_unplaced = v.kueue_unplaced,"
-            " unmapped_kind_gpu_seconds = v.unmapped_kind, updated = %s"
+            f" {findings}, updated = %s"
             f" FROM (VALUES {', '.join([row] * len(results))})"
             " AS v(id, rows, seen, expected, completeness, warnings, hash, first_written, changed,"
-            " unreadable, latency_unseen, undescribed, described, kueue, kueue_unplaced,"
-            " unmapped_kind)"
+            f" {', '.join(FINDING_COLUMNS)})"
             " WHERE w.id = v.id",
             [
                 IngestWindow.Status.DONE,

@@ -189,21 +189,8 @@ def period_close(
 
 
 def _blind_spots_audited(blind: BlindSpots) -> dict[str, object]:
-    changes: dict[str, object] = {}
-    if blind.latency_unseen_windows:
-        changes["latency_unseen_windows"] = blind.latency_unseen_windows
-    if blind.identity_guessed_windows:
-        changes["identity_guessed_windows"] = blind.identity_guessed_windows
-        changes["identity_guessed_gpu_seconds"] = blind.identity_guessed_gpu_seconds
-    if blind.kueue_preemption_windows:
-        changes["kueue_preemption_windows"] = blind.kueue_preemption_windows
-        changes["kueue_preempted_workloads"] = blind.kueue_preempted_workloads
-    if blind.kueue_counts_unplaced:
-        changes["kueue_counts_unplaced"] = blind.kueue_counts_unplaced
-    if blind.kind_guessed_windows:
-        changes["kind_guessed_windows"] = blind.kind_guessed_windows
-        changes["kind_guessed_gpu_seconds"] = blind.kind_guessed_gpu_seconds
-    return changes
+    """The blind spots' figures that are not 0."""
+    return {name: value for name, value in blind.closed().items() if value}
 
 
 def _blind_spots_say(period: str, blind: BlindSpots) -> None:
@@ -594,14 +581,7 @@ def _store_close(
         capacity_gpu_seconds_by_class={
             name: str(seconds) for name, seconds in result.capacity_gpu_seconds_by_class
         },
-        latency_unseen_windows=blind.latency_unseen_windows,
-        identity_guessed_windows=blind.identity_guessed_windows,
-        identity_guessed_gpu_seconds=blind.identity_guessed_gpu_seconds,
-        kueue_preemption_windows=blind.kueue_preemption_windows,
-        kueue_preempted_workloads=blind.kueue_preempted_workloads,
-        kueue_counts_unplaced=blind.kueue_counts_unplaced,
-        kind_guessed_windows=blind.kind_guessed_windows,
-        kind_guessed_gpu_seconds=blind.kind_guessed_gpu_seconds,
+        **blind.closed(),
     )
     _store_scenarios(close, book, priced, corrections, now)
     _store_statements(close, bounds, book, team_lines, totals, line_contributions)

@@ -175,39 +175,13 @@ def test_it_says_how_many_gpu_seconds_a_mapping_without_inference_counts_as_trai
         source_remove(source.pk)
 
 
-@pytest.mark.django_db
-def test_it_takes_a_pods_kind_from_its_nearest_view_with_its_info() -> None:
-    """kube-state-metrics' info missed in the run's first interval (labels and owner read):
-    the task's kind was that view's, the default, training_batch, for the whole run; it is
-    now the nearest view's with the info."""
-    source = Source.objects.create(name="info-missed", url="http://127.0.0.1:9")
+def task_rows(name: str, views: list[tuple[str, bool]]) -> list[Task]:
+    """Each interval's task row of one pod holding a GPU through it, whose kube-state-metrics
+    view carries `(team label, info read)`: inference-critical where its info was read."""
+    source = Source.objects.create(name=name, url="http://127.0.0.1:9")
     plan = sources.query_plan_for(source, step_seconds=300)
     intervals = {}
-    for n, informed in enumerate([False, True, True]):
-        seen = PodIdentity(
-            from_kube=True,
-            labelled=True,
-            owned=True,
-            informed=informed,
-            owner_name="server",
-            priority_class="inference-critical" if informed else "",
-        )
-        facts = IntervalFacts(identity={POD: seen})
-        facts.alloc[POD] = Fraction(300)
-        intervals[1_790_000_100 + 300 * n] = facts
-    identity._tasks_upsert(source, plan, measure.Measured(intervals, [], 0.0, plan))
-    assert list(Task.objects.filter(source=source).values_list("kind", flat=True)) == ["inference"]
-
-
-@pytest.mark.django_db
-def test_it_keeps_a_views_own_team_when_it_borrows_the_class_of_another() -> None:
-    """Relabelled to team `blue` in an interval whose info kube-state-metrics missed: that
-    interval is blue's (a relabel moves the intervals from then on), its kind the nearest
-    informed view's."""
-    source = Source.objects.create(name="relabelled", url="http://127.0.0.1:9")
-    plan = sources.query_plan_for(source, step_seconds=300)
-    intervals = {}
-    for n, (team, informed) in enumerate([("red", True), ("blue", False)]):
+    for n, (team, informed) in enumerate(views):
         seen = PodIdentity(
             from_kube=True,
             labelled=True,
@@ -221,7 +195,24 @@ def test_it_keeps_a_views_own_team_when_it_borrows_the_class_of_another() -> Non
         facts.alloc[POD] = Fraction(300)
         intervals[1_790_000_100 + 300 * n] = facts
     ids = identity._tasks_upsert(source, plan, measure.Measured(intervals, [], 0.0, plan))
-    rows = [Task.objects.get(pk=ids[start][POD]) for start in sorted(intervals)]
+    return [Task.objects.get(pk=ids[start][POD]) for start in sorted(intervals)]
+
+
+@pytest.mark.django_db
+def test_it_takes_a_pods_kind_from_its_nearest_view_with_its_info() -> None:
+    """kube-state-metrics' info missed in the run's first interval (labels and owner read):
+    the task's kind was that view's, the default, training_batch, for the whole run; it is
+    now the nearest view's with the info."""
+    rows = task_rows("info-missed", [("red", False), ("red", True), ("red", True)])
+    assert {row.kind for row in rows} == {"inference"}
+
+
+@pytest.mark.django_db
+def test_it_keeps_a_views_own_team_when_it_borrows_the_class_of_another() -> None:
+    """Relabelled to team `blue` in an interval whose info kube-state-metrics missed: that
+    interval is blue's (a relabel moves the intervals from then on), its kind the nearest
+    informed view's."""
+    rows = task_rows("relabelled", [("red", True), ("blue", False)])
     assert [(row.team.name, row.kind) for row in rows] == [
         ("red", "inference"),
         ("blue", "inference"),
