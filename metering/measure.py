@@ -151,6 +151,9 @@ class Observed:
     present: dict[Device, int] = field(default_factory=dict)
     # Scrape target -> [scrapes attempted, scrapes answered] (Prometheus' `up`).
     targets: dict[Target, list[int]] = field(default_factory=dict)
+    # Scrape target -> the values of the source's cluster label on its `up`: one, none where
+    # the label is not written, two where two clusters' targets share the address.
+    target_clusters: dict[Target, set[str]] = field(default_factory=dict)
     # GPUs reported by targets silent for the whole batch, from a look-back.
     silent_gpus: dict[str, GpuInfo] = field(default_factory=dict)
     # kube-state-metrics' nodes at the interval's end: those with GPUs (none where it lists no
@@ -580,6 +583,7 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
     """Each interval's facts from what was observed (no Prometheus, no database)."""
     step = plan.step_seconds
     observed, shared = observation.observed, observation.shared
+    _clusters_check(observed, plan, first)
     _scrape_interval_check(observed, plan, first)
     known = _known_gpus(observed)
     vanished = _vanished_gpus(observed, plan)
@@ -782,6 +786,60 @@ UNDESCRIBED = (
     " and kind (pricing rates) are guesses from the pod's name and namespace; is"
     " kube-state-metrics (each of its shards) scraped, and are its series in this Prometheus?"
 )
+
+
+class ClustersMixedError(sources.SourceConfigurationError):
+    """The GPU exporters a source reads are in more than one cluster."""
+
+
+def _clusters_check(observed: dict[int, Observed], plan: sources.QueryPlan, first: int) -> None:
+    """Refuses the batch (`ClustersMixedError`) when the GPU exporters it read carry two values
+    of the source's cluster label on their `up`: a store holding several clusters (a Thanos
+    or Mimir querier, a federation) read without a matcher that picks one. Read so, the
+    clusters are one pool (capacity, the reserve, the rates' split) and their same-named
+    tasks one task, each billed the other's GPU-seconds, with every window complete; where
+    their exporters share addresses (private ranges reused), each `up` would count twice.
+
+    Only GPU exporters count: another job may carry a `cluster` label of its own meaning (a
+    database's). A batch whose targets carry at most one value costs a set union."""
+    if not plan.cluster_label:  # the source meters every cluster it reads as one pool
+        return
+    batch = [observed[start] for start in sorted(observed) if start >= first]
+    values = {
+        value
+        for interval in batch
+        for found in interval.target_clusters.values()
+        for value in found
+    }
+    if len(values) < 2:
+        return
+    exporters: dict[str, set[Target]] = defaultdict(set)
+    for interval in batch:
+        for series in interval.series.values():
+            for target in (series.target, series.also_target):
+                for cluster in interval.target_clusters.get(target, ()) if target else ():
+                    exporters[cluster].add(target)
+    if len(exporters) < 2:
+        return
+    named = sorted(exporters)
+    found = "; ".join(
+        f"{cluster}: {len(exporters[cluster])}, e.g. {_target_text(min(exporters[cluster]))}"
+        for cluster in named[:CLUSTERS_NAMED]
+    )
+    more = f"; and {len(named) - CLUSTERS_NAMED} more" if len(named) > CLUSTERS_NAMED else ""
+    label = plan.cluster_label
+    raise ClustersMixedError(
+        f"clusters: the GPU exporters this source reads are in {len(named)} clusters by their"
+        f" {label!r} label (exporters by cluster: {found}{more}): a source meters one cluster,"
+        " and read together the clusters' GPUs would be one pool and their same-named tasks"
+        " one task; give the source a matcher that picks one (label_mapping.matchers, e.g."
+        f' {{"{label}": "{named[0]}"}}), and a source for each cluster; to meter them as one'
+        ' pool on purpose, set label_mapping.cluster_label to ""; nothing was stored'
+    )
+
+
+# How many clusters a refused batch names.
+CLUSTERS_NAMED = 5
 
 
 class ScrapeIntervalError(sources.SourceConfigurationError):
@@ -1675,8 +1733,13 @@ def _parse_targets(
     for interval, labels, _, value, _ in _points(
         replace(result, series=up), observed, plan, needs_pod=False, required=("meter", "instance")
     ):
-        counts = interval.targets.setdefault((labels.get("job", ""), labels["instance"]), [0, 0])
-        counts[0 if labels["meter"] == "attempted" else 1] = round(value)
+        target = (labels.get("job", ""), labels["instance"])
+        # A target's `up` comes one series per value of the cluster label: added up.
+        counts = interval.targets.setdefault(target, [0, 0])
+        counts[0 if labels["meter"] == "attempted" else 1] += round(value)
+        cluster = labels.get(plan.cluster_label) if plan.cluster_label else None
+        if cluster:
+            interval.target_clusters.setdefault(target, set()).add(cluster)
 
 
 # The parts of the targets meter that read kube-state-metrics' nodes (sources.targets_parts).

@@ -71,8 +71,9 @@ logger = logging.getLogger(__name__)
 # read (`labelled`, `owned`, `informed`: `measure._described`); and the scrape targets that
 # answered I/O, latency or identity series hold every meter they answered
 # (`Observation.gap_targets`); 11: each interval holds Kueue's count of the workloads it
-# preempted (`Observed.kueue_evicted`, filled by the combiner's follow-ups).
-OBSERVATION_VERSION = 11
+# preempted (`Observed.kueue_evicted`, filled by the combiner's follow-ups); 12: and the values
+# of the source's cluster label on each scrape target's `up` (`Observed.target_clusters`).
+OBSERVATION_VERSION = 12
 
 Asked = TypeVar("Asked")
 
@@ -372,6 +373,7 @@ def _observed_add(into: Observed, part: Observed) -> None:
     into.preemption_reason_series += part.preemption_reason_series
     into.preemptions_unreadable |= part.preemptions_unreadable
     into.targets.update(part.targets)
+    into.target_clusters.update(part.target_clusters)
     into.gpu_nodes |= part.gpu_nodes
     into.node_created.update(part.node_created)
     into.nodes_leaving |= part.nodes_leaving

@@ -76,6 +76,10 @@ MAPPING_DEFAULTS: dict[str, Any] = {
     "matchers": {},
     # a label on the GPU exporter's series that names the fault domain; "" = the whole pool
     "fault_domain_label": "",
+    # the label that names a cluster in a store holding several (a Thanos or Mimir external
+    # label): GPU exporters under two of its values refuse the batch (measure._clusters_check);
+    # "" = no check, every cluster the matchers reach is one pool
+    "cluster_label": "cluster",
     "latency_histogram": "vllm:e2e_request_latency_seconds",
     "preemption_reason": "PreemptionByScheduler",
     "gpu_resource": "nvidia_com_gpu",
@@ -206,6 +210,7 @@ class QueryPlan:
     service_label: str = DEFAULT_LABEL_MAPPING["service_label"]
     matchers: tuple[tuple[str, str], ...] = ()
     fault_domain_label: str = ""
+    cluster_label: str = MAPPING_DEFAULTS["cluster_label"]
     latency_histogram: str = MAPPING_DEFAULTS["latency_histogram"]
     preemption_reason: str = MAPPING_DEFAULTS["preemption_reason"]
     gpu_resource: str = MAPPING_DEFAULTS["gpu_resource"]
@@ -305,9 +310,10 @@ def query_plan_for(source: Source, *, step_seconds: int) -> QueryPlan:
     for key in ("task_label", "team_label", "service_label"):
         if not isinstance(mapping[key], str) or not LABEL_NAME.match(mapping[key]):
             raise SourceConfigurationError(f"label_mapping.{key} must be a label name")
-    fault_domain = mapping["fault_domain_label"]
-    if not isinstance(fault_domain, str) or (fault_domain and not LABEL_NAME.match(fault_domain)):
-        raise SourceConfigurationError("label_mapping.fault_domain_label must be a label name")
+    for key in ("fault_domain_label", "cluster_label"):  # each may be "" (none)
+        name = mapping[key]
+        if not isinstance(name, str) or (name and not LABEL_NAME.match(name)):
+            raise SourceConfigurationError(f"label_mapping.{key} must be a label name")
     histogram = mapping["latency_histogram"]
     if not isinstance(histogram, str) or not METRIC_NAME.match(histogram):
         raise SourceConfigurationError("label_mapping.latency_histogram must be a metric name")
@@ -347,7 +353,8 @@ def query_plan_for(source: Source, *, step_seconds: int) -> QueryPlan:
         team_label=mapping["team_label"],
         service_label=mapping["service_label"],
         matchers=tuple(sorted(matchers.items())),
-        fault_domain_label=fault_domain,
+        fault_domain_label=mapping["fault_domain_label"],
+        cluster_label=mapping["cluster_label"],
         latency_histogram=histogram,
         preemption_reason=mapping["preemption_reason"],
         gpu_resource=mapping["gpu_resource"],
@@ -584,7 +591,10 @@ def targets_parts(plan: QueryPlan) -> dict[str, Part]:
     GPUs are out of use then, not unmetered. Pods still running there with GPUs count
     missing all the same (measure._unattributed_missing)."""
     up = f"{selector(plan, 'up')}{plan.window}"
-    by = _labels(TARGET_LABELS)
+    # By cluster too, where the source names its label: a store holding two clusters is told
+    # by it (measure._clusters_check), at no cost (Python groups the raw series).
+    cluster = (plan.cluster_label,) if plan.cluster_label else ()
+    by = (*_labels(TARGET_LABELS), *cluster)
     leaving = selector(
         plan, "kube_node_spec_taint", label_matcher("key", regex_alternatives(LEAVING_TAINTS), "=~")
     )

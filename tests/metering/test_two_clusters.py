@@ -1,11 +1,11 @@
 """One Prometheus (a Thanos or Mimir store, a federation) holding two clusters, told apart only
-by a `cluster` label, whose exporters share addresses (private ranges reused per cluster):
-two simulated pools back-filled together into a real Prometheus.
+by a `cluster` label: two simulated pools back-filled together into a real Prometheus, their
+exporters at the same addresses (private ranges reused per cluster) or at distinct ones.
 
-A source without a matcher reads both as one pool: each GPU exporter's `up` counts twice, so
-its windows fail (nothing is stored) and say how to pick one cluster; a source per cluster,
-with its matcher, meters each cluster exactly as its truth, the tasks the two share by name
-(the same Deployments in both) included."""
+A source without a matcher reads both as one pool, the tasks the two share by name (the same
+Deployments in both) as one task: its windows fail (nothing is stored) and say how to pick one
+cluster. A source per cluster, with its matcher, meters each cluster exactly as its truth; a
+source that turns the check off meters both as one pool, on purpose."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from django.db.models import Sum
@@ -38,11 +39,12 @@ def at(epoch: int) -> datetime:
     return datetime.fromtimestamp(epoch, UTC)
 
 
-@pytest.fixture(scope="module")
-def clusters(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[dict[str, dict], PrometheusProcess]]:
-    out = tmp_path_factory.mktemp("two-clusters")
+# Cluster b's address ranges where the clusters' addresses are apart: nodes (and their
+# exporters, kube-state-metrics), pods, services (Kueue).
+APART = {"10.42.": "10.43.", "10.244.": "10.245.", "10.96.": "10.97."}
+
+
+def two_clusters(out: Path, *, apart: bool) -> Iterator[tuple[dict[str, dict], PrometheusProcess]]:
     truths = {}
     with (out / "both.om").open("w") as both:
         for cluster, seed in CLUSTERS.items():
@@ -50,8 +52,13 @@ def clusters(
             truths[cluster] = json.loads((out / cluster / "truth.json").read_text())
             with (out / cluster / "metrics.om").open() as metrics:
                 for line in metrics:
-                    if not line.startswith("#"):  # each line is `name{labels} value time`
-                        both.write(re.sub(r"\{", f'{{cluster="{cluster}",', line, count=1))
+                    if line.startswith("#"):
+                        continue
+                    if apart and cluster == "b":
+                        for old, new in APART.items():
+                            line = line.replace(old, new)
+                    # Each line is `name{labels} value time`.
+                    both.write(re.sub(r"\{", f'{{cluster="{cluster}",', line, count=1))
         both.write("# EOF\n")
     backfill(out / "both.om", out / "tsdb")
     prometheus = prometheus_over(out / "tsdb", BASE.scrape_interval_seconds)
@@ -59,6 +66,20 @@ def clusters(
         yield truths, prometheus
     finally:
         prometheus.stop()
+
+
+@pytest.fixture(scope="module")
+def clusters(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[dict[str, dict], PrometheusProcess]]:
+    yield from two_clusters(tmp_path_factory.mktemp("two-clusters"), apart=False)
+
+
+@pytest.fixture(scope="module")
+def clusters_apart(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[dict[str, dict], PrometheusProcess]]:
+    yield from two_clusters(tmp_path_factory.mktemp("two-clusters-apart"), apart=True)
 
 
 def truth_alloc(truth: dict) -> dict[str, Decimal]:
@@ -71,9 +92,20 @@ def truth_alloc(truth: dict) -> dict[str, Decimal]:
     return {name: seconds for name, seconds in found.items() if seconds}
 
 
+def stored_alloc(source: Source) -> dict[str, Decimal]:
+    """GPU-seconds per task (by its name) as the source stored them."""
+    return {
+        row["task__external_id"].rsplit("/", 1)[-1]: row["alloc"]
+        for row in UsageInterval.objects.filter(task__source=source)
+        .values("task__external_id")
+        .annotate(alloc=Sum("alloc_gpu_seconds"))
+    }
+
+
+@pytest.mark.parametrize("fixture", ["clusters", "clusters_apart"])
 @pytest.mark.django_db(transaction=True)
-def test_it_refuses_two_clusters_read_as_one_and_says_how_to_pick_one(clusters) -> None:
-    truths, prometheus = clusters
+def test_it_refuses_two_clusters_read_as_one_and_says_how_to_pick_one(request, fixture) -> None:
+    truths, prometheus = request.getfixturevalue(fixture)
     shared = set(truths["a"]["tasks"]) & set(truths["b"]["tasks"])
     assert {"llama3-8b-chat", "qwen2-7b-instruct"} <= shared  # the same Deployments in both
     source = Source.objects.create(name="both", url=prometheus.url, scrape_interval_seconds=60)
@@ -81,12 +113,42 @@ def test_it_refuses_two_clusters_read_as_one_and_says_how_to_pick_one(clusters) 
         ingest_span(source, at(SPAN[0]), at(SPAN[1]), batch=12)
         windows = IngestWindow.objects.filter(source=source)
         assert {w.status for w in windows} == {"failed"}
-        assert all(
-            'give the source a matcher that picks one (label_mapping.matchers, e.g. {"cluster"'
-            in w.error
-            for w in windows
-        )
+        for window in windows:
+            assert window.error.startswith(
+                "source both: clusters: the GPU exporters this source reads are in 2 clusters by"
+                " their 'cluster' label (exporters by cluster: a: 2, e.g."
+            )
+            assert (
+                "give the source a matcher that picks one (label_mapping.matchers, e.g."
+                ' {"cluster": "a"})' in window.error
+            )
         assert not UsageInterval.objects.filter(task__source=source).exists()
+    finally:
+        source_remove(source.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_meters_two_clusters_as_one_pool_where_the_source_turns_the_check_off(
+    clusters_apart,
+) -> None:
+    truths, prometheus = clusters_apart
+    source = Source.objects.create(
+        name="both-on-purpose",
+        url=prometheus.url,
+        scrape_interval_seconds=60,
+        label_mapping={"cluster_label": ""},
+    )
+    try:
+        ingest_span(source, at(SPAN[0]), at(SPAN[1]), batch=12)
+        windows = IngestWindow.objects.filter(source=source)
+        assert {w.status for w in windows} == {"done"}
+        assert all(w.completeness == 1 for w in windows)
+        # One pool: the tasks the clusters share by name are one task, billed both's usage.
+        expected: dict[str, Decimal] = defaultdict(Decimal)
+        for truth in truths.values():
+            for task, seconds in truth_alloc(truth).items():
+                expected[task] += seconds
+        assert stored_alloc(source) == expected
     finally:
         source_remove(source.pk)
 
@@ -106,13 +168,6 @@ def test_it_meters_each_cluster_exactly_with_its_matcher(clusters, cluster: str)
         windows = IngestWindow.objects.filter(source=source)
         assert {w.status for w in windows} == {"done"}
         assert all(w.completeness == 1 for w in windows)
-        stored = {
-            row["task__external_id"]: row["alloc"]
-            for row in UsageInterval.objects.filter(task__source=source)
-            .values("task__external_id")
-            .annotate(alloc=Sum("alloc_gpu_seconds"))
-        }
-        expected = truth_alloc(truths[cluster])
-        assert {task.rsplit("/", 1)[-1]: seconds for task, seconds in stored.items()} == expected
+        assert stored_alloc(source) == truth_alloc(truths[cluster])
     finally:
         source_remove(source.pk)
