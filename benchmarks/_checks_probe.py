@@ -3,16 +3,17 @@ inference pods that serve without the latency histogram (`measure._latency_unsee
 the latency derivation of the same intervals (`measure._derive_latency`); the team and task
 labels gone from every GPU pod at once (`measure._mapping_labels_dropped`) and the GPU-seconds
 of pods kube-state-metrics described or not (`measure._identity_coverage`) and of pods under
-priority classes the source does not map (`measure._kinds_unmapped`), beside the allocation
-summed in the same intervals (`kernel.numbers.exact_sum`). Each reference is measured in the
-same run.
+priority classes the source does not map (`measure._kinds_unmapped`), and the busy time of
+GPUs no pod held (`measure._unheld_busy`), beside the allocation summed in the same intervals
+(`kernel.numbers.exact_sum`). Each reference is measured in the same run.
 
 The interval is a 10,000-GPU pool's, made by hand: 10,000 pods holding one GPU each, a third
 of them inference replicas (each with its target and, but in the worst case, a histogram of 22
 buckets), among 40,000 pods kube-state-metrics describes (none, in the worst case); 1,250 GPU
-exporters. Twelve intervals, a batch's. The best of `--runs`. The figures docs/telemetry.md
-quotes ("Latency buckets", "Pods kube-state-metrics does not describe", "Who is who"). Not
-run by `make bench`.
+exporters; for the busy time of GPUs no pod held, 12,000 GPUs, 2,000 of them free (idle, or,
+in the worst case, every one busy). Twelve intervals, a batch's. The best of `--runs`. The
+figures docs/telemetry.md quotes ("Latency buckets", "Pods kube-state-metrics does not
+describe", "Who is who", "Busy time"). Not run by `make bench`.
 
     .venv/bin/python benchmarks/_checks_probe.py [--runs 5]
 """
@@ -42,7 +43,7 @@ django.setup()
 
 from kernel.numbers import exact_sum  # noqa: E402
 from metering import measure, sources  # noqa: E402
-from metering.measure import IntervalFacts, Observed, PodIdentity  # noqa: E402
+from metering.measure import IntervalFacts, Observed, PodIdentity, SeriesTicks  # noqa: E402
 
 GPU_PODS = 10_000
 PODS = 40_000
@@ -123,6 +124,27 @@ def kinds(measured: measure.Measured, observed: dict[int, Observed]) -> None:
     measure._kinds_unmapped(measured, observed)
 
 
+FREE_GPUS = 2_000
+
+
+def with_devices(now: Observed, *, free_busy: bool) -> Observed:
+    """`now` with a series per GPU: one per GPU pod, busy, and FREE_GPUS bare ones."""
+    devices = Observed(identity=now.identity, targets=now.targets)
+    for n in range(GPU_PODS + FREE_GPUS):
+        pod = ("ml", f"pod-{n}") if n < GPU_PODS else ("", "")
+        busy = Decimal(10) if n < GPU_PODS or free_busy else Decimal(0)
+        devices.series[(f"GPU-{n}", "", "", *pod)] = SeriesTicks(
+            ticks=20, node=f"node-{n // 8}", busy=busy
+        )
+    return devices
+
+
+def unheld(intervals: dict[int, IntervalFacts], observed: dict[int, Observed]) -> None:
+    for facts in intervals.values():
+        facts.warnings, facts.unheld_busy = [], {}
+    measure._unheld_busy(intervals, observed, PLAN)
+
+
 def batch_of(now: Observed, facts: IntervalFacts, *, described: bool) -> dict[int, IntervalFacts]:
     identity = now.identity if described else dict.fromkeys(now.identity, PodIdentity())
     return {n: IntervalFacts(identity=identity, alloc=dict(facts.alloc)) for n in range(INTERVALS)}
@@ -172,6 +194,17 @@ def main() -> None:
         print(
             f"priority classes not mapped, {case}: {checked * 1000:.1f} ms per batch;"
             f" allocation summed {summed * 1000:.1f} ms; ratio {checked / summed:.2f}"
+        )
+    step = PLAN.step_seconds
+    for free_busy, case in ((False, "free GPUs idle"), (True, "every free GPU busy")):
+        devices = with_devices(now, free_busy=free_busy)
+        # The batch's intervals and the one before, each the same view.
+        observed = {n * step: devices for n in range(-1, INTERVALS)}
+        batch = {n * step: IntervalFacts() for n in range(INTERVALS)}
+        checked = best(options.runs, partial(unheld, batch, observed))
+        print(
+            f"busy GPUs no pod held, {case}: {checked * 1000:.1f} ms per batch; allocation"
+            f" summed {summed * 1000:.1f} ms; ratio {checked / summed:.2f}"
         )
 
 

@@ -358,6 +358,11 @@ class PeriodClose(ImmutableModel):
     kind_guessed_gpu_seconds = models.DecimalField(
         max_digits=18, decimal_places=6, default=0, db_default=0
     )
+    # Windows and GPU-seconds in which GPUs no pod held were busy: work billed to no task.
+    unheld_busy_windows = models.PositiveIntegerField(default=0, db_default=0)
+    unheld_busy_gpu_seconds = models.DecimalField(
+        max_digits=18, decimal_places=6, default=0, db_default=0
+    )
 
     class Meta:
         ordering = ["-period"]
@@ -398,6 +403,7 @@ class PeriodClose(ImmutableModel):
             or self.identity_guessed_windows
             or self.kueue_preemption_windows
             or self.kind_guessed_windows
+            or self.unheld_busy_windows
         )
 
 

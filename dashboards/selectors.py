@@ -207,12 +207,13 @@ class WindowProblems:
     examples: list[IngestWindow]
     # Done windows that nothing will change, so not "not complete yet", but whose preemptions,
     # inference latency or pods' identity could not be seen, or in which Kueue preempted
-    # workloads no pod shows (metering.selectors.BlindSpots).
+    # workloads no pod shows, or GPUs no pod held were busy (metering.selectors.BlindSpots).
     preemptions_unseen_windows: int = 0
     latency_unseen_windows: int = 0
     identity_guessed_windows: int = 0
     kueue_preemption_windows: int = 0
     kind_guessed_windows: int = 0
+    unheld_busy_windows: int = 0
 
     @property
     def any(self) -> bool:
@@ -222,8 +223,8 @@ class WindowProblems:
 def window_problems(*, start: dt.datetime, end: dt.datetime, limit: int = 8) -> WindowProblems:
     """Windows in the range that are not done, or done with samples missing; and, apart,
     those done where kube-state-metrics could not show preemptions or did not describe GPU
-    pods, where inference pods served without the latency histogram, or where Kueue
-    preempted workloads."""
+    pods, where inference pods served without the latency histogram, where Kueue preempted
+    workloads, or where GPUs no pod held were busy."""
     in_range = IngestWindow.objects.filter(start__lt=end, end__gt=start)
     incomplete = Q(status=IngestWindow.Status.DONE, completeness__lt=1)
     problems = Q(status__in=["pending", "running", "failed"]) | incomplete

@@ -185,6 +185,13 @@ class UnmappedKindsFilter(_BlindSpotFilter):
     answers = ("some not mapped", "all mapped")
 
 
+class UnheldBusyFilter(_BlindSpotFilter):
+    title = "unrequested GPU work"
+    parameter_name = "unheld_busy"
+    blind_spot = "unheld_busy_windows"
+    answers = ("GPUs no pod held were busy", "none")
+
+
 @admin.register(models.IngestWindow)
 class IngestWindowAdmin(admin.ModelAdmin):
     list_display = [
@@ -205,6 +212,7 @@ class IngestWindowAdmin(admin.ModelAdmin):
         LatencyUnseenFilter,
         KueuePreemptionsFilter,
         UnmappedKindsFilter,
+        UnheldBusyFilter,
     ]
     date_hierarchy = "start"
     readonly_fields = [*(f.name for f in models.IngestWindow._meta.fields), "recorded_queries"]

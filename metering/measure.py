@@ -215,6 +215,8 @@ class IntervalFacts:
     # GPU-seconds of pods whose kind the source's priority classes do not say, by priority
     # class ("" = none; `_kinds_unmapped`).
     unmapped_kinds: dict[str, Fraction] = field(default_factory=dict)
+    # Busy GPU-seconds of GPUs no pod held, by GPU UUID (`_unheld_busy`).
+    unheld_busy: dict[str, Fraction] = field(default_factory=dict)
     # GPU-seconds of pods kube-state-metrics described somewhere in the batch, and of those it
     # described nowhere (`_identity_coverage`).
     described_gpu_seconds: Fraction = Fraction(0)
@@ -615,6 +617,7 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
             io_earlier.setdefault(pod, {}).update(counters)
         latency_earlier.update(now.latency_last)
     _identity_coverage(intervals)
+    _unheld_busy(intervals, observed, plan)
     _kueue_preemptions(intervals, observed, plan, first)
     measured = Measured(intervals, observation.queries, observation.evaluation_seconds, plan)
     _kinds_unmapped(measured, observed)
@@ -1064,6 +1067,93 @@ def _kinds_unmapped(measured: Measured, observed: dict[int, Observed]) -> None:
                 classes=classes, example=f"{namespace}/{pod}", remedy="; ".join(remedy)
             )
         )
+
+
+def _unheld_busy(
+    intervals: dict[int, IntervalFacts], observed: dict[int, Observed], plan: sources.QueryPlan
+) -> None:
+    """Busy time of GPUs that no pod held, per interval, and a warning where there was any:
+    work outside any pod's GPU request, which no task is billed for and the pool's effective
+    utilization leaves out. A container that sees every GPU (`NVIDIA_VISIBLE_DEVICES=all` in
+    its image, or a privileged one), a process on the host, a pod given the GPU through a DRA
+    ResourceClaim while dcgm-exporter runs without `--kubernetes-enable-dra`: the exporter
+    finds no pod for the GPU (kubelet's pod-resources), so its series is the bare one of a
+    free GPU, and only its busy time tells.
+
+    Counted only where no pod series of the physical GPU is in the interval or the one
+    before: DCGM averages activity over its sampling period, so a pod's last work can show
+    on the first scrape after it left; a time-sliced GPU's bare series carries its pods'
+    work. Left out too: nodes where kube-state-metrics shows a pod running with GPUs, at the
+    interval's start or end, that no GPU series names in it or the one before (dcgm-exporter's
+    pod mapping off there: `_unattributed_missing` counts those GPUs missing already), and
+    the source's `unmetered_nodes`."""
+    step, seconds = plan.step_seconds, plan.scrape_seconds
+    outside = re.compile(plan.unmetered_nodes) if plan.unmetered_nodes else None
+    for start, facts in intervals.items():
+        now, before = observed[start], observed[start - step]
+        busy = [
+            (key, series)
+            for key, series in now.series.items()
+            if not key[4] and series.ticks and series.busy and not series.bad
+        ]
+        if not busy:  # the usual interval: free GPUs idle
+            continue
+        pods = [key for interval in (now, before) for key in interval.series if key[4]]
+        held = {key[0] for key in pods}
+        busy = [
+            (key, series)
+            for key, series in busy
+            if key[0] not in held and (outside is None or not outside.fullmatch(series.node))
+        ]
+        if not busy:
+            continue
+        # The pods kube-state-metrics shows running with GPUs on those nodes, then whether a
+        # GPU series names them: only those nodes' pods are looked at (a pool has many).
+        on_nodes = {series.node for _, series in busy}
+        suspects = [
+            (pod, identity.node)
+            for views in (now.identity, before.identity)
+            for pod, identity in views.items()
+            if identity.node in on_nodes and identity.running and identity.gpus_requested
+        ]
+        named = {key[3:] for key in pods} if suspects else set()
+        mapping_off = {node for pod, node in suspects if pod not in named}
+        sevenths: dict[str, Decimal | Fraction] = defaultdict(Decimal)  # busy x sevenths
+        nodes: dict[str, str] = {}
+        with decimal.localcontext(EXACT):
+            for (uuid, _, profile, _, _), series in busy:
+                if series.node in mapping_off:
+                    continue
+                try:
+                    sevenths[uuid] += series.busy * mig_sevenths(profile)
+                except ValueError:
+                    continue  # an unknown MIG profile: the devices' check says so
+                nodes[uuid] = series.node
+        if not sevenths:
+            continue
+        found = {uuid: Fraction(sevenths[uuid]) * seconds / 7 for uuid in sorted(sevenths)}
+        facts.unheld_busy = found
+        example = max(found, key=lambda uuid: (found[uuid], uuid))
+        facts.warnings.append(
+            UNHELD_BUSY.format(
+                gpus=len(found),
+                seconds=half_up_rational_text(exact_sum(found.values()), 6),
+                example=example,
+                node=nodes[example] or "(unknown)",
+                example_seconds=half_up_rational_text(found[example], 6),
+            )
+        )
+
+
+# The words of an interval in which GPUs no pod held were busy.
+UNHELD_BUSY = (
+    "unrequested work: {gpus} GPU(s) that no pod held were busy {seconds} GPU-seconds, e.g."
+    " {example} on node {node} ({example_seconds}): work outside any pod's GPU request, which"
+    " no task is billed for (a container that sees every GPU through NVIDIA_VISIBLE_DEVICES or"
+    " privilege, a process on the host, a pod given the GPU by a DRA ResourceClaim while"
+    " dcgm-exporter runs without --kubernetes-enable-dra); find it on the node (nvidia-smi),"
+    " and have it request its GPUs"
+)
 
 
 def _serving_tasks(measured: Measured, start: int, now: Observed) -> set[tuple[str, str]]:
@@ -1673,10 +1763,16 @@ def _parse_busy(
             series.values[:] = [
                 [at, _percent(text)] for at, text in series.values if at not in taken
             ]
-    for interval, labels, _, value, _ in _points(result, observed, plan, required=("UUID",)):
-        # A sum of ratios Prometheus wrote as a float: its decimal text is what it measured
-        # (sums of 2-decimal ratios cannot sit on a rounding boundary at 6 places).
-        _series(interval, _series_key(labels)).busy = value
+    # A free GPU's bare series too: busy, it is work no pod requested (`_unheld_busy`).
+    bare = [series for series in result.series if not pod_of(series.labels)[1]]
+    held = [series for series in result.series if pod_of(series.labels)[1]]
+    for series, needs_pod in ((held, True), (bare, False)):
+        for interval, labels, _, value, _ in _points(
+            replace(result, series=series), observed, plan, needs_pod=needs_pod, required=("UUID",)
+        ):
+            # A sum of ratios Prometheus wrote as a float: its decimal text is what it measured
+            # (sums of 2-decimal ratios cannot sit on a rounding boundary at 6 places).
+            _series(interval, _series_key(labels)).busy = value
 
 
 def _percent(text: str) -> str:
@@ -1993,6 +2089,8 @@ def _exporters_own_series_freed(observed: dict[int, Observed]) -> set[str]:
                 interval.series[bare] = series
             else:  # the exporter wrote a bare series too (another target's): one of each tick
                 found.ticks = max(found.ticks, series.ticks)
+                if series.busy is not None:
+                    found.busy = series.busy if found.busy is None else max(found.busy, series.busy)
     return exporters
 
 

@@ -345,6 +345,11 @@ class IngestWindow(models.Model):
     unmapped_kind_gpu_seconds = models.DecimalField(
         max_digits=18, decimal_places=6, default=0, db_default=0
     )
+    # Busy GPU-seconds of GPUs no pod held: work outside any pod's GPU request, billed to no
+    # task (measure.UNHELD_BUSY). 0 for windows written before migration 0024.
+    unheld_busy_gpu_seconds = models.DecimalField(
+        max_digits=18, decimal_places=6, default=0, db_default=0
+    )
     error = models.TextField(blank=True)
     content_hash = models.CharField(max_length=64, blank=True)
     first_written = models.DateTimeField(null=True, blank=True)

@@ -131,7 +131,8 @@ class BlindSpots:
     rule 4), GPU-seconds of pods kube-state-metrics did not describe (their task, team and
     kind are guesses), and workloads Kueue preempted (no pod shows them, so rule 5 pays no
     credit for them), and GPU-seconds under priority classes the source does not map (their
-    kind is the default, training_batch)."""
+    kind is the default, training_batch), and busy GPU-seconds of GPUs no pod held (work
+    billed to no task)."""
 
     preemptions_unseen_windows: int = 0
     latency_unseen_windows: int = 0
@@ -142,6 +143,8 @@ class BlindSpots:
     kueue_counts_unplaced: int = 0
     kind_guessed_windows: int = 0
     kind_guessed_gpu_seconds: Decimal = Decimal(0)
+    unheld_busy_windows: int = 0
+    unheld_busy_gpu_seconds: Decimal = Decimal(0)
 
     def closed(self) -> dict[str, int | Decimal]:
         """What a month's close stores of them (billing's PeriodClose has a field of each):
@@ -159,6 +162,7 @@ BLIND_SPOT_CONDITIONS = {
     "identity_guessed_windows": Q(undescribed_gpu_seconds__gt=0),
     "kueue_preemption_windows": Q(kueue_preempted_workloads__gt=0) | Q(kueue_counts_unplaced__gt=0),
     "kind_guessed_windows": Q(unmapped_kind_gpu_seconds__gt=0),
+    "unheld_busy_windows": Q(unheld_busy_gpu_seconds__gt=0),
 }
 
 
@@ -175,6 +179,7 @@ BLIND_SPOT_SUMS = {
     "kueue_preempted_workloads": "kueue_preempted_workloads",
     "kueue_counts_unplaced": "kueue_counts_unplaced",
     "kind_guessed_gpu_seconds": "unmapped_kind_gpu_seconds",
+    "unheld_busy_gpu_seconds": "unheld_busy_gpu_seconds",
 }
 
 
@@ -291,6 +296,8 @@ def usage_report(*, start: datetime, end: datetime, group_by: str) -> dict[str, 
         "kueue_counts_unplaced": blind.kueue_counts_unplaced,
         "windows_with_unmapped_kinds": blind.kind_guessed_windows,
         "unmapped_kind_gpu_hours": _gpu_hours(blind.kind_guessed_gpu_seconds),
+        "windows_with_unrequested_work": blind.unheld_busy_windows,
+        "unrequested_busy_gpu_hours": _gpu_hours(blind.unheld_busy_gpu_seconds),
         "groups": [
             {
                 "group": group,

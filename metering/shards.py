@@ -72,8 +72,9 @@ logger = logging.getLogger(__name__)
 # answered I/O, latency or identity series hold every meter they answered
 # (`Observation.gap_targets`); 11: each interval holds Kueue's count of the workloads it
 # preempted (`Observed.kueue_evicted`, filled by the combiner's follow-ups); 12: and the values
-# of the source's cluster label on each scrape target's `up` (`Observed.target_clusters`).
-OBSERVATION_VERSION = 12
+# of the source's cluster label on each scrape target's `up` (`Observed.target_clusters`); 13:
+# a free GPU's bare series holds its busy time (`measure._unheld_busy`).
+OBSERVATION_VERSION = 13
 
 Asked = TypeVar("Asked")
 

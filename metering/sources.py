@@ -501,16 +501,17 @@ def _gpu_part(function: str, ranges: Iterable[str], by: tuple[str, ...], **optio
 
 
 def busy_parts(plan: QueryPlan) -> dict[str, Part]:
-    """Per pod series: the sum of its engine-active ratio over the interval's ticks (x share
+    """Per series: the sum of its engine-active ratio over the interval's ticks (x share
     x scrape seconds in Python), else of GPU_UTIL / 100 where profiling metrics are absent
-    (measure._parse_busy prefers the first, series by series and interval by interval)."""
+    (measure._parse_busy prefers the first, series by series and interval by interval). A
+    free GPU's bare series too, which Prometheus reads anyway: busy, it is work no pod
+    requested (measure._unheld_busy)."""
     by = _labels(DEVICE_SERIES_LABELS)
     return {
         meter: _gpu_part(
             "sum_over_time",
             [f"{series}{plan.window}" for series in gpu_series(plan, metric)],
             by,
-            pods_only=True,
         )
         for meter, metric in (
             ("active", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),

@@ -67,6 +67,11 @@ WINDOW_FINDINGS: tuple[tuple[str, str, Callable[[IntervalFacts], object]], ...] 
         "numeric",
         lambda facts: _quantize(exact_sum(facts.unmapped_kinds.values())),
     ),
+    (
+        "unheld_busy_gpu_seconds",
+        "numeric",
+        lambda facts: _quantize(exact_sum(facts.unheld_busy.values())),
+    ),
 )
 FINDING_COLUMNS = tuple(column for column, _, _ in WINDOW_FINDINGS)
 

@@ -235,6 +235,14 @@ def _blind_spots_say(period: str, blind: BlindSpots) -> None:
             blind.kind_guessed_windows,
             blind.kind_guessed_gpu_seconds,
         )
+    if blind.unheld_busy_windows:
+        logger.warning(
+            "%s closed with %d windows in which GPUs no pod held were busy %s GPU-seconds:"
+            " work outside any pod's GPU request, billed to no task",
+            period,
+            blind.unheld_busy_windows,
+            blind.unheld_busy_gpu_seconds,
+        )
 
 
 @contextmanager

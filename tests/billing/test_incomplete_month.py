@@ -291,28 +291,50 @@ def test_it_closes_a_month_in_which_kueue_preempted_and_says_how_many_workloads(
     assert entry.changes["kueue_preempted_workloads"] == 3
 
 
-def test_it_closes_a_month_with_unmapped_priority_classes_and_says_how_many_gpu_seconds(
-    boundary_pool, caplog
+@pytest.mark.parametrize(
+    ("column", "value", "closed", "note", "logged"),
+    [
+        # GPU-seconds under priority classes the source does not map: counted as training_batch.
+        (
+            "unmapped_kind_gpu_seconds",
+            "600.25",
+            ("kind_guessed_windows", "kind_guessed_gpu_seconds"),
+            "note: 1 windows hold 600.250000 GPU-seconds under priority classes the source does"
+            " not map: counted as training_batch",
+            "2026-09 closed with 1 windows holding 600.250000 GPU-seconds",
+        ),
+        # GPUs no pod held were busy: work outside any pod's GPU request, billed to no task.
+        (
+            "unheld_busy_gpu_seconds",
+            "150.5",
+            ("unheld_busy_windows", "unheld_busy_gpu_seconds"),
+            "note: in 1 windows GPUs no pod held were busy 150.500000 GPU-seconds: work outside"
+            " any pod's GPU request, billed to no task",
+            "2026-09 closed with 1 windows in which GPUs no pod held were busy 150.500000",
+        ),
+    ],
+)
+def test_it_closes_a_month_with_gpu_seconds_it_could_not_bill_right_and_says_how_many(
+    boundary_pool, caplog, column, value, closed, note, logged
 ) -> None:
-    """GPU-seconds under priority classes the source does not map count as training_batch
-    (IngestWindow.unmapped_kind_gpu_seconds): the close says, logs, audits and stores them."""
+    """GPU-seconds a window stores as billed on a guess (IngestWindow.unmapped_kind_gpu_seconds)
+    or billed to no task (unheld_busy_gpu_seconds): the close says, logs, audits and stores
+    them, and is not refused."""
     IngestWindow.objects.filter(
         source=boundary_pool.source, start=dt.datetime(2026, 9, 19, 4, tzinfo=UTC)
-    ).update(unmapped_kind_gpu_seconds=Decimal("600.25"))
+    ).update(**{column: Decimal(value)})
 
     with caplog.at_level(logging.WARNING, logger="billing.services"):
         output = command_output("close_period", "--period", SEPTEMBER)
 
     close = PeriodClose.objects.get(period=SEPTEMBER)
     assert not close.is_incomplete and close.has_blind_spots
-    assert (close.kind_guessed_windows, close.kind_guessed_gpu_seconds) == (1, Decimal("600.25"))
-    assert (
-        "note: 1 windows hold 600.250000 GPU-seconds under priority classes the source does not"
-        " map: counted as training_batch"
-    ) in output
-    assert "2026-09 closed with 1 windows holding 600.250000 GPU-seconds" in caplog.text
+    windows, seconds = closed
+    assert (getattr(close, windows), getattr(close, seconds)) == (1, Decimal(value))
+    assert note in output
+    assert logged in caplog.text
     (entry,) = AuditEntry.objects.filter(object_type="billing.periodclose", action="close")
-    assert entry.changes["kind_guessed_gpu_seconds"] == "600.250000"
+    assert entry.changes[seconds] == str(Decimal(value).quantize(Decimal("0.000001")))
 
 
 def test_it_says_how_many_of_kueues_counts_could_not_be_placed(boundary_pool) -> None:

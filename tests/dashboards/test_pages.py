@@ -302,6 +302,12 @@ def test_it_warns_on_the_overview_when_a_window_is_pending(client, people, close
             {"unmapped_kind_gpu_seconds": 300},
             "GPUs were held under priority classes the source does not map in 3 windows",
         ),
+        # GPUs no pod held were busy: work outside any pod's request, billed to no task.
+        (
+            "unheld-busy",
+            {"unheld_busy_gpu_seconds": 30},
+            "GPUs that no pod held were busy in 3 windows",
+        ),
         # Kueue's counts first read from a target never scraped before: when, unknown.
         (
             "kueue-preemptions",

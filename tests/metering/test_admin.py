@@ -51,6 +51,7 @@ def test_it_lists_every_metering_object_in_the_admin(operator_client) -> None:
         ("kueue_preemptions", {"kueue_preempted_workloads": 3}),
         ("kueue_preemptions", {"kueue_counts_unplaced": 1}),
         ("unmapped_kinds", {"unmapped_kind_gpu_seconds": Decimal(300)}),
+        ("unheld_busy", {"unheld_busy_gpu_seconds": Decimal("0.5")}),
     ],
 )
 @pytest.mark.django_db

@@ -346,6 +346,15 @@ def test_it_stores_exactly_the_rows_of_the_copy_as_scraped(copy_sources, copy: s
         assert found[table] == rows, table
 
 
+def test_it_finds_no_unrequested_work_in_any_copy(copy_sources) -> None:
+    """The free GPUs' bare series of a pod mapping turned off (its pods' work on them), or of
+    the exporter's own pod, are no work outside a pod's request: left to their own counts."""
+    for copy, source_id in copy_sources.items():
+        windows = IngestWindow.objects.filter(source_id=source_id)
+        assert windows.exists(), copy
+        assert not windows.filter(unheld_busy_gpu_seconds__gt=0).exists(), copy
+
+
 def _warnings(source_id: int) -> list[str]:
     return [
         warning

@@ -31,6 +31,7 @@ def blind(db) -> tuple[pools.ReportPool, PeriodClose]:
         kueue_preempted_workloads=2, kueue_counts_unplaced=1
     )
     IngestWindow.objects.filter(pk=windows[1]).update(unmapped_kind_gpu_seconds=Decimal("42.5"))
+    IngestWindow.objects.filter(pk=windows[0]).update(unheld_busy_gpu_seconds=Decimal("12.25"))
     close = period_close(
         period=pools.PERIOD, accept_incomplete="only 1 October was metered (test pool)"
     ).period_close
@@ -67,6 +68,7 @@ def test_it_shows_them_on_the_statements_and_the_report(blind, finance) -> None:
         assert "1 of Kueue's count could not be placed in time" in shown
         assert "0 workloads" not in shown
         assert "42.500000 GPU-seconds in 1 window" in shown
+        assert "12.250000 busy GPU-seconds in 1 window" in shown
 
 
 def test_it_shows_none_on_a_month_that_had_none(report_pool, people) -> None:

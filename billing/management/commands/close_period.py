@@ -121,6 +121,12 @@ class Command(BaseCommand):
                 " source does not map: counted as training_batch; the windows' warnings name"
                 " the classes (map them in the source's priority_class_kinds)"
             )
+        if blind.unheld_busy_windows:
+            self.stdout.write(
+                f"note: in {blind.unheld_busy_windows} windows GPUs no pod held were busy"
+                f" {blind.unheld_busy_gpu_seconds} GPU-seconds: work outside any pod's GPU"
+                " request, billed to no task; the windows' warnings name the GPUs and nodes"
+            )
         for statement in close.statements.select_related("team"):
             self.stdout.write(f"  {statement.team.name}: {statement.total}")
         if outcome.corrected_periods:
