@@ -114,6 +114,7 @@ class SeriesTicks:
     also_target: Target | None = None
     node: str = ""
     model: str = ""  # dcgm-exporter's `modelName`: a MIG instance's is its physical GPU's
+    cluster: str = ""  # the source's cluster label on the series (`_clusters_check`)
     memory_peak: Decimal | None = None  # MiB, as exporters write it
     memory_avg: Decimal | None = None
     busy: Decimal | Fraction | None = None
@@ -151,9 +152,10 @@ class Observed:
     present: dict[Device, int] = field(default_factory=dict)
     # Scrape target -> [scrapes attempted, scrapes answered] (Prometheus' `up`).
     targets: dict[Target, list[int]] = field(default_factory=dict)
-    # Scrape target -> the values of the source's cluster label on its `up`: one, none where
-    # the label is not written, two where two clusters' targets share the address.
-    target_clusters: dict[Target, set[str]] = field(default_factory=dict)
+    # The values of the source's cluster label (`_clusters_check`): kube-state-metrics' GPU
+    # nodes under each; and whether a GPU series carried two in the interval (a relabel).
+    gpu_node_clusters: dict[str, set[str]] = field(default_factory=dict)
+    cluster_relabelled: bool = False
     # GPUs reported by targets silent for the whole batch, from a look-back.
     silent_gpus: dict[str, GpuInfo] = field(default_factory=dict)
     # kube-state-metrics' nodes at the interval's end: those with GPUs (none where it lists no
@@ -796,36 +798,48 @@ class ClustersMixedError(sources.SourceConfigurationError):
 
 
 def _clusters_check(observed: dict[int, Observed], plan: sources.QueryPlan, first: int) -> None:
-    """Refuses the batch (`ClustersMixedError`) when the GPU exporters it read carry two values
-    of the source's cluster label on their `up`: a store holding several clusters (a Thanos
-    or Mimir querier, a federation) read without a matcher that picks one. Read so, the
-    clusters are one pool (capacity, the reserve, the rates' split) and their same-named
-    tasks one task, each billed the other's GPU-seconds, with every window complete; where
-    their exporters share addresses (private ranges reused), each `up` would count twice.
+    """Refuses the batch (`ClustersMixedError`) where its GPU series carry two values of the
+    source's cluster label that name two Kubernetes clusters: a store holding several (a
+    Thanos or Mimir querier, a federation) read without a matcher that picks one. Read so,
+    the clusters are one pool (capacity, the reserve, the rates' split) and their same-named
+    tasks one task, each billed the other's GPU-seconds, with every window complete.
 
-    Only GPU exporters count: another job may carry a `cluster` label of its own meaning (a
-    database's). A batch whose targets carry at most one value costs a set union."""
+    The label is read on the GPU series themselves (their external label), not on `up`,
+    which a remote write or federation may leave out. Two values name two clusters in an
+    interval where:
+    - no GPU (UUID) carries both (a relabel carries the same GPUs under both); and
+    - each GPU series' node, where kube-state-metrics lists it with GPUs, is listed under
+      the series' own value: each cluster's kube-state-metrics describes its own nodes. In
+      Mimir, Cortex and Amazon Managed Prometheus `cluster` is also the label of a
+      Prometheus HA group, one per shard of a sharded Prometheus; a shard's exporters are
+      then listed by a kube-state-metrics under another shard's value, and the batch is
+      metered as one cluster. With no node listed at all, nothing tells, and the batch is
+      refused.
+    A batch whose GPU series carry at most one value costs a set per interval."""
     if not plan.cluster_label:  # the source meters every cluster it reads as one pool
         return
-    batch = [observed[start] for start in sorted(observed) if start >= first]
-    values = {
-        value
-        for interval in batch
-        for found in interval.target_clusters.values()
-        for value in found
-    }
-    if len(values) < 2:
-        return
     exporters: dict[str, set[Target]] = defaultdict(set)
-    for interval in batch:
-        for series in interval.series.values():
-            for target in (series.target, series.also_target):
-                for cluster in interval.target_clusters.get(target, ()) if target else ():
-                    exporters[cluster].add(target)
+    for start in sorted(observed):
+        now = observed[start]
+        if start < first or now.cluster_relabelled:
+            continue
+        if len({series.cluster for series in now.series.values()} - {""}) < 2:
+            continue  # the usual interval: one cluster, or no label
+        found: dict[str, set[Target]] = defaultdict(set)
+        listed = now.gpu_node_clusters
+        for series in now.series.values():
+            if not series.cluster:
+                continue
+            if series.node in listed and series.cluster not in listed[series.node]:
+                break  # a node listed under another value: shards of one cluster
+            found[series.cluster].add(series.target)
+        else:
+            for cluster, targets in found.items():
+                exporters[cluster] |= targets
     if len(exporters) < 2:
         return
     named = sorted(exporters)
-    found = "; ".join(
+    listed = "; ".join(
         f"{cluster}: {len(exporters[cluster])}, e.g. {_target_text(min(exporters[cluster]))}"
         for cluster in named[:CLUSTERS_NAMED]
     )
@@ -833,11 +847,13 @@ def _clusters_check(observed: dict[int, Observed], plan: sources.QueryPlan, firs
     label = plan.cluster_label
     raise ClustersMixedError(
         f"clusters: the GPU exporters this source reads are in {len(named)} clusters by their"
-        f" {label!r} label (exporters by cluster: {found}{more}): a source meters one cluster,"
+        f" {label!r} label (exporters by cluster: {listed}{more}): a source meters one cluster,"
         " and read together the clusters' GPUs would be one pool and their same-named tasks"
         " one task; give the source a matcher that picks one (label_mapping.matchers, e.g."
-        f' {{"{label}": "{named[0]}"}}), and a source for each cluster; to meter them as one'
-        ' pool on purpose, set label_mapping.cluster_label to ""; nothing was stored'
+        f' {{"{label}": "{named[0]}"}}), and a source for each cluster; if the label names'
+        " something else (a Prometheus shard or HA group of one cluster), set"
+        ' label_mapping.cluster_label to the label that names the cluster, or to "" to'
+        " meter everything the source reads as one pool; nothing was stored"
     )
 
 
@@ -1723,6 +1739,7 @@ def _parse_devices(
             target = (labels.get("job", ""), labels.get("instance", ""))
             node = labels.get("Hostname") or labels.get("hostname", "")
             model = labels.get("modelName", "")
+            cluster = labels.get(plan.cluster_label, "") if plan.cluster_label else ""
         for evaluated_at, text in series.values:
             interval = observed.get(int(evaluated_at) - step)
             if interval is None:
@@ -1737,6 +1754,10 @@ def _parse_devices(
                 ticks.ticks += int(text)
                 ticks.fault_domain, ticks.target, ticks.node = domain, first, node
                 ticks.model = model
+                if cluster != ticks.cluster:
+                    # One GPU under two values in one interval: relabelled, no two clusters.
+                    interval.cluster_relabelled |= bool(ticks.cluster)
+                    ticks.cluster = cluster
                 continue
             value = numbers[text]
             if value is None:
@@ -1824,18 +1845,16 @@ def _parse_targets(
             continue
         elif meter == "gpu_nodes":
             interval.gpu_nodes.add(node)
+            cluster = labels.get(plan.cluster_label) if plan.cluster_label else None
+            if cluster:
+                interval.gpu_node_clusters.setdefault(node, set()).add(cluster)
         else:
             interval.nodes_leaving.add(node)
     for interval, labels, _, value, _ in _points(
         replace(result, series=up), observed, plan, needs_pod=False, required=("meter", "instance")
     ):
-        target = (labels.get("job", ""), labels["instance"])
-        # A target's `up` comes one series per value of the cluster label: added up.
-        counts = interval.targets.setdefault(target, [0, 0])
-        counts[0 if labels["meter"] == "attempted" else 1] += round(value)
-        cluster = labels.get(plan.cluster_label) if plan.cluster_label else None
-        if cluster:
-            interval.target_clusters.setdefault(target, set()).add(cluster)
+        counts = interval.targets.setdefault((labels.get("job", ""), labels["instance"]), [0, 0])
+        counts[0 if labels["meter"] == "attempted" else 1] = round(value)
 
 
 # The parts of the targets meter that read kube-state-metrics' nodes (sources.targets_parts).

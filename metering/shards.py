@@ -72,8 +72,9 @@ logger = logging.getLogger(__name__)
 # answered I/O, latency or identity series hold every meter they answered
 # (`Observation.gap_targets`); 11: each interval holds Kueue's count of the workloads it
 # preempted (`Observed.kueue_evicted`, filled by the combiner's follow-ups); 12: and the values
-# of the source's cluster label on each scrape target's `up` (`Observed.target_clusters`); 13:
-# a free GPU's bare series holds its busy time (`measure._unheld_busy`).
+# of the source's cluster label on each GPU node kube-state-metrics lists
+# (`Observed.gpu_node_clusters`), and on each device series (`SeriesTicks.cluster`); 13: a
+# free GPU's bare series holds its busy time (`measure._unheld_busy`).
 OBSERVATION_VERSION = 13
 
 Asked = TypeVar("Asked")
@@ -374,7 +375,8 @@ def _observed_add(into: Observed, part: Observed) -> None:
     into.preemption_reason_series += part.preemption_reason_series
     into.preemptions_unreadable |= part.preemptions_unreadable
     into.targets.update(part.targets)
-    into.target_clusters.update(part.target_clusters)
+    into.gpu_node_clusters.update(part.gpu_node_clusters)
+    into.cluster_relabelled |= part.cluster_relabelled
     into.gpu_nodes |= part.gpu_nodes
     into.node_created.update(part.node_created)
     into.nodes_leaving |= part.nodes_leaving

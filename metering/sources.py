@@ -76,9 +76,9 @@ MAPPING_DEFAULTS: dict[str, Any] = {
     "matchers": {},
     # a label on the GPU exporter's series that names the fault domain; "" = the whole pool
     "fault_domain_label": "",
-    # the label that names a cluster in a store holding several (a Thanos or Mimir external
-    # label): GPU exporters under two of its values refuse the batch (measure._clusters_check);
-    # "" = no check, every cluster the matchers reach is one pool
+    # the label that names a Kubernetes cluster in a store holding several (a Thanos or Mimir
+    # external label): GPU series of two clusters under it refuse the batch
+    # (measure._clusters_check); "" = no check, every cluster the matchers reach is one pool
     "cluster_label": "cluster",
     "latency_histogram": "vllm:e2e_request_latency_seconds",
     "preemption_reason": "PreemptionByScheduler",
@@ -301,6 +301,12 @@ class QueryPlan:
         return f"{self.step_seconds}s"
 
 
+# Labels with a meaning of their own to the meters: none names a cluster.
+LABELS_READ = frozenset(
+    {"job", "instance", "meter", "node", "Hostname", "hostname", "UUID", "namespace", "pod"}
+)
+
+
 def query_plan_for(source: Source, *, step_seconds: int) -> QueryPlan:
     """Validate a source's mapping and turn it into a QueryPlan (errors name the field)."""
     mapping = {**MAPPING_DEFAULTS, **(source.label_mapping or {})}
@@ -314,6 +320,11 @@ def query_plan_for(source: Source, *, step_seconds: int) -> QueryPlan:
         name = mapping[key]
         if not isinstance(name, str) or (name and not LABEL_NAME.match(name)):
             raise SourceConfigurationError(f"label_mapping.{key} must be a label name")
+    if mapping["cluster_label"] in LABELS_READ:
+        raise SourceConfigurationError(
+            f"label_mapping.cluster_label: {mapping['cluster_label']!r} names no cluster"
+            " (Tandem reads it as a scrape target's, a node's, a GPU's or a pod's)"
+        )
     histogram = mapping["latency_histogram"]
     if not isinstance(histogram, str) or not METRIC_NAME.match(histogram):
         raise SourceConfigurationError("label_mapping.latency_histogram must be a metric name")
@@ -456,6 +467,11 @@ def _labels(text: str) -> tuple[str, ...]:
     return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
+def _cluster(plan: QueryPlan) -> tuple[str, ...]:
+    """The source's cluster label, where it names one."""
+    return (plan.cluster_label,) if plan.cluster_label else ()
+
+
 def device_series_labels(plan: QueryPlan) -> tuple[str, ...]:
     domain = (plan.fault_domain_label,) if plan.fault_domain_label else ()
     return (*_labels(DEVICE_SERIES_LABELS), *domain)
@@ -475,7 +491,14 @@ def devices_parts(plan: QueryPlan) -> dict[str, Part]:
     samples = series if plan.reads_raw_samples else ()
     # The GPU model (dcgm-exporter's `modelName`, the same on every series of a physical GPU
     # and its MIG instances) rides along with the ticks: it never splits a series.
-    by_target = (*by, *_labels(TARGET_LABELS), *_labels(NODE_LABELS), MODEL_LABEL)
+    # The source's cluster label rides along too (measure._clusters_check).
+    by_target = (
+        *by,
+        *_labels(TARGET_LABELS),
+        *_labels(NODE_LABELS),
+        MODEL_LABEL,
+        *_cluster(plan),
+    )
     return {
         "ticks": _gpu_part("count_over_time", frame_buffers, by_target, samples=samples),
         "memory_peak": _gpu_part(
@@ -592,16 +615,17 @@ def targets_parts(plan: QueryPlan) -> dict[str, Part]:
     GPUs are out of use then, not unmetered. Pods still running there with GPUs count
     missing all the same (measure._unattributed_missing)."""
     up = f"{selector(plan, 'up')}{plan.window}"
-    # By cluster too, where the source names its label: a store holding two clusters is told
-    # by it (measure._clusters_check), at no cost (Python groups the raw series).
-    cluster = (plan.cluster_label,) if plan.cluster_label else ()
-    by = (*_labels(TARGET_LABELS), *cluster)
+    by = _labels(TARGET_LABELS)
     leaving = selector(
         plan, "kube_node_spec_taint", label_matcher("key", regex_alternatives(LEAVING_TAINTS), "=~")
     )
     # Each node's last sample in the interval, as the interval holds samples: one at its very
     # end is the next interval's (a node listed from then on has GPUs only from then on).
-    allocatable = _gpu_resource_part(plan, "kube_node_status_allocatable", ("node",), "max")
+    # Each node under the source's cluster label too: the clusters kube-state-metrics lists it
+    # in (measure._clusters_check; Python groups the raw series, so it costs nothing more).
+    allocatable = _gpu_resource_part(
+        plan, "kube_node_status_allocatable", ("node", *_cluster(plan)), "max"
+    )
     return {
         "attempted": Part(f"count_over_time({up})", by, "sum"),
         "answered": Part(f"sum_over_time({up})", by, "sum"),

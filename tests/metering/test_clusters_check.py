@@ -1,7 +1,8 @@
-"""GPU exporters of two clusters read by one source refuse the batch, on hand-made
+"""GPU series of two Kubernetes clusters read by one source refuse the batch, on hand-made
 observations: a store holding several clusters (a Thanos or Mimir querier), read without a
 matcher, would meter them as one pool and their same-named tasks as one task, with every window
-complete. tests/metering/test_two_clusters.py meters two clusters in a real Prometheus."""
+complete. A label whose values name Prometheus shards of one cluster (Mimir's HA groups), or
+that was renamed, does not. tests/metering/test_two_clusters.py meters real Prometheus data."""
 
 from __future__ import annotations
 
@@ -16,11 +17,10 @@ from metering.models import Source
 
 STEP = 300
 FIRST = 1_790_000_100  # a multiple of the step
-DCGM_A = ("dcgm-exporter", "10.42.0.11:9400")
-DCGM_B = ("dcgm-exporter", "10.43.0.11:9400")
-DCGM_A2 = ("dcgm-exporter", "10.42.0.12:9400")
-KSM = ("kube-state-metrics", "10.42.0.5:8080")
-DATABASE = ("cassandra", "10.42.0.30:9500")
+# (job, instance, node, cluster) of each GPU exporter; node names may repeat across clusters.
+A_1 = ("dcgm-exporter", "10.42.0.11:9400", "gpu-node-01", "prod-a")
+A_2 = ("dcgm-exporter", "10.42.0.12:9400", "gpu-node-02", "prod-a")
+B_1 = ("dcgm-exporter", "10.43.0.11:9400", "gpu-node-01", "prod-b")
 
 
 def plan(**mapping: Any) -> sources.QueryPlan:
@@ -30,21 +30,27 @@ def plan(**mapping: Any) -> sources.QueryPlan:
     return sources.query_plan_for(source, step_seconds=STEP)
 
 
-def observation(clusters: dict[tuple[str, str], set[str]], intervals: int = 2) -> Observation:
-    """`intervals` intervals after the one before the batch, each target scraped 5 times and
-    carrying those values of the cluster label; the dcgm-exporter targets answer a GPU series."""
+def observation(
+    exporters: list[tuple[str, str, str, str]],
+    listed: dict[str, set[str]] | None = None,
+    intervals: int = 2,
+) -> Observation:
+    """`intervals` intervals after the one before the batch: each exporter answers one GPU
+    series with its cluster value; kube-state-metrics lists the nodes under the values given
+    (by default, each exporter's node under its own)."""
+    if listed is None:
+        listed = {}
+        for _, _, node, cluster in exporters:
+            listed.setdefault(node, set()).add(cluster)
     observed: dict[int, Observed] = {}
     for n in range(intervals + 1):
         interval = observed[FIRST + (n - 1) * STEP] = Observed()
-        for target, values in clusters.items():
-            interval.targets[target] = [5, 5]
-            if values:
-                interval.target_clusters[target] = set(values)
-            if target[0] == "dcgm-exporter":
-                uuid = f"GPU-{target[1]}"
-                interval.series[uuid, "", "", "ml", "trainer-0"] = SeriesTicks(
-                    ticks=5, target=target, node=f"gpu-{target[1]}"
-                )
+        interval.gpu_node_clusters = {node: set(values) for node, values in listed.items()}
+        for job, instance, node, cluster in exporters:
+            interval.targets[(job, instance)] = [5, 5]
+            interval.series[f"GPU-{cluster}-{instance}", "", "", "ml", "trainer-0"] = SeriesTicks(
+                ticks=5, target=(job, instance), node=node, cluster=cluster
+            )
     return Observation(observed, set(), [], 0.0)
 
 
@@ -52,10 +58,13 @@ def derive(found: Observation, the_plan: sources.QueryPlan | None = None) -> mea
     return measure.derive(found, the_plan or plan(), FIRST, max(found.observed))
 
 
-def test_it_refuses_gpu_exporters_of_two_clusters_and_says_how_to_pick_one() -> None:
-    found = observation({DCGM_A: {"prod-a"}, DCGM_A2: {"prod-a"}, DCGM_B: {"prod-b"}})
+def metered(found: Observation, the_plan: sources.QueryPlan | None = None) -> list[int]:
+    return sorted(derive(found, the_plan).intervals)
+
+
+def test_it_refuses_gpu_series_of_two_clusters_and_says_how_to_pick_one() -> None:
     with pytest.raises(measure.ClustersMixedError) as refused:
-        derive(found)
+        derive(observation([A_1, A_2, B_1]))
     assert str(refused.value) == (
         "clusters: the GPU exporters this source reads are in 2 clusters by their 'cluster'"
         ' label (exporters by cluster: prod-a: 2, e.g. job="dcgm-exporter"'
@@ -63,99 +72,155 @@ def test_it_refuses_gpu_exporters_of_two_clusters_and_says_how_to_pick_one() -> 
         ' instance="10.43.0.11:9400"): a source meters one cluster, and read together the'
         " clusters' GPUs would be one pool and their same-named tasks one task; give the source"
         ' a matcher that picks one (label_mapping.matchers, e.g. {"cluster": "prod-a"}), and a'
-        " source for each cluster; to meter them as one pool on purpose, set"
-        ' label_mapping.cluster_label to ""; nothing was stored'
+        " source for each cluster; if the label names something else (a Prometheus shard or HA"
+        " group of one cluster), set label_mapping.cluster_label to the label that names the"
+        ' cluster, or to "" to meter everything the source reads as one pool; nothing was'
+        " stored"
     )
     assert isinstance(refused.value, sources.SourceConfigurationError)  # windows fail
 
 
 def test_it_refuses_one_address_shared_by_two_clusters_before_the_scrape_interval_check() -> None:
-    # Private ranges reused in each cluster: one (job, instance), two clusters' `up`.
-    found = observation({DCGM_A: {"prod-a", "prod-b"}})
-    found.observed[FIRST].targets[DCGM_A] = [10, 10]  # each `up` counted: as the parse adds
+    # Private ranges reused in each cluster: one (job, instance) in both.
+    shared = ("dcgm-exporter", "10.42.0.11:9400", "gpu-node-01", "prod-b")
+    found = observation([A_1, shared])
+    found.observed[FIRST].targets[A_1[:2]] = [10, 10]  # both clusters' `up`, counted together
     with pytest.raises(measure.ClustersMixedError, match=r"in 2 clusters .* prod-b: 1, e\.g\."):
         derive(found)
 
 
+def test_it_refuses_where_kube_state_metrics_lists_no_gpu_node() -> None:
+    # Nothing tells shards from clusters: the store holds two sets of GPUs apart.
+    with pytest.raises(measure.ClustersMixedError):
+        derive(observation([A_1, B_1], listed={}))
+
+
+def test_it_meters_one_cluster_whose_label_names_prometheus_shards() -> None:
+    # Mimir's `cluster` is a Prometheus HA group, one per shard: kube-state-metrics, scraped
+    # by one shard, lists every node under that shard's value.
+    shard_0 = ("dcgm-exporter", "10.42.0.12:9400", "gpu-node-02", "shard-0")
+    shard_1 = ("dcgm-exporter", "10.42.0.11:9400", "gpu-node-01", "shard-1")
+    listed = {"gpu-node-01": {"shard-1"}, "gpu-node-02": {"shard-1"}}
+    assert metered(observation([shard_0, shard_1], listed)) == [FIRST, FIRST + STEP]
+
+
+def test_it_meters_a_gpu_relabelled_within_an_interval() -> None:
+    # An external label renamed: the same GPU's series under both values in one interval.
+    found = observation([A_1, B_1])
+    for interval in found.observed.values():
+        interval.cluster_relabelled = True
+    assert metered(found) == [FIRST, FIRST + STEP]
+
+
 def test_it_reads_the_label_the_source_names() -> None:
-    found = observation({DCGM_A: {"eu"}, DCGM_B: {"us"}})
     with pytest.raises(measure.ClustersMixedError, match=r"by their 'k8s_cluster' label"):
-        derive(found, plan(cluster_label="k8s_cluster"))
+        derive(observation([A_1, B_1]), plan(cluster_label="k8s_cluster"))
 
 
 def test_it_meters_several_clusters_as_one_pool_where_the_source_turns_the_check_off() -> None:
-    found = observation({DCGM_A: {"prod-a"}, DCGM_B: {"prod-b"}})
-    measured = derive(found, plan(cluster_label=""))
-    assert sorted(measured.intervals) == [FIRST, FIRST + STEP]
+    assert metered(observation([A_1, B_1]), plan(cluster_label="")) == [FIRST, FIRST + STEP]
 
 
 @pytest.mark.parametrize(
-    "clusters",
+    "exporters",
     [
-        # Other jobs may carry the label with a meaning of their own.
-        {DCGM_A: {"prod-a"}, KSM: {"prod-a"}, DATABASE: {"ring-1"}},
+        [A_1, A_2],
         # A store that labels one cluster: nothing says there is a second.
-        {DCGM_A: {"prod-a"}, DCGM_B: set()},
+        [A_1, ("dcgm-exporter", "10.43.0.11:9400", "gpu-node-01", "")],
         # No label anywhere: a Prometheus of one cluster.
-        {DCGM_A: set(), DCGM_B: set(), KSM: set()},
+        [(*A_1[:3], ""), (*A_2[:3], "")],
     ],
-    ids=["another-jobs-label", "one-labelled", "unlabelled"],
+    ids=["one-value", "one-labelled", "unlabelled"],
 )
-def test_it_meters_gpu_exporters_of_one_cluster(clusters) -> None:
-    measured = derive(observation(clusters))
-    assert sorted(measured.intervals) == [FIRST, FIRST + STEP]
+def test_it_meters_gpu_series_of_one_cluster(exporters) -> None:
+    assert metered(observation(exporters)) == [FIRST, FIRST + STEP]
 
 
 def test_it_looks_only_at_the_batchs_own_intervals() -> None:
     # The interval before the batch is another batch's, metered (or refused) there.
-    found = observation({DCGM_A: {"prod-a"}, DCGM_B: set()})
-    found.observed[FIRST - STEP].target_clusters[DCGM_B] = {"prod-b"}
-    measured = derive(found)
-    assert sorted(measured.intervals) == [FIRST, FIRST + STEP]
+    found = observation([A_1, A_2])
+    before = found.observed[FIRST - STEP]
+    before.series["GPU-b", "", "", "ml", "trainer-0"] = SeriesTicks(
+        ticks=5, target=B_1[:2], node="gpu-node-01", cluster="prod-b"
+    )
+    before.gpu_node_clusters["gpu-node-01"].add("prod-b")
+    assert metered(found) == [FIRST, FIRST + STEP]
 
 
-def test_it_groups_up_by_the_cluster_label_and_adds_each_targets_scrapes() -> None:
-    the_plan = plan()
-    assert sources.targets_parts(the_plan)["attempted"].by == ("job", "instance", "cluster")
-    assert sources.targets_parts(plan(cluster_label=""))["attempted"].by == ("job", "instance")
-    end = FIRST + STEP
-    result = sources.QueryRun(
-        name="targets",
+def run(name: str, series: list[sources.Series]) -> sources.QueryRun:
+    return sources.QueryRun(
+        name=name,
         promql="",
         start=datetime.fromtimestamp(FIRST, UTC),
-        end=datetime.fromtimestamp(end, UTC),
+        end=datetime.fromtimestamp(FIRST + STEP, UTC),
         seconds=0.0,
         evaluation_seconds=0.0,
-        series=[
-            sources.Series(
-                labels={"meter": meter, "job": "dcgm-exporter", "instance": "10.42.0.11:9400"}
-                | ({"cluster": cluster} if cluster else {}),
-                values=[[end, count]],
-            )
-            for meter, cluster, count in [
-                ("attempted", "prod-a", "5"),
-                ("attempted", "prod-b", "5"),
-                ("answered", "prod-a", "5"),
-                ("answered", "", "4"),
-            ]
-        ],
+        series=series,
     )
+
+
+def test_it_reads_the_label_on_the_gpu_series_and_kube_state_metrics_nodes() -> None:
+    the_plan = plan()
+    assert sources.devices_parts(the_plan)["ticks"].by[-1] == "cluster"
+    assert sources.targets_parts(the_plan)["gpu_nodes"].by == ("node", "cluster")
+    assert sources.targets_parts(plan(cluster_label=""))["gpu_nodes"].by == ("node",)
+    end = FIRST + STEP
+    gpu = {"meter": "ticks", "UUID": "GPU-1", "job": "dcgm-exporter", "instance": "10.42.0.11:9400"}
     observed = {FIRST: Observed()}
-    measure._parse_targets(result, observed, the_plan)
-    assert observed[FIRST].targets == {DCGM_A: [10, 9]}
-    assert observed[FIRST].target_clusters == {DCGM_A: {"prod-a", "prod-b"}}
+    measure._parse_devices(
+        run("devices", [sources.Series(labels=gpu | {"cluster": "prod-a"}, values=[[end, "5"]])]),
+        observed,
+        the_plan,
+    )
+    measure._parse_targets(
+        run(
+            "targets",
+            [
+                sources.Series(
+                    labels={"meter": "gpu_nodes", "node": "gpu-node-01", "cluster": cluster},
+                    values=[[end, "8"]],
+                )
+                for cluster in ("prod-a", "prod-b")
+            ],
+        ),
+        observed,
+        the_plan,
+    )
+    interval = observed[FIRST]
+    assert interval.series["GPU-1", "", "", "", ""].cluster == "prod-a"
+    assert not interval.cluster_relabelled
+    assert interval.gpu_node_clusters == {"gpu-node-01": {"prod-a", "prod-b"}}
+    assert interval.gpu_nodes == {"gpu-node-01"}
+    # The same GPU under a second value in the interval: a relabel, told at the parse.
+    measure._parse_devices(
+        run("devices", [sources.Series(labels=gpu | {"cluster": "prod-eu"}, values=[[end, "5"]])]),
+        observed,
+        the_plan,
+    )
+    assert interval.cluster_relabelled
+    assert interval.series["GPU-1", "", "", "", ""].ticks == 10
 
 
-def test_it_keeps_the_combiners_clusters_when_shards_merge() -> None:
-    combiner = observation({DCGM_A: {"prod-a"}})
-    shard = Observation({FIRST: Observed()}, set(), [], 0.0)
-    merged = shards.observations_merge([combiner, shard])
-    assert merged.observed[FIRST].target_clusters == {DCGM_A: {"prod-a"}}
+def test_it_keeps_what_the_combiner_and_the_shards_read_when_they_merge() -> None:
+    combiner = observation([])
+    combiner.observed[FIRST].gpu_node_clusters = {"gpu-node-01": {"prod-a"}}
+    shard = Observation({FIRST: Observed(cluster_relabelled=True)}, set(), [], 0.0)
+    merged = shards.observations_merge([combiner, shard]).observed[FIRST]
+    assert merged.gpu_node_clusters == {"gpu-node-01": {"prod-a"}}
+    assert merged.cluster_relabelled
 
 
-@pytest.mark.parametrize("value", ["prod cluster", 7])
-def test_it_refuses_a_cluster_label_that_is_not_a_label_name(value) -> None:
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("prod cluster", "must be a label name"),
+        (7, "must be a label name"),
+        ("instance", "'instance' names no cluster"),
+        ("Hostname", "'Hostname' names no cluster"),
+    ],
+)
+def test_it_refuses_a_cluster_label_that_names_no_cluster(value, said: str) -> None:
     with pytest.raises(
-        sources.SourceConfigurationError, match=r"label_mapping\.cluster_label must be a label name"
+        sources.SourceConfigurationError, match=f"label_mapping.cluster_label.*{said}"
     ):
         plan(cluster_label=value)

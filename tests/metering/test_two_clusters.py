@@ -1,6 +1,8 @@
 """One Prometheus (a Thanos or Mimir store, a federation) holding two clusters, told apart only
 by a `cluster` label: two simulated pools back-filled together into a real Prometheus, their
-exporters at the same addresses (private ranges reused per cluster) or at distinct ones.
+exporters at the same addresses (private ranges reused per cluster) or at distinct ones, or
+one cluster's `up` left out of the store. And one cluster whose `cluster` label names its two
+Prometheus shards (Mimir's HA groups), which is one pool.
 
 A source without a matcher reads both as one pool, the tasks the two share by name (the same
 Deployments in both) as one task: its windows fail (nothing is stored) and say how to pick one
@@ -12,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -42,25 +44,33 @@ def at(epoch: int) -> datetime:
 # Cluster b's address ranges where the clusters' addresses are apart: nodes (and their
 # exporters, kube-state-metrics), pods, services (Kueue).
 APART = {"10.42.": "10.43.", "10.244.": "10.245.", "10.96.": "10.97."}
+INSTANCE = re.compile(r'instance="([^"]*)"')
+# The `cluster` value a pool's line is written with, or None to leave the line out.
+Label = Callable[[str, str], str | None]
 
 
-def two_clusters(out: Path, *, apart: bool) -> Iterator[tuple[dict[str, dict], PrometheusProcess]]:
+def one_store(
+    out: Path, pools: dict[str, int], label: Label, *, apart: bool
+) -> Iterator[tuple[dict[str, dict], PrometheusProcess]]:
+    """Simulated pools (name: seed) back-filled into one Prometheus, each line with the
+    `cluster` label `label` gives it."""
     truths = {}
-    with (out / "both.om").open("w") as both:
-        for cluster, seed in CLUSTERS.items():
-            simulate(replace(BASE, seed=seed), out / cluster)
-            truths[cluster] = json.loads((out / cluster / "truth.json").read_text())
-            with (out / cluster / "metrics.om").open() as metrics:
+    with (out / "all.om").open("w") as written:
+        for pool, seed in pools.items():
+            simulate(replace(BASE, seed=seed), out / pool)
+            truths[pool] = json.loads((out / pool / "truth.json").read_text())
+            with (out / pool / "metrics.om").open() as metrics:
                 for line in metrics:
                     if line.startswith("#"):
                         continue
-                    if apart and cluster == "b":
+                    if apart and pool == "b":
                         for old, new in APART.items():
                             line = line.replace(old, new)
-                    # Each line is `name{labels} value time`.
-                    both.write(re.sub(r"\{", f'{{cluster="{cluster}",', line, count=1))
-        both.write("# EOF\n")
-    backfill(out / "both.om", out / "tsdb")
+                    value = label(pool, line)
+                    if value is not None:  # each line is `name{labels} value time`
+                        written.write(re.sub(r"\{", f'{{cluster="{value}",', line, count=1))
+        written.write("# EOF\n")
+    backfill(out / "all.om", out / "tsdb")
     prometheus = prometheus_over(out / "tsdb", BASE.scrape_interval_seconds)
     try:
         yield truths, prometheus
@@ -68,18 +78,52 @@ def two_clusters(out: Path, *, apart: bool) -> Iterator[tuple[dict[str, dict], P
         prometheus.stop()
 
 
+def by_pool(pool: str, line: str) -> str:
+    return pool
+
+
+def without_b_up(pool: str, line: str) -> str | None:
+    """Cluster b reaches the store by a remote write (or a federation) that keeps its DCGM_*
+    and kube_* series but not `up`, as write_relabel_configs often do."""
+    return None if pool == "b" and line.startswith("up{") else pool
+
+
+def prometheus_shard(pool: str, line: str) -> str:
+    """ONE cluster scraped by two Prometheus shards (a hashmod of the target's address), each
+    remote-writing to Mimir with its shard in `cluster`, as Mimir's HA tracker wants: every
+    series of a target carries its shard's. The two GPU nodes' exporters fall in different
+    shards; kube-state-metrics (10.42.0.5) in the second."""
+    found = INSTANCE.search(line)
+    return f"prod-shard-{int(found[1].split(':')[0].rsplit('.', 1)[-1]) % 2 if found else 0}"
+
+
 @pytest.fixture(scope="module")
-def clusters(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[dict[str, dict], PrometheusProcess]]:
-    yield from two_clusters(tmp_path_factory.mktemp("two-clusters"), apart=False)
+def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict, PrometheusProcess]]:
+    yield from one_store(tmp_path_factory.mktemp("two-clusters"), CLUSTERS, by_pool, apart=False)
 
 
 @pytest.fixture(scope="module")
 def clusters_apart(
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[dict[str, dict], PrometheusProcess]]:
-    yield from two_clusters(tmp_path_factory.mktemp("two-clusters-apart"), apart=True)
+) -> Iterator[tuple[dict, PrometheusProcess]]:
+    out = tmp_path_factory.mktemp("two-clusters-apart")
+    yield from one_store(out, CLUSTERS, by_pool, apart=True)
+
+
+@pytest.fixture(scope="module")
+def clusters_b_without_up(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[dict, PrometheusProcess]]:
+    out = tmp_path_factory.mktemp("two-clusters-b-without-up")
+    yield from one_store(out, CLUSTERS, without_b_up, apart=True)
+
+
+@pytest.fixture(scope="module")
+def one_cluster_two_shards(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[dict, PrometheusProcess]]:
+    out = tmp_path_factory.mktemp("one-cluster-two-shards")
+    yield from one_store(out, {"a": CLUSTERS["a"]}, prometheus_shard, apart=False)
 
 
 def truth_alloc(truth: dict) -> dict[str, Decimal]:
@@ -102,7 +146,7 @@ def stored_alloc(source: Source) -> dict[str, Decimal]:
     }
 
 
-@pytest.mark.parametrize("fixture", ["clusters", "clusters_apart"])
+@pytest.mark.parametrize("fixture", ["clusters", "clusters_apart", "clusters_b_without_up"])
 @pytest.mark.django_db(transaction=True)
 def test_it_refuses_two_clusters_read_as_one_and_says_how_to_pick_one(request, fixture) -> None:
     truths, prometheus = request.getfixturevalue(fixture)
@@ -123,6 +167,23 @@ def test_it_refuses_two_clusters_read_as_one_and_says_how_to_pick_one(request, f
                 ' {"cluster": "a"})' in window.error
             )
         assert not UsageInterval.objects.filter(task__source=source).exists()
+    finally:
+        source_remove(source.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_meters_one_cluster_whose_label_names_prometheus_shards(one_cluster_two_shards) -> None:
+    """Mimir's `cluster` names a Prometheus HA group, one per shard: two values, one cluster.
+    Its kube-state-metrics lists every node under one shard's value, so the values are not
+    clusters, and the pool is metered whole."""
+    truths, prometheus = one_cluster_two_shards
+    source = Source.objects.create(name="one", url=prometheus.url, scrape_interval_seconds=60)
+    try:
+        ingest_span(source, at(SPAN[0]), at(SPAN[1]), batch=12)
+        windows = IngestWindow.objects.filter(source=source)
+        assert {w.status for w in windows} == {"done"}
+        assert all(w.completeness == 1 for w in windows)
+        assert stored_alloc(source) == truth_alloc(truths["a"])
     finally:
         source_remove(source.pk)
 
