@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from metering import services
+from metering import services, sources
 from metering.models import IngestWindow, Source
 from simulator.config import PoolConfig
 from simulator.pool import simulate
@@ -286,3 +286,11 @@ def source_remove(pk: int) -> None:
             " WHERE s.team_id = m.id)",
         ):
             cursor.execute(statement, {"s": pk})
+
+
+def answer(name: str, *series: tuple[dict[str, str], list[list]]) -> sources.QueryRun:
+    """A query's answer as the parsers take it: each series' labels and [time, value] points
+    (the query's own times are not read)."""
+    at = datetime.fromtimestamp(0, UTC)
+    found = [sources.Series(labels=labels, values=values) for labels, values in series]
+    return sources.QueryRun(name, "", at, at, 0.0, 0.0, found)

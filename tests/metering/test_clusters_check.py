@@ -6,7 +6,6 @@ that was renamed, does not. tests/metering/test_two_clusters.py meters real Prom
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from metering import measure, shards, sources
 from metering.measure import Observation, Observed, SeriesTicks
 from metering.models import Source
+from tests.metering.conftest import answer
 
 STEP = 300
 FIRST = 1_790_000_100  # a multiple of the step
@@ -147,18 +147,6 @@ def test_it_looks_only_at_the_batchs_own_intervals() -> None:
     assert metered(found) == [FIRST, FIRST + STEP]
 
 
-def run(name: str, series: list[sources.Series]) -> sources.QueryRun:
-    return sources.QueryRun(
-        name=name,
-        promql="",
-        start=datetime.fromtimestamp(FIRST, UTC),
-        end=datetime.fromtimestamp(FIRST + STEP, UTC),
-        seconds=0.0,
-        evaluation_seconds=0.0,
-        series=series,
-    )
-
-
 def test_it_reads_the_label_on_the_gpu_series_and_kube_state_metrics_nodes() -> None:
     the_plan = plan()
     assert sources.devices_parts(the_plan)["ticks"].by[-1] == "cluster"
@@ -168,24 +156,13 @@ def test_it_reads_the_label_on_the_gpu_series_and_kube_state_metrics_nodes() -> 
     gpu = {"meter": "ticks", "UUID": "GPU-1", "job": "dcgm-exporter", "instance": "10.42.0.11:9400"}
     observed = {FIRST: Observed()}
     measure._parse_devices(
-        run("devices", [sources.Series(labels=gpu | {"cluster": "prod-a"}, values=[[end, "5"]])]),
-        observed,
-        the_plan,
+        answer("devices", (gpu | {"cluster": "prod-a"}, [[end, "5"]])), observed, the_plan
     )
-    measure._parse_targets(
-        run(
-            "targets",
-            [
-                sources.Series(
-                    labels={"meter": "gpu_nodes", "node": "gpu-node-01", "cluster": cluster},
-                    values=[[end, "8"]],
-                )
-                for cluster in ("prod-a", "prod-b")
-            ],
-        ),
-        observed,
-        the_plan,
-    )
+    nodes = [
+        ({"meter": "gpu_nodes", "node": "gpu-node-01", "cluster": cluster}, [[end, "8"]])
+        for cluster in ("prod-a", "prod-b")
+    ]
+    measure._parse_targets(answer("targets", *nodes), observed, the_plan)
     interval = observed[FIRST]
     assert interval.series["GPU-1", "", "", "", ""].cluster == "prod-a"
     assert not interval.cluster_relabelled
@@ -193,9 +170,7 @@ def test_it_reads_the_label_on_the_gpu_series_and_kube_state_metrics_nodes() -> 
     assert interval.gpu_nodes == {"gpu-node-01"}
     # The same GPU under a second value in the interval: a relabel, told at the parse.
     measure._parse_devices(
-        run("devices", [sources.Series(labels=gpu | {"cluster": "prod-eu"}, values=[[end, "5"]])]),
-        observed,
-        the_plan,
+        answer("devices", (gpu | {"cluster": "prod-eu"}, [[end, "5"]])), observed, the_plan
     )
     assert interval.cluster_relabelled
     assert interval.series["GPU-1", "", "", "", ""].ticks == 10

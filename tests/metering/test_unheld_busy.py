@@ -25,7 +25,7 @@ from metering.models import IngestWindow, Source, UsageInterval
 from metering.selectors import usage_report
 from simulator.config import PoolConfig
 from simulator.prometheus import PrometheusProcess
-from tests.metering.conftest import ingest_span, simulated_prometheus, source_remove
+from tests.metering.conftest import answer, ingest_span, simulated_prometheus, source_remove
 
 STEP = 300
 FIRST = 1_790_000_100  # a multiple of the step
@@ -126,20 +126,10 @@ def test_it_leaves_the_nodes_of_another_source_alone() -> None:
 
 def test_it_reads_the_bare_series_busy_time_without_a_warning() -> None:
     end = FIRST + STEP
-    result = sources.QueryRun(
-        name="busy",
-        promql="",
-        start=datetime.fromtimestamp(FIRST, UTC),
-        end=datetime.fromtimestamp(end, UTC),
-        seconds=0.0,
-        evaluation_seconds=0.0,
-        series=[
-            sources.Series(labels={"meter": "active", "UUID": "GPU-free"}, values=[[end, "2.5"]]),
-            sources.Series(
-                labels={"meter": "active", "UUID": "GPU-held", "namespace": "ml", "pod": "a-0"},
-                values=[[end, "4"]],
-            ),
-        ],
+    result = answer(
+        "busy",
+        ({"meter": "active", "UUID": "GPU-free"}, [[end, "2.5"]]),
+        ({"meter": "active", "UUID": "GPU-held", "namespace": "ml", "pod": "a-0"}, [[end, "4"]]),
     )
     observed = {FIRST: Observed()}
     measure._parse_busy(result, observed, plan())
