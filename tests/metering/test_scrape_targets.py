@@ -19,9 +19,10 @@ GPU-seconds went unbilled, with completeness 1 and no warning.
 One Prometheus holds seven copies of six hours of a simulated day, told apart by a `copy`
 label (each source reads its own through `label_mapping.matchers`): as scraped, everything
 scraped twice (also read in shards), gpu-node-01's exporter replaced at 01:02, the exporters'
-own pods on their series, cAdvisor and vLLM silent for 15 minutes, gpu-node-02's exporter
-with its pod mapping off (also read in shards), and kube-state-metrics silent for the same
-15 minutes. The next three store exactly the
+own pods on their series (gpu-node-02's exporter also without NODE_NAME, so its `Hostname` is
+its pod's name, as dcgm-exporter writes it then), cAdvisor and vLLM silent for 15 minutes,
+gpu-node-02's exporter with its pod mapping off (also read in shards), and kube-state-metrics
+silent for the same 15 minutes. The next three store exactly the
 rows of the first, which are the simulator's truth, and the windows name the second target;
 the silent copy counts the same I/O and requests, inside a batch and across a batch's start;
 the unmapped copy counts what its node's pods lost as missing samples. The silent copy's
@@ -167,7 +168,9 @@ def _own_pod(name: str, labels: str, at: int) -> list[str]:
     scrape does not honour the exporter's labels (gpu-node-02, `exported_pod`), on every
     series; kube-state-metrics describes the exporter pods, at the addresses scraped."""
     if name.startswith("DCGM_"):
-        pod = EXPORTER_PODS[INSTANCE.search(labels)[1]][0]
+        pod, node = EXPORTER_PODS[INSTANCE.search(labels)[1]]
+        if node == "gpu-node-02":  # its exporter without NODE_NAME: its host name, the pod's
+            labels = labels.replace(f'Hostname="{node}"', f'Hostname="{pod}"')
         if "exported_pod=" in labels or not POD.search(labels):
             own = f'namespace="gpu-operator",pod="{pod}",container="nvidia-dcgm-exporter"'
             labels = labels.replace("}", f",{own}}}", 1)
