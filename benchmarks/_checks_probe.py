@@ -5,7 +5,9 @@ labels gone from every GPU pod at once (`measure._mapping_labels_dropped`) and t
 of pods kube-state-metrics described or not (`measure._identity_coverage`) and of pods under
 priority classes the source does not map (`measure._kinds_unmapped`), and the busy time of
 GPUs no pod held (`measure._unheld_busy`), beside the allocation summed in the same intervals
-(`kernel.numbers.exact_sum`). Each reference is measured in the same run.
+(`kernel.numbers.exact_sum`); and what reading free GPUs' busy series costs the busy meter's
+grouping and parsing (`measure._grouped`, `measure._parse_busy`), beside the same meter without
+them (pods only). Each reference is measured in the same run.
 
 The interval is a 10,000-GPU pool's, made by hand: 10,000 pods holding one GPU each, a third
 of them inference replicas (each with its target and, but in the worst case, a histogram of 22
@@ -139,6 +141,33 @@ def with_devices(now: Observed, *, free_busy: bool) -> Observed:
     return devices
 
 
+def busy_answer(free: int, *, free_busy: bool) -> sources.QueryRun:
+    """The engine-active meter's answer of a batch: each GPU pod's series and `free` bare
+    ones, a point per interval (idle: "0")."""
+    ends = [str(PLAN.step_seconds * (n + 1)) for n in range(INTERVALS)]
+    series = [
+        sources.Series(
+            labels={"UUID": f"GPU-{n}", "namespace": "ml", "pod": f"pod-{n}", "job": "dcgm"},
+            values=[[end, "12.5"] for end in ends],
+        )
+        for n in range(GPU_PODS)
+    ]
+    series += [
+        sources.Series(
+            labels={"UUID": f"GPU-free-{n}", "job": "dcgm"},
+            values=[[end, "3.5" if free_busy else "0"] for end in ends],
+        )
+        for n in range(free)
+    ]
+    return sources.QueryRun("busy", "", None, None, 0.0, 0.0, series)  # type: ignore[arg-type]
+
+
+def busy_meter(answer: sources.QueryRun, part: sources.Part) -> None:
+    grouped = measure._grouped(answer, "active", part)
+    observed = {PLAN.step_seconds * n: Observed() for n in range(-1, INTERVALS)}
+    measure._parse_busy(grouped, observed, PLAN)
+
+
 def unheld(intervals: dict[int, IntervalFacts], observed: dict[int, Observed]) -> None:
     for facts in intervals.values():
         facts.warnings, facts.unheld_busy = [], {}
@@ -205,6 +234,17 @@ def main() -> None:
         print(
             f"busy GPUs no pod held, {case}: {checked * 1000:.1f} ms per batch; allocation"
             f" summed {summed * 1000:.1f} ms; ratio {checked / summed:.2f}"
+        )
+    part = sources.busy_parts(PLAN)["active"]
+    pods_only = replace(part, busy_bare=False)
+    for free, free_busy in ((2_000, False), (10_000, False), (2_000, True)):
+        answer = busy_answer(free, free_busy=free_busy)
+        read = best(options.runs, partial(busy_meter, answer, part))
+        reference = best(options.runs, partial(busy_meter, answer, pods_only))
+        case = f"{free:,} free GPUs, {'busy' if free_busy else 'idle'}"
+        print(
+            f"busy meter reading free GPUs, {case}: {read * 1000:.1f} ms per batch; the same"
+            f" meter on pods only {reference * 1000:.1f} ms; ratio {read / reference:.2f}"
         )
 
 

@@ -1096,13 +1096,18 @@ def _unheld_busy(
     finds no pod for the GPU (kubelet's pod-resources), so its series is the bare one of a
     free GPU, and only its busy time tells.
 
-    Counted only where no pod series of the physical GPU is in the interval or the one
-    before: DCGM averages activity over its sampling period, so a pod's last work can show
-    on the first scrape after it left; a time-sliced GPU's bare series carries its pods'
-    work. Left out too: nodes where kube-state-metrics shows a pod running with GPUs, at the
-    interval's start or end, that no GPU series names in it or the one before (dcgm-exporter's
-    pod mapping off there: `_unattributed_missing` counts those GPUs missing already), and
-    the source's `unmetered_nodes`."""
+    Counted only where no pod series of the device (a whole GPU, or a MIG instance: its
+    activity is its own) is in the interval or the one before: DCGM averages activity over
+    its sampling period, so a pod's last work can show on the first scrape after it left; a
+    time-sliced GPU's bare series carries its pods' work. Left out too: nodes where
+    kube-state-metrics shows a pod running with GPUs, at the end of the interval or of one of
+    the two before, that no GPU series names in it or the one before (dcgm-exporter's pod
+    mapping off there: `_unattributed_missing` counts those GPUs missing already; its last
+    work, as above), and the source's `unmetered_nodes`.
+
+    A GPU whose exporter was replaced within the interval has a bare series under each
+    target; the larger of their sums is taken (`_grouped`), so the figure may be short of
+    the interval's work there."""
     step, seconds = plan.step_seconds, plan.scrape_seconds
     outside = re.compile(plan.unmetered_nodes) if plan.unmetered_nodes else None
     for start, facts in intervals.items():
@@ -1115,20 +1120,21 @@ def _unheld_busy(
         if not busy:  # the usual interval: free GPUs idle
             continue
         pods = [key for interval in (now, before) for key in interval.series if key[4]]
-        held = {key[0] for key in pods}
+        held = {key[:2] for key in pods}
         busy = [
             (key, series)
             for key, series in busy
-            if key[0] not in held and (outside is None or not outside.fullmatch(series.node))
+            if key[:2] not in held and (outside is None or not outside.fullmatch(series.node))
         ]
         if not busy:
             continue
         # The pods kube-state-metrics shows running with GPUs on those nodes, then whether a
         # GPU series names them: only those nodes' pods are looked at (a pool has many).
         on_nodes = {series.node for _, series in busy}
+        earlier = observed.get(start - 2 * step, before)
         suspects = [
             (pod, identity.node)
-            for views in (now.identity, before.identity)
+            for views in (now.identity, before.identity, earlier.identity)
             for pod, identity in views.items()
             if identity.node in on_nodes and identity.running and identity.gpus_requested
         ]
@@ -1167,8 +1173,8 @@ UNHELD_BUSY = (
     " {example} on node {node} ({example_seconds}): work outside any pod's GPU request, which"
     " no task is billed for (a container that sees every GPU through NVIDIA_VISIBLE_DEVICES or"
     " privilege, a process on the host, a pod given the GPU by a DRA ResourceClaim while"
-    " dcgm-exporter runs without --kubernetes-enable-dra); find it on the node (nvidia-smi),"
-    " and have it request its GPUs"
+    " dcgm-exporter runs without --kubernetes-enable-dra, or under a resource name it does"
+    " not map); find it on the node (nvidia-smi), and have it request its GPUs"
 )
 
 
@@ -1452,7 +1458,9 @@ def _grouped(result: sources.QueryRun, name: str, part: sources.Part) -> sources
     for series in result.series:
         labels = series.labels
         if pods_only and not (labels.get("exported_pod") or labels.get("pod")):
-            continue  # pod_of(labels)[1], inlined: this runs for every series answered
+            # pod_of(labels)[1], inlined: this runs for every series answered
+            if not (part.busy_bare and any(text != "0" for _, text in series.values)):
+                continue
         if by:
             key = tuple(map(labels.get, by, blanks))
         else:  # as answered: each series its own group
@@ -1784,9 +1792,15 @@ def _parse_busy(
             series.values[:] = [
                 [at, _percent(text)] for at, text in series.values if at not in taken
             ]
-    # A free GPU's bare series too: busy, it is work no pod requested (`_unheld_busy`).
-    bare = [series for series in result.series if not pod_of(series.labels)[1]]
+    # A free GPU's bare series that was busy: work no pod requested (`_unheld_busy`). Only its
+    # points with busy time, silently: an idle GPU's zeros, NaN and label-less dummies (no
+    # UUID, skipped by the devices meter too) say nothing here.
     held = [series for series in result.series if pod_of(series.labels)[1]]
+    bare = [
+        replace(series, values=[point for point in series.values if _busy(point[1])])
+        for series in result.series
+        if not pod_of(series.labels)[1] and series.labels.get("UUID")
+    ]
     for series, needs_pod in ((held, True), (bare, False)):
         for interval, labels, _, value, _ in _points(
             replace(result, series=series), observed, plan, needs_pod=needs_pod, required=("UUID",)
@@ -1794,6 +1808,17 @@ def _parse_busy(
             # A sum of ratios Prometheus wrote as a float: its decimal text is what it measured
             # (sums of 2-decimal ratios cannot sit on a rounding boundary at 6 places).
             _series(interval, _series_key(labels)).busy = value
+
+
+def _busy(text: str) -> bool:
+    """A busy sum as Prometheus wrote it is a positive number."""
+    if text == "0":  # nearly every point of a free GPU
+        return False
+    try:
+        value = Decimal(text)
+    except decimal.InvalidOperation:
+        return False
+    return value.is_finite() and value > 0
 
 
 def _percent(text: str) -> str:

@@ -449,6 +449,9 @@ class Part:
     by: tuple[str, ...] = ()  # () : the answer as it is
     how: str = "max"  # "max" or "sum" of the series sharing `by`
     pods_only: bool = False  # only pod-attributed series (see `pod_series`)
+    # With `pods_only`, a device's bare series too where some point of it is not 0 (a free
+    # GPU that was busy: measure._unheld_busy); an idle one's zeros cost nothing further.
+    busy_bare: bool = False
     # More queries whose series join this one's answer before it is grouped: a shard's node
     # set needs two selectors (see NodeSet), which never hold the same series.
     also: tuple[str, ...] = ()
@@ -527,7 +530,7 @@ def busy_parts(plan: QueryPlan) -> dict[str, Part]:
     """Per series: the sum of its engine-active ratio over the interval's ticks (x share
     x scrape seconds in Python), else of GPU_UTIL / 100 where profiling metrics are absent
     (measure._parse_busy prefers the first, series by series and interval by interval). A
-    free GPU's bare series too, which Prometheus reads anyway: busy, it is work no pod
+    free GPU's bare series too where it was busy, which Prometheus reads anyway: work no pod
     requested (measure._unheld_busy)."""
     by = _labels(DEVICE_SERIES_LABELS)
     return {
@@ -535,6 +538,8 @@ def busy_parts(plan: QueryPlan) -> dict[str, Part]:
             "sum_over_time",
             [f"{series}{plan.window}" for series in gpu_series(plan, metric)],
             by,
+            pods_only=True,
+            busy_bare=True,
         )
         for meter, metric in (
             ("active", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),

@@ -77,8 +77,8 @@ def test_it_counts_the_busy_time_of_a_gpu_no_pod_held_and_says_where() -> None:
         " GPU-free on node gpu-a (150.000000): work outside any pod's GPU request, which no"
         " task is billed for (a container that sees every GPU through NVIDIA_VISIBLE_DEVICES"
         " or privilege, a process on the host, a pod given the GPU by a DRA ResourceClaim"
-        " while dcgm-exporter runs without --kubernetes-enable-dra); find it on the node"
-        " (nvidia-smi), and have it request its GPUs"
+        " while dcgm-exporter runs without --kubernetes-enable-dra, or under a resource name it"
+        " does not map); find it on the node (nvidia-smi), and have it request its GPUs"
     ]
 
 
@@ -109,6 +109,14 @@ def test_it_counts_a_mig_instance_at_its_share() -> None:
     assert unheld(found) == [{"GPU-mig": Fraction(7 * 60 * 3, 7)}]
 
 
+def test_it_counts_a_busy_mig_instance_beside_one_a_pod_holds() -> None:
+    # MIG instances are isolated: the free instance's activity is no pod's.
+    held = ("GPU-mig", "1", "3g.40gb", "ml", "trainer-0")
+    free = ("GPU-mig", "2", "4g.40gb", "", "")
+    found = observation({held: Decimal(5)}, {held: Decimal(5), free: Decimal(5)})
+    assert unheld(found) == [{"GPU-mig": Fraction(5 * 60 * 4, 7)}]
+
+
 def test_it_leaves_a_node_whose_pods_no_gpu_series_names_to_the_missing_count() -> None:
     # dcgm-exporter's pod mapping off on the node: every GPU there looks free, its pods'
     # work busy on the bare series; _unattributed_missing counts those GPUs missing.
@@ -117,6 +125,23 @@ def test_it_leaves_a_node_whose_pods_no_gpu_series_names_to_the_missing_count() 
     for interval in found.observed.values():
         interval.identity[("ml", "trainer-0")] = running
     assert unheld(found) == [{}]
+
+
+def test_it_leaves_a_pods_last_work_on_a_node_whose_pod_mapping_is_off() -> None:
+    # The pod ran through the interval before the batch and ended on its last tick: its last
+    # work shows on the first scrape after, on the bare series (no pod mapping on the node).
+    found = observation(
+        {FREE: Decimal(5)}, {FREE: Decimal(5)}, {FREE: Decimal("0.4")}, {FREE: Decimal(0)}
+    )
+    pod = ("ml", "trainer-0")
+    views = [found.observed[start] for start in sorted(found.observed)]
+    views[0].identity[pod] = PodIdentity(
+        from_kube=True, node="gpu-a", running=True, gpus_requested=Fraction(1)
+    )
+    views[1].identity[pod] = PodIdentity(
+        from_kube=True, node="gpu-a", running=False, gpus_requested=Fraction(1)
+    )
+    assert unheld(found) == [{}, {}, {}]
 
 
 def test_it_leaves_the_nodes_of_another_source_alone() -> None:
@@ -138,6 +163,23 @@ def test_it_reads_the_bare_series_busy_time_without_a_warning() -> None:
         ("GPU-held", "", "", "ml", "a-0"): Decimal(4),
     }
     assert observed[FIRST].warnings == []
+
+
+@pytest.mark.parametrize(
+    "labels", [{"UUID": "GPU-free"}, {}], ids=["a-free-gpu", "a-label-less-dummy"]
+)
+@pytest.mark.parametrize("value", ["0", "NaN"])
+def test_it_reads_an_idle_or_unusable_bare_series_as_nothing_and_says_nothing(
+    labels: dict, value: str
+) -> None:
+    # Every free GPU of a pool, every interval: no work, and no warning of its zeros (or of
+    # the label-less dummy dcgm-exporter writes, which the devices meter skips silently).
+    end = FIRST + STEP
+    part = sources.busy_parts(plan())["active"]
+    result = measure._grouped(answer("busy", (labels, [[end, value]])), "active", part)
+    observed = {FIRST: Observed()}
+    measure._parse_busy(result, observed, plan())
+    assert observed[FIRST].series == {} and observed[FIRST].warnings == []
 
 
 # --- A real Prometheus -----------------------------------------------------------------------
