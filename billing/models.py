@@ -363,6 +363,9 @@ class PeriodClose(ImmutableModel):
     unheld_busy_gpu_seconds = models.DecimalField(
         max_digits=18, decimal_places=6, default=0, db_default=0
     )
+    # Services that served requests in the month under the default SLO, which nobody stated:
+    # their SLA breaches (rule 4) were judged by it.
+    slo_unstated_services = models.PositiveIntegerField(default=0, db_default=0)
 
     class Meta:
         ordering = ["-period"]
@@ -404,6 +407,7 @@ class PeriodClose(ImmutableModel):
             or self.kueue_preemption_windows
             or self.kind_guessed_windows
             or self.unheld_busy_windows
+            or self.slo_unstated_services
         )
 
 

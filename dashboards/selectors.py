@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django.db.models import (
@@ -61,6 +61,7 @@ from metering.selectors import (
     capacity_parts,
     hour_start,
     hourly_rollup_serves,
+    services_slo_unstated,
     team_usage_parts,
     usage_parts,
 )
@@ -214,6 +215,8 @@ class WindowProblems:
     kueue_preemption_windows: int = 0
     kind_guessed_windows: int = 0
     unheld_busy_windows: int = 0
+    # Services that served requests in the range under the default SLO, nobody's statement.
+    slo_unstated: list[str] = field(default_factory=list)
 
     @property
     def any(self) -> bool:
@@ -236,7 +239,8 @@ def window_problems(*, start: dt.datetime, end: dt.datetime, limit: int = 8) -> 
         **blind_spot_counts(),
     )
     examples = list(in_range.filter(problems).select_related("source").order_by("start")[:limit])
-    return WindowProblems(examples=examples, **counts)
+    unstated = services_slo_unstated(start=start, end=end)
+    return WindowProblems(examples=examples, slo_unstated=unstated, **counts)
 
 
 def completeness_by_day(

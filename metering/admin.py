@@ -1,9 +1,12 @@
+from typing import Any
+
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
+from django.utils import timezone
 
 from audit.admin import AuditedModelAdmin
 from metering import models, services, sources, tasks
@@ -90,11 +93,33 @@ class TaskAdmin(admin.ModelAdmin):
     readonly_fields = ["source", "namespace", "external_id", "team", "first_seen", "last_seen"]
 
 
+class SloStatedFilter(admin.SimpleListFilter):
+    title = "SLO"
+    parameter_name = "slo_stated"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple]:
+        return [("yes", "stated"), ("no", "the default, stated by nobody")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() in ("yes", "no"):
+            return queryset.filter(slo_stated__isnull=self.value() == "no")
+        return queryset
+
+
 @admin.register(models.Service)
 class ServiceAdmin(AuditedModelAdmin):
-    list_display = ["external_id", "team", "slo_p99_ms", "is_key"]
+    list_display = ["external_id", "team", "slo_p99_ms", "slo_stated", "is_key"]
     list_editable = ["slo_p99_ms", "is_key"]
+    list_filter = [SloStatedFilter]
     list_select_related = ["team"]
+    readonly_fields = ["slo_stated"]
+
+    def save_model(
+        self, request: HttpRequest, obj: Any, form: forms.ModelForm, change: bool
+    ) -> None:
+        if "slo_p99_ms" in form.changed_data:  # an operator states it, even to the default
+            obj.slo_stated = timezone.now()
+        super().save_model(request, obj, form, change)
 
 
 @admin.action(description="Ingest the selected windows again")

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection, transaction
+from django.utils import timezone
 
 from audit.services import audit_record, object_snapshot
 from kernel.collector import collector_paused
@@ -425,4 +426,4 @@ def service_slo_set(*, external_id: str, slo_p99_ms: int) -> int:
     services = Service.objects.filter(external_id=external_id)
     if not services.exists():
         raise WindowError(f"no service named {external_id!r}")
-    return services.update(slo_p99_ms=slo_p99_ms)
+    return services.update(slo_p99_ms=slo_p99_ms, slo_stated=timezone.now())

@@ -125,6 +125,10 @@ class Service(models.Model):
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="services")
     slo_p99_ms = models.PositiveIntegerField(default=1000)
     is_key = models.BooleanField(default=True)
+    # When an operator stated the SLO (set_slo, the admin). None: the default above, which
+    # nobody stated: a service ingest found (a model renamed by an upgrade, a new one) is
+    # judged by it, and the SLA breaches it decides move money (pricing rule 4).
+    slo_stated = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["external_id"]

@@ -19,6 +19,8 @@ from metering.models import (
     CapacityHour,
     CapacityInterval,
     IngestWindow,
+    LatencyInterval,
+    Service,
     Source,
     TeamHour,
     UsageHour,
@@ -132,7 +134,8 @@ class BlindSpots:
     kind are guesses), and workloads Kueue preempted (no pod shows them, so rule 5 pays no
     credit for them), and GPU-seconds under priority classes the source does not map (their
     kind is the default, training_batch), and busy GPU-seconds of GPUs no pod held (work
-    billed to no task)."""
+    billed to no task); and, not of windows, the services that served requests in the period
+    under an SLO nobody stated (the default: their SLA breaches, rule 4, are judged by it)."""
 
     preemptions_unseen_windows: int = 0
     latency_unseen_windows: int = 0
@@ -145,6 +148,7 @@ class BlindSpots:
     kind_guessed_gpu_seconds: Decimal = Decimal(0)
     unheld_busy_windows: int = 0
     unheld_busy_gpu_seconds: Decimal = Decimal(0)
+    slo_unstated_services: int = 0
 
     def closed(self) -> dict[str, int | Decimal]:
         """What a month's close stores of them (billing's PeriodClose has a field of each):
@@ -192,7 +196,22 @@ def window_blind_spots(*, start: datetime, end: datetime) -> BlindSpots:
         **blind_spot_counts(),
         **{name: Sum(column) for name, column in BLIND_SPOT_SUMS.items()},
     )
+    found["slo_unstated_services"] = len(services_slo_unstated(start=start, end=end))
     return BlindSpots(**{name: value for name, value in found.items() if value is not None})
+
+
+def services_slo_unstated(*, start: datetime, end: datetime) -> list[str]:
+    """The services (their external ids) that served requests in [start, end) under the
+    default SLO, which nobody stated (`Service.slo_stated`)."""
+    served = LatencyInterval.objects.filter(
+        interval_start__gte=start, interval_start__lt=end, request_count__gt=0
+    )
+    return list(
+        Service.objects.filter(slo_stated__isnull=True, pk__in=served.values("service_id"))
+        .order_by("external_id")
+        .values_list("external_id", flat=True)
+        .distinct()
+    )
 
 
 def completeness(*, start: datetime, end: datetime) -> Decimal:
@@ -298,6 +317,7 @@ def usage_report(*, start: datetime, end: datetime, group_by: str) -> dict[str, 
         "unmapped_kind_gpu_hours": _gpu_hours(blind.kind_guessed_gpu_seconds),
         "windows_with_unrequested_work": blind.unheld_busy_windows,
         "unrequested_busy_gpu_hours": _gpu_hours(blind.unheld_busy_gpu_seconds),
+        "services_with_default_slo": blind.slo_unstated_services,
         "groups": [
             {
                 "group": group,

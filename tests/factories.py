@@ -107,6 +107,8 @@ class ServiceFactory(DjangoModelFactory):
     external_id = factory.Sequence(lambda n: f"service-{n}")
     team = factory.SubFactory(TeamFactory)
     slo_p99_ms = 300
+    # Stated by an operator, as a contract's SLO is (an ingest's new service has none).
+    slo_stated = dt.datetime(2026, 1, 5, tzinfo=dt.UTC)
 
 
 class UsageIntervalFactory(DjangoModelFactory):

@@ -243,6 +243,13 @@ def _blind_spots_say(period: str, blind: BlindSpots) -> None:
             blind.unheld_busy_windows,
             blind.unheld_busy_gpu_seconds,
         )
+    if blind.slo_unstated_services:
+        logger.warning(
+            "%s closed with %d services that served requests under the default SLO, which"
+            " nobody stated: their SLA breaches (rule 4) were judged by it",
+            period,
+            blind.slo_unstated_services,
+        )
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from audit.models import AuditEntry
 from billing import services
 from billing.models import PeriodClose
 from billing.services import BillingError, PeriodCloseRefused, period_close
-from metering.models import IngestWindow
+from metering.models import IngestWindow, Service
 from tests.helpers import command_output
 from tests.pools.boundary import build_boundary_pool
 
@@ -335,6 +335,31 @@ def test_it_closes_a_month_with_gpu_seconds_it_could_not_bill_right_and_says_how
     assert logged in caplog.text
     (entry,) = AuditEntry.objects.filter(object_type="billing.periodclose", action="close")
     assert entry.changes[seconds] == str(Decimal(value).quantize(Decimal("0.000001")))
+
+
+def test_it_closes_a_month_in_which_a_service_served_under_an_slo_nobody_stated(
+    boundary_pool, caplog
+) -> None:
+    """chat-api's SLO is the default nobody stated (a service ingest found): its SLA breaches
+    were judged by it. The close says, logs, audits and stores how many such services, and is
+    not refused."""
+    Service.objects.filter(external_id="chat-api").update(slo_stated=None)
+
+    with caplog.at_level(logging.WARNING, logger="billing.services"):
+        output = command_output("close_period", "--period", SEPTEMBER)
+
+    close = PeriodClose.objects.get(period=SEPTEMBER)
+    assert not close.is_incomplete and close.has_blind_spots
+    assert close.slo_unstated_services == 1
+    assert (
+        "note: 1 services served requests under the default SLO, which nobody stated: their SLA"
+        " breaches (rule 4) were judged by it"
+    ) in output
+    assert "2026-09 closed with 1 services that served requests under the default SLO" in (
+        caplog.text
+    )
+    (entry,) = AuditEntry.objects.filter(object_type="billing.periodclose", action="close")
+    assert entry.changes["slo_unstated_services"] == 1
 
 
 def test_it_says_how_many_of_kueues_counts_could_not_be_placed(boundary_pool) -> None:

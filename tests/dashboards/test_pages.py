@@ -11,7 +11,7 @@ import pytest
 from django.urls import reverse
 
 from billing.models import PeriodClose, Statement, StatementLine
-from metering.models import IngestWindow, Task, Team
+from metering.models import IngestWindow, Service, Task, Team
 from tests.helpers import off_site_urls
 from tests.pools.pages import MONTH
 
@@ -263,6 +263,19 @@ def test_it_leads_from_a_statement_line_to_its_tasks(client, people) -> None:
     for contribution in line.tasks.all():
         assert reverse("dashboards:task", args=[contribution.task_id]) in html
     assert "= the unrounded line" in html
+
+
+def test_it_names_on_the_overview_the_services_judged_by_an_slo_nobody_stated(
+    client, people, closed_pool
+) -> None:
+    client.force_login(people.finance)
+    assert 'data-banner="slo-unstated"' not in client.get("/").content.decode()
+    name = Service.objects.order_by("external_id").values_list("external_id", flat=True)[0]
+    Service.objects.filter(external_id=name).update(slo_stated=None)
+    html = client.get("/").content.decode()
+    assert 'data-banner="slo-unstated"' in html
+    assert "1 service served requests in" in html and "under the default SLO" in html
+    assert f"judged by it: {name}." in html
 
 
 def test_it_warns_on_the_overview_when_a_window_is_pending(client, people, closed_pool) -> None:

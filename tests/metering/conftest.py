@@ -15,6 +15,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
 
 from metering import services, sources
@@ -294,3 +295,10 @@ def answer(name: str, *series: tuple[dict[str, str], list[list]]) -> sources.Que
     at = datetime.fromtimestamp(0, UTC)
     found = [sources.Series(labels=labels, values=values) for labels, values in series]
     return sources.QueryRun(name, "", at, at, 0.0, 0.0, found)
+
+
+@pytest.fixture
+def operator_client(client):
+    """A client logged in as an operator (a superuser) of the admin."""
+    client.force_login(User.objects.create_superuser("operator", "op@example.com", "pw"))
+    return client

@@ -7,15 +7,8 @@ from datetime import datetime
 from decimal import Decimal
 
 import pytest
-from django.contrib.auth.models import User
 
 from metering.models import IngestWindow, Service, Source, Task, Team
-
-
-@pytest.fixture
-def operator_client(client):
-    client.force_login(User.objects.create_superuser("operator", "op@example.com", "pw"))
-    return client
 
 
 @pytest.mark.django_db

@@ -107,7 +107,7 @@ def build_page_pool(*, first_day: dt.date, days: int = 2, seed: int = 1) -> Page
         external_id: Service.objects.get_or_create(
             source=source,
             external_id=external_id,
-            defaults={"team": teams[team], "slo_p99_ms": slo},
+            defaults={"team": teams[team], "slo_p99_ms": slo, "slo_stated": start},
         )[0]
         for external_id, team, slo, _ in SERVICES
     }

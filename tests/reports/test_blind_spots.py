@@ -12,7 +12,7 @@ from django.urls import reverse
 from billing.models import PeriodClose
 from billing.selectors import period_bounds
 from billing.services import period_close
-from metering.models import IngestWindow
+from metering.models import IngestWindow, Service
 from tests.pools import reports as pools
 
 
@@ -32,6 +32,7 @@ def blind(db) -> tuple[pools.ReportPool, PeriodClose]:
     )
     IngestWindow.objects.filter(pk=windows[1]).update(unmapped_kind_gpu_seconds=Decimal("42.5"))
     IngestWindow.objects.filter(pk=windows[0]).update(unheld_busy_gpu_seconds=Decimal("12.25"))
+    Service.objects.filter(pk=report_pool.services["search/api"].pk).update(slo_stated=None)
     close = period_close(
         period=pools.PERIOD, accept_incomplete="only 1 October was metered (test pool)"
     ).period_close
@@ -69,6 +70,7 @@ def test_it_shows_them_on_the_statements_and_the_report(blind, finance) -> None:
         assert "0 workloads" not in shown
         assert "42.500000 GPU-seconds in 1 window" in shown
         assert "12.250000 busy GPU-seconds in 1 window" in shown
+        assert "1 service served requests under the default SLO, which nobody stated" in shown
 
 
 def test_it_shows_none_on_a_month_that_had_none(report_pool, people) -> None:

@@ -127,6 +127,12 @@ class Command(BaseCommand):
                 f" {blind.unheld_busy_gpu_seconds} GPU-seconds: work outside any pod's GPU"
                 " request, billed to no task; the windows' warnings name the GPUs and nodes"
             )
+        if blind.slo_unstated_services:
+            self.stdout.write(
+                f"note: {blind.slo_unstated_services} services served requests under the"
+                " default SLO, which nobody stated: their SLA breaches (rule 4) were judged by"
+                " it; state each (set_slo, or the admin's services, SLO: the default)"
+            )
         for statement in close.statements.select_related("team"):
             self.stdout.write(f"  {statement.team.name}: {statement.total}")
         if outcome.corrected_periods:
