@@ -336,6 +336,11 @@ class PeriodClose(ImmutableModel):
     # The capacity of each GPU class in the month, exact GPU-seconds as text, by class name
     # ({"default": "..."} alone in a month without classes; empty for closes made before).
     capacity_gpu_seconds_by_class = models.JSONField(default=dict, blank=True)
+    # The SLO in milliseconds (as text) each service was judged by, by the service's primary
+    # key: the month's terms. Rebuilt for corrections or verified, the month is judged by
+    # them, not by an SLO stated since (a service new to the rebuild takes its own). Empty for
+    # closes made before they were kept: those take today's.
+    service_slos = models.JSONField(default=dict, blank=True)
     # What the month's windows could not show at the close, every GPU sample there all the
     # same (metering.selectors.BlindSpots): windows with inference pods that served without the
     # latency histogram (no SLA breach of theirs, rule 4), and windows and GPU-seconds of pods
@@ -363,8 +368,8 @@ class PeriodClose(ImmutableModel):
     unheld_busy_gpu_seconds = models.DecimalField(
         max_digits=18, decimal_places=6, default=0, db_default=0
     )
-    # Services that served requests in the month under the default SLO, which nobody stated:
-    # their SLA breaches (rule 4) were judged by it.
+    # Services whose SLA breaches (rule 4) in the month were judged by the default SLO, which
+    # nobody stated (intervals with at least the book's minimum of requests).
     slo_unstated_services = models.PositiveIntegerField(default=0, db_default=0)
 
     class Meta:
@@ -398,6 +403,11 @@ class PeriodClose(ImmutableModel):
     @property
     def is_incomplete(self) -> bool:
         return bool(self.incomplete_reason)
+
+    @property
+    def judged_slos(self) -> dict[int, int]:
+        """`service_slos` by service primary key, as the services hold them (whole ms)."""
+        return {int(pk): int(Decimal(slo)) for pk, slo in self.service_slos.items()}
 
     @property
     def has_blind_spots(self) -> bool:

@@ -46,7 +46,7 @@ import threading
 import traceback
 import zlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from itertools import groupby
@@ -240,9 +240,11 @@ def scenario_build(
     end: dt.datetime,
     price_book: PriceBook,
     builder_version: int = SCENARIO_BUILDER_VERSION,
+    slos: Mapping[int, int] | None = None,
 ) -> BuiltScenario:
     """The validated engine input for intervals starting in [start, end), with `price_book`,
-    as builder `builder_version` wrote it (a closed month's is stored on its close).
+    as builder `builder_version` wrote it (a closed month's is stored on its close); each
+    service judged by its SLO in `slos` (by primary key: a closed month's), else its own.
 
     Tasks and services are those that appear in the period's usage, preemptions or latency.
     Raises the engine's ScenarioError, naming the record, when metering holds data the rules
@@ -276,7 +278,7 @@ def scenario_build(
             if task_ids[pk] in used
         ],
         "services": [
-            {"id": service_ids[pk], "team": team, "slo_p99_ms": slo}
+            {"id": service_ids[pk], "team": team, "slo_p99_ms": (slos or {}).get(pk, slo)}
             for pk, _, _, team, slo in all_services
             if service_ids[pk] in measured
         ],

@@ -16,6 +16,7 @@ from django.db.models import Max, Min, Prefetch, Q, QuerySet
 from django.utils import timezone
 
 from billing import pricing
+from billing.defaults import DEFAULT_PRICE_BOOK
 from billing.models import (
     MonthToDateDraft,
     PeriodClose,
@@ -101,6 +102,15 @@ def price_book_in_force(at: dt.date | dt.datetime) -> PriceBook:
     if book is None:
         raise PriceBookNotFound(f"no published price book is in force on {at:%Y-%m-%d}")
     return book
+
+
+def sla_min_requests_in_force(at: dt.date | dt.datetime) -> int:
+    """The requests an interval needs to be judged by rule 4: the book's in force on `at`,
+    else the default book's (a pool before its first published book)."""
+    try:
+        return price_book_in_force(at).sla_min_requests
+    except PriceBookNotFound:
+        return DEFAULT_PRICE_BOOK["sla_min_requests"]
 
 
 def min_completeness() -> Decimal:
@@ -784,6 +794,7 @@ def _metering_differences(close: PeriodClose, notes: list[str]) -> list[str]:
             end=bounds.end,
             price_book=close.price_book,
             builder_version=close.scenario_builder_version,
+            slos=close.judged_slos,
         )
     except pricing.ScenarioError as error:
         return [f"metering rows of {close.period} can no longer be priced: {error}"]

@@ -334,14 +334,17 @@ def ingest_months(env: dict[str, str], months: tuple[DemoMonth, ...], clock: Clo
     clock.lap("ingested")
 
 
-def state_service_objectives(month: DemoMonth) -> None:
-    """SLOs are not in the telemetry: state the simulated services' ones, as an operator would."""
+def state_service_objectives(months: list[DemoMonth]) -> None:
+    """SLOs are not in the telemetry: state the simulated services' ones, as an operator would
+    (every month's: a service of one month alone is judged by its own too; the later month's
+    SLO where both have one)."""
     from django.core.management import call_command
 
-    truth_path = VAR / "simulated" / month.label / "truth.json"
-    if not truth_path.exists():
-        return
-    services = json.loads(truth_path.read_text())["services"]
+    services: dict[str, dict] = {}
+    for month in months:
+        truth_path = VAR / "simulated" / month.label / "truth.json"
+        if truth_path.exists():
+            services |= json.loads(truth_path.read_text())["services"]
     say(f"stating the SLOs of {len(services)} inference services")
     for name, service in sorted(services.items()):
         call_command("set_slo", "--service", name, "--p99-ms", str(service["slo_p99_ms"]))
@@ -440,7 +443,7 @@ def run_stack(
     call_command("collectstatic", "--noinput", verbosity=0)
     clock.lap("migrated")
     ingest_months(env, months, clock)
-    state_service_objectives(months[-1])
+    state_service_objectives(months)
     close_and_report(months, clock)
     password = demo_admin_password()
     call_command("ensure_demo_admin", "--password", password)

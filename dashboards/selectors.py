@@ -30,7 +30,6 @@ from django.db.models import (
 )
 from django.db.models.functions import TruncDay, TruncHour
 
-from billing.defaults import DEFAULT_PRICE_BOOK
 from billing.models import (
     LineKind,
     PeriodClose,
@@ -74,7 +73,6 @@ ZERO = Decimal(0)
 GIB = Decimal(1024**3)
 MIB = Decimal(1024**2)
 # docs/pricing.md's example book, when no book is in force.
-DEFAULT_SLA_MIN_REQUESTS = DEFAULT_PRICE_BOOK["sla_min_requests"]
 DEFAULT_PEAK_HOURS = (9, 22)
 
 
@@ -215,7 +213,7 @@ class WindowProblems:
     kueue_preemption_windows: int = 0
     kind_guessed_windows: int = 0
     unheld_busy_windows: int = 0
-    # Services that served requests in the range under the default SLO, nobody's statement.
+    # Services rule 4 judged in the range by the default SLO, which nobody stated (by name).
     slo_unstated: list[str] = field(default_factory=list)
 
     @property
@@ -223,7 +221,9 @@ class WindowProblems:
         return bool(self.pending or self.running or self.failed or self.incomplete)
 
 
-def window_problems(*, start: dt.datetime, end: dt.datetime, limit: int = 8) -> WindowProblems:
+def window_problems(
+    *, start: dt.datetime, end: dt.datetime, min_requests: int = 1, limit: int = 8
+) -> WindowProblems:
     """Windows in the range that are not done, or done with samples missing; and, apart,
     those done where kube-state-metrics could not show preemptions or did not describe GPU
     pods, where inference pods served without the latency histogram, where Kueue preempted
@@ -239,8 +239,8 @@ def window_problems(*, start: dt.datetime, end: dt.datetime, limit: int = 8) -> 
         **blind_spot_counts(),
     )
     examples = list(in_range.filter(problems).select_related("source").order_by("start")[:limit])
-    unstated = services_slo_unstated(start=start, end=end)
-    return WindowProblems(examples=examples, slo_unstated=unstated, **counts)
+    unstated = services_slo_unstated(start=start, end=end, min_requests=min_requests)
+    return WindowProblems(examples=examples, slo_unstated=sorted(set(unstated)), **counts)
 
 
 def completeness_by_day(

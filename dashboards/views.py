@@ -251,7 +251,11 @@ def overview(request: HttpRequest) -> HttpResponse:
         overall_completeness=report_selectors.data_completeness(
             start=current.start, end=current.end
         ),
-        problems=pages.window_problems(start=current.start, end=current.end),
+        problems=pages.window_problems(
+            start=current.start,
+            end=current.end,
+            min_requests=billing_selectors.sla_min_requests_in_force(current.first_day),
+        ),
     )
 
 
@@ -635,10 +639,7 @@ def sla(request: HttpRequest) -> HttpResponse:
     filters = parse_filters(request.GET, teams=teams)
     current = filters.range
     scope = Team.objects.filter(pk=filters.team.pk) if filters.team else team_scope(request)
-    try:
-        min_requests = billing_selectors.price_book_in_force(current.first_day).sla_min_requests
-    except billing_selectors.PriceBookNotFound:
-        min_requests = pages.DEFAULT_SLA_MIN_REQUESTS
+    min_requests = billing_selectors.sla_min_requests_in_force(current.first_day)
     latencies = remembered(
         "service_latencies",
         lambda: report_selectors.service_latencies(

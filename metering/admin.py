@@ -3,12 +3,14 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
 from audit.admin import AuditedModelAdmin
+from audit.services import audit_record
 from metering import models, services, sources, tasks
 from metering.selectors import BLIND_SPOT_CONDITIONS
 
@@ -106,6 +108,25 @@ class SloStatedFilter(admin.SimpleListFilter):
         return queryset
 
 
+@admin.action(description="State the selected services' SLOs as they are")
+def slos_state(modeladmin, request, queryset) -> None:
+    """An operator confirms an SLO that is already right (the default included)."""
+    stated = timezone.now()
+    unstated = list(queryset.filter(slo_stated__isnull=True))
+    with transaction.atomic():
+        for service in unstated:
+            service.slo_stated = stated
+            service.save(update_fields=["slo_stated"])
+            audit_record(
+                action="change",
+                obj=service,
+                changes={"slo_stated": [None, stated], "slo_p99_ms": service.slo_p99_ms},
+                actor=request.user,
+                force=True,
+            )
+    modeladmin.message_user(request, f"stated {len(unstated)} SLOs", messages.SUCCESS)
+
+
 @admin.register(models.Service)
 class ServiceAdmin(AuditedModelAdmin):
     list_display = ["external_id", "team", "slo_p99_ms", "slo_stated", "is_key"]
@@ -113,11 +134,14 @@ class ServiceAdmin(AuditedModelAdmin):
     list_filter = [SloStatedFilter]
     list_select_related = ["team"]
     readonly_fields = ["slo_stated"]
+    actions = [slos_state]
 
     def save_model(
         self, request: HttpRequest, obj: Any, form: forms.ModelForm, change: bool
     ) -> None:
-        if "slo_p99_ms" in form.changed_data:  # an operator states it, even to the default
+        # An operator states it by adding the service or editing its SLO (even to the
+        # default); one already right is stated by the action above.
+        if not change or "slo_p99_ms" in form.changed_data:
             obj.slo_stated = timezone.now()
         super().save_model(request, obj, form, change)
 

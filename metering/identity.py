@@ -423,7 +423,15 @@ def service_slo_set(*, external_id: str, slo_p99_ms: int) -> int:
     many services changed; an unknown name is an error, not a silent no-op."""
     if slo_p99_ms <= 0:
         raise WindowError(f"slo_p99_ms must be a positive number of milliseconds, got {slo_p99_ms}")
-    services = Service.objects.filter(external_id=external_id)
-    if not services.exists():
+    services = list(Service.objects.filter(external_id=external_id).order_by("pk"))
+    if not services:
         raise WindowError(f"no service named {external_id!r}")
-    return services.update(slo_p99_ms=slo_p99_ms, slo_stated=timezone.now())
+    stated = timezone.now()
+    with transaction.atomic():
+        for service in services:  # each audited: an SLO decides which breaches move money
+            changes = {"slo_p99_ms": [service.slo_p99_ms, slo_p99_ms]}
+            changes["slo_stated"] = [service.slo_stated, stated]
+            service.slo_p99_ms, service.slo_stated = slo_p99_ms, stated
+            service.save(update_fields=["slo_p99_ms", "slo_stated"])
+            audit_record(action="change", obj=service, changes=changes)
+    return len(services)

@@ -12,7 +12,9 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 from django.db.models import Aggregate, Count, F, Q, QuerySet, Sum
+from django.db.models.lookups import GreaterThanOrEqual
 
+from kernel.breach import enough_requests
 from kernel.money import ROUNDING
 from kernel.period import time_zone
 from metering.models import (
@@ -134,8 +136,8 @@ class BlindSpots:
     kind are guesses), and workloads Kueue preempted (no pod shows them, so rule 5 pays no
     credit for them), and GPU-seconds under priority classes the source does not map (their
     kind is the default, training_batch), and busy GPU-seconds of GPUs no pod held (work
-    billed to no task); and, not of windows, the services that served requests in the period
-    under an SLO nobody stated (the default: their SLA breaches, rule 4, are judged by it)."""
+    billed to no task); and, not of windows, the services rule 4 judged in the period (an
+    interval with the book's minimum of requests) by an SLO nobody stated, the default."""
 
     preemptions_unseen_windows: int = 0
     latency_unseen_windows: int = 0
@@ -187,30 +189,35 @@ BLIND_SPOT_SUMS = {
 }
 
 
-def window_blind_spots(*, start: datetime, end: datetime) -> BlindSpots:
+def window_blind_spots(*, start: datetime, end: datetime, min_requests: int = 1) -> BlindSpots:
     """`BlindSpots` of the done windows in [start, end), in one query (a sum over no window
-    is its field's 0)."""
+    is its field's 0); and the services judged under an SLO nobody stated, where an interval
+    with `min_requests` requests is judged (the price book's `sla_min_requests`)."""
     found = IngestWindow.objects.filter(
         start__lt=end, end__gt=start, status=IngestWindow.Status.DONE
     ).aggregate(
         **blind_spot_counts(),
         **{name: Sum(column) for name, column in BLIND_SPOT_SUMS.items()},
     )
-    found["slo_unstated_services"] = len(services_slo_unstated(start=start, end=end))
+    unstated = services_slo_unstated(start=start, end=end, min_requests=min_requests)
+    found["slo_unstated_services"] = len(unstated)
     return BlindSpots(**{name: value for name, value in found.items() if value is not None})
 
 
-def services_slo_unstated(*, start: datetime, end: datetime) -> list[str]:
-    """The services (their external ids) that served requests in [start, end) under the
-    default SLO, which nobody stated (`Service.slo_stated`)."""
-    served = LatencyInterval.objects.filter(
-        interval_start__gte=start, interval_start__lt=end, request_count__gt=0
+def services_slo_unstated(*, start: datetime, end: datetime, min_requests: int) -> list[str]:
+    """The services (their external ids, one per service: two sources may name one alike) of
+    which some interval in [start, end) was judged by rule 4 (`kernel.breach.enough_requests`:
+    at least the book's `min_requests`) under the default SLO, which nobody stated
+    (`Service.slo_stated`)."""
+    judged = LatencyInterval.objects.filter(
+        enough_requests(F("request_count"), min_requests, at_least=GreaterThanOrEqual),
+        interval_start__gte=start,
+        interval_start__lt=end,
     )
     return list(
-        Service.objects.filter(slo_stated__isnull=True, pk__in=served.values("service_id"))
-        .order_by("external_id")
+        Service.objects.filter(slo_stated__isnull=True, pk__in=judged.values("service_id"))
+        .order_by("external_id", "pk")
         .values_list("external_id", flat=True)
-        .distinct()
     )
 
 
@@ -239,8 +246,12 @@ def _gpu_hours(seconds: Decimal | None) -> str:
     return str(((seconds or Decimal(0)) / 3600).quantize(SIX_PLACES, rounding=ROUNDING))
 
 
-def usage_report(*, start: datetime, end: datetime, group_by: str) -> dict[str, Any]:
-    """Usage in [start, end) per team, task or kind (see the `usage_report` command).
+def usage_report(
+    *, start: datetime, end: datetime, group_by: str, min_requests: int = 1
+) -> dict[str, Any]:
+    """Usage in [start, end) per team, task or kind (see the `usage_report` command); its
+    services judged under an SLO nobody stated where an interval with `min_requests` requests
+    is judged (the price book's `sla_min_requests`).
 
     Waits and preemptions count in the period of their event: a wait where its pod was
     scheduled, a preemption where it happened.
@@ -300,7 +311,7 @@ def usage_report(*, start: datetime, end: datetime, group_by: str) -> dict[str, 
         capacity = cursor.fetchone()[0]
     # Windows whose preemptions (the counts below miss any; Kueue's are counted apart),
     # inference latency or pods' identity (their groups are guesses) could not be seen.
-    blind = window_blind_spots(start=start, end=end)
+    blind = window_blind_spots(start=start, end=end, min_requests=min_requests)
     return {
         "start": start.isoformat().replace("+00:00", "Z"),
         "end": end.isoformat().replace("+00:00", "Z"),

@@ -147,7 +147,9 @@ def period_close(
             reason = f"metering holds no capacity or usage for {period}"
             raise PeriodCloseRefused(period, [reason])
         readings = [(hook, hook.read(bounds, book)) for hook in period_close_hooks()]
-        blind = window_blind_spots(start=bounds.start, end=bounds.end)
+        blind = window_blind_spots(
+            start=bounds.start, end=bounds.end, min_requests=book.sla_min_requests
+        )
         due, withheld = _corrections_due(period, set(recheck)) if corrections else ([], [])
     for item in due:
         if item.book.currency != book.currency:
@@ -245,8 +247,8 @@ def _blind_spots_say(period: str, blind: BlindSpots) -> None:
         )
     if blind.slo_unstated_services:
         logger.warning(
-            "%s closed with %d services that served requests under the default SLO, which"
-            " nobody stated: their SLA breaches (rule 4) were judged by it",
+            "%s closed with %d service(s) whose SLA breaches (rule 4) were judged by the default"
+            " SLO, which nobody stated",
             period,
             blind.slo_unstated_services,
         )
@@ -309,12 +311,14 @@ def _price_metering(bounds: PeriodBounds, book: PriceBook) -> PricedScenario:
 
 
 def _close_rebuild(close: PeriodClose, bounds: PeriodBounds) -> BuiltScenario:
-    """A closed month's scenario from today's metering, built as its close built it."""
+    """A closed month's scenario from today's metering, built as its close built it, with the
+    SLOs it judged by (`PeriodClose.service_slos`)."""
     return scenario_build(
         start=bounds.start,
         end=bounds.end,
         price_book=close.price_book,
         builder_version=close.scenario_builder_version,
+        slos=close.judged_slos,
     )
 
 
@@ -595,6 +599,10 @@ def _store_close(
         incomplete_ranges=[problem.as_record() for problem in incomplete],
         capacity_gpu_seconds_by_class={
             name: str(seconds) for name, seconds in result.capacity_gpu_seconds_by_class
+        },
+        service_slos={
+            str(priced.built.service_pks[service.id]): str(service.slo_p99_ms)
+            for service in priced.built.scenario.services
         },
         **blind.closed(),
     )

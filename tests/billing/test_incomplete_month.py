@@ -352,10 +352,10 @@ def test_it_closes_a_month_in_which_a_service_served_under_an_slo_nobody_stated(
     assert not close.is_incomplete and close.has_blind_spots
     assert close.slo_unstated_services == 1
     assert (
-        "note: 1 services served requests under the default SLO, which nobody stated: their SLA"
-        " breaches (rule 4) were judged by it"
+        "note: 1 service(s) had their SLA breaches (rule 4) judged by the default SLO, which"
+        " nobody stated"
     ) in output
-    assert "2026-09 closed with 1 services that served requests under the default SLO" in (
+    assert "2026-09 closed with 1 service(s) whose SLA breaches (rule 4) were judged by" in (
         caplog.text
     )
     (entry,) = AuditEntry.objects.filter(object_type="billing.periodclose", action="close")

@@ -274,8 +274,8 @@ def test_it_names_on_the_overview_the_services_judged_by_an_slo_nobody_stated(
     Service.objects.filter(external_id=name).update(slo_stated=None)
     html = client.get("/").content.decode()
     assert 'data-banner="slo-unstated"' in html
-    assert "1 service served requests in" in html and "under the default SLO" in html
-    assert f"judged by it: {name}." in html
+    assert "1 service had its SLA breaches in" in html and "by the default SLO" in html
+    assert f"moves penalties to the inference team by it: {name}." in html
 
 
 def test_it_warns_on_the_overview_when_a_window_is_pending(client, people, closed_pool) -> None:

@@ -14,6 +14,7 @@ import pytest
 from django.apps import apps
 from django.core.management import call_command
 
+from audit.models import AuditEntry
 from metering.identity import _services_upsert
 from metering.models import LatencyInterval, Service
 from metering.selectors import services_slo_unstated, window_blind_spots
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.django_db
 OCTOBER = (dt.datetime(2026, 10, 1, tzinfo=dt.UTC), dt.datetime(2026, 11, 1, tzinfo=dt.UTC))
 
 
-def served(service: Service, at: dt.datetime, requests: int = 10) -> None:
+def served(service: Service, at: dt.datetime, requests: int = 200) -> None:
     LatencyInterval.objects.create(
         service=service,
         interval_start=at,
@@ -40,11 +41,16 @@ def test_it_creates_a_service_ingest_finds_with_an_slo_nobody_stated() -> None:
     assert (found.slo_p99_ms, found.slo_stated) == (1000, None)
 
 
-def test_it_marks_an_slo_stated_with_set_slo() -> None:
-    service = ServiceFactory(external_id="chat/llm", slo_stated=None)
+def test_it_marks_an_slo_stated_with_set_slo_and_audits_it() -> None:
+    service = ServiceFactory(external_id="chat/llm", slo_stated=None, slo_p99_ms=700)
     call_command("set_slo", "--service", "chat/llm", "--p99-ms", "1000")  # even the default
     service.refresh_from_db()
     assert service.slo_p99_ms == 1000 and service.slo_stated is not None
+    (entry,) = AuditEntry.objects.filter(
+        object_type="metering.service", object_id=str(service.pk), action="change"
+    )
+    assert entry.changes["slo_p99_ms"] == [700, 1000]
+    assert entry.changes["slo_stated"][0] is None
 
 
 def test_it_names_the_services_that_served_under_an_slo_nobody_stated() -> None:
@@ -58,8 +64,29 @@ def test_it_names_the_services_that_served_under_an_slo_nobody_stated() -> None:
     served(stated, start + dt.timedelta(hours=3))
     served(idle, start + dt.timedelta(hours=3), requests=0)
     served(earlier, start - dt.timedelta(minutes=5))
-    assert services_slo_unstated(start=start, end=end) == ["chat/llama-3.2"]
-    assert window_blind_spots(start=start, end=end).slo_unstated_services == 1
+    found = services_slo_unstated(start=start, end=end, min_requests=100)
+    assert found == ["chat/llama-3.2"]
+    assert window_blind_spots(start=start, end=end, min_requests=100).slo_unstated_services == 1
+
+
+def test_it_names_no_service_rule_4_never_judged() -> None:
+    # Fewer requests an interval than the book's minimum: no SLO decided anything.
+    start, end = OCTOBER
+    quiet = ServiceFactory(external_id="chat/quiet", slo_stated=None)
+    for hour in range(3):
+        served(quiet, start + dt.timedelta(hours=hour), requests=5)
+    assert services_slo_unstated(start=start, end=end, min_requests=100) == []
+    assert services_slo_unstated(start=start, end=end, min_requests=5) == ["chat/quiet"]
+
+
+def test_it_counts_two_sources_services_of_one_name_as_two() -> None:
+    start, end = OCTOBER
+    for name in ("east", "west"):
+        service = ServiceFactory(
+            source=SourceFactory(name=name), external_id="chat/llm", slo_stated=None
+        )
+        served(service, start)
+    assert window_blind_spots(start=start, end=end, min_requests=100).slo_unstated_services == 2
 
 
 @pytest.mark.parametrize(
@@ -87,6 +114,35 @@ def test_it_marks_an_slo_stated_where_an_operator_edits_it_in_the_admin(
     assert [s.external_id for s in listed.context["cl"].result_list] == (
         [] if stated else ["chat/llm"]
     )
+
+
+@pytest.mark.parametrize("action", ["add", "state as it is"])
+def test_it_states_an_slo_an_operator_gives_or_confirms_in_the_admin(
+    operator_client, action: str
+) -> None:
+    template = ServiceFactory(external_id="chat/template")
+    if action == "add":  # the form's initial 1000 ms, typed by an operator
+        form = {
+            "source": template.source_id,
+            "external_id": "chat/new",
+            "team": template.team_id,
+            "slo_p99_ms": 1000,
+            "is_key": "on",
+        }
+        response = operator_client.post("/admin/metering/service/add/", form)
+        name = "chat/new"
+    else:  # already right at the default: the action states it, audited
+        ServiceFactory(external_id="chat/right", slo_stated=None, slo_p99_ms=1000)
+        name = "chat/right"
+        service = Service.objects.get(external_id=name)
+        response = operator_client.post(
+            "/admin/metering/service/",
+            {"action": "slos_state", "_selected_action": [service.pk]},
+        )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    service = Service.objects.get(external_id=name)
+    assert service.slo_stated is not None and service.slo_p99_ms == 1000
+    assert AuditEntry.objects.filter(object_type="metering.service", object_id=str(service.pk))
 
 
 def test_it_takes_an_slo_that_is_not_the_default_for_stated_where_it_migrates() -> None:

@@ -70,7 +70,8 @@ def test_it_shows_them_on_the_statements_and_the_report(blind, finance) -> None:
         assert "0 workloads" not in shown
         assert "42.500000 GPU-seconds in 1 window" in shown
         assert "12.250000 busy GPU-seconds in 1 window" in shown
-        assert "1 service served requests under the default SLO, which nobody stated" in shown
+        assert "1 service had its SLA breaches (pricing rule 4)" in shown
+        assert "judged by the default SLO, which nobody stated" in shown
 
 
 def test_it_shows_none_on_a_month_that_had_none(report_pool, people) -> None:

@@ -132,7 +132,8 @@ def test_it_records_service_edits_from_the_changelist(admin_client):
     )
     assert response.status_code == 302, response.content.decode()[:2000]
     (entry,) = entries("metering.service", "change")
-    assert entry.changes == {"slo_p99_ms": [500, 750]}
+    assert entry.changes["slo_p99_ms"] == [500, 750]
+    assert set(entry.changes) == {"slo_p99_ms", "slo_stated"}  # the SLO is stated now
     assert Service.objects.get(pk=service.pk).slo_p99_ms == 750
 
 

@@ -129,9 +129,9 @@ class Command(BaseCommand):
             )
         if blind.slo_unstated_services:
             self.stdout.write(
-                f"note: {blind.slo_unstated_services} services served requests under the"
-                " default SLO, which nobody stated: their SLA breaches (rule 4) were judged by"
-                " it; state each (set_slo, or the admin's services, SLO: the default)"
+                f"note: {blind.slo_unstated_services} service(s) had their SLA breaches (rule 4)"
+                " judged by the default SLO, which nobody stated; state each (set_slo, or the"
+                " admin's services: SLO, the default)"
             )
         for statement in close.statements.select_related("team"):
             self.stdout.write(f"  {statement.team.name}: {statement.total}")

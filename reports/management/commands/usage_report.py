@@ -12,6 +12,7 @@ from decimal import Decimal
 
 from django.core.management.base import BaseCommand
 
+from billing.selectors import sla_min_requests_in_force
 from metering import selectors
 from metering.management.commands._arguments import period
 from reports.render_csv import Cell, csv_write
@@ -39,7 +40,12 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options) -> None:
         start, end = period(options["start"], options["end"])
-        report = selectors.usage_report(start=start, end=end, group_by=options["group_by"])
+        report = selectors.usage_report(
+            start=start,
+            end=end,
+            group_by=options["group_by"],
+            min_requests=sla_min_requests_in_force(start),
+        )
         if options["format"] == "json":
             self.stdout.write(json.dumps(report, indent=2))
             return
