@@ -336,11 +336,6 @@ class PeriodClose(ImmutableModel):
     # The capacity of each GPU class in the month, exact GPU-seconds as text, by class name
     # ({"default": "..."} alone in a month without classes; empty for closes made before).
     capacity_gpu_seconds_by_class = models.JSONField(default=dict, blank=True)
-    # The SLO in milliseconds (as text) each service was judged by, by the service's primary
-    # key: the month's terms. Rebuilt for corrections or verified, the month is judged by
-    # them, not by an SLO stated since (a service new to the rebuild takes its own). Empty for
-    # closes made before they were kept: those take today's.
-    service_slos = models.JSONField(default=dict, blank=True)
     # What the month's windows could not show at the close, every GPU sample there all the
     # same (metering.selectors.BlindSpots): windows with inference pods that served without the
     # latency histogram (no SLA breach of theirs, rule 4), and windows and GPU-seconds of pods
@@ -405,11 +400,6 @@ class PeriodClose(ImmutableModel):
         return bool(self.incomplete_reason)
 
     @property
-    def judged_slos(self) -> dict[int, int]:
-        """`service_slos` by service primary key, as the services hold them (whole ms)."""
-        return {int(pk): int(Decimal(slo)) for pk, slo in self.service_slos.items()}
-
-    @property
     def has_blind_spots(self) -> bool:
         return bool(
             self.latency_unseen_windows
@@ -436,6 +426,12 @@ class PeriodScenario(ImmutableModel):
     pool_cost = models.DecimalField(**MONEY)
     scenario_zlib = models.BinaryField()
     created = models.DateTimeField()
+    # The SLO in milliseconds (as text) each of its services was judged by, by the service's
+    # primary key: the month's terms as of this revision. A rebuild of the month (corrections,
+    # verification) is judged by the latest revision's, not by an SLO stated since; a service
+    # new to the rebuild takes its own, kept by the revision that prices it. Empty for rows
+    # made before they were kept: read from the scenario's text (billing.scenarios.judged_slos).
+    service_slos = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["period", "revision"]

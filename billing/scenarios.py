@@ -300,6 +300,32 @@ def scenario_build(
     )
 
 
+def slos_judged(built: BuiltScenario) -> dict[str, str]:
+    """The SLO each service of `built` is judged by, by the service's primary key (text both:
+    `PeriodScenario.service_slos`)."""
+    return {
+        str(built.service_pks[service.id]): str(service.slo_p99_ms)
+        for service in built.scenario.services
+    }
+
+
+def judged_slos(revision: PeriodScenario) -> dict[int, int]:
+    """The SLOs a stored revision of a month judged by, by service primary key, as services
+    hold them (whole ms): its `service_slos`; for a revision stored before they were kept,
+    read from its scenario's text (the whole month decompressed, once per rebuild), its
+    service ids named as `scenario_build` names them today."""
+    if revision.service_slos:
+        return {int(pk): int(Decimal(slo)) for pk, slo in revision.service_slos.items()}
+    services = json.loads(revision.scenario_text())["services"]
+    rows = Service.objects.values_list("pk", "external_id", "source__name")
+    pks = {name: pk for pk, name in _unique_ids(list(rows)).items()}
+    return {
+        pks[service["id"]]: int(Decimal(str(service["slo_p99_ms"])))
+        for service in services
+        if service["id"] in pks
+    }
+
+
 @functools.lru_cache(maxsize=100_000)
 def _interval_name(epoch: int) -> str:
     # Cached: capacity and every service's latency name the same few thousand intervals.

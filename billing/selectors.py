@@ -27,7 +27,7 @@ from billing.models import (
     Quota,
     StatementLine,
 )
-from billing.scenarios import scenario_build, scenario_sha256
+from billing.scenarios import judged_slos, scenario_build, scenario_sha256
 from kernel.money import ROUNDING
 from kernel.period import first_day, period_of, period_utc_range, previous_period, time_zone
 from kernel.tasks import TRAINING_KINDS
@@ -794,7 +794,7 @@ def _metering_differences(close: PeriodClose, notes: list[str]) -> list[str]:
             end=bounds.end,
             price_book=close.price_book,
             builder_version=close.scenario_builder_version,
-            slos=close.judged_slos,
+            slos=judged_slos(latest),
         )
     except pricing.ScenarioError as error:
         return [f"metering rows of {close.period} can no longer be priced: {error}"]

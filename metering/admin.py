@@ -108,7 +108,7 @@ class SloStatedFilter(admin.SimpleListFilter):
         return queryset
 
 
-@admin.action(description="State the selected services' SLOs as they are")
+@admin.action(description="State the selected services' SLOs as they are", permissions=["change"])
 def slos_state(modeladmin, request, queryset) -> None:
     """An operator confirms an SLO that is already right (the default included)."""
     stated = timezone.now()
@@ -120,7 +120,10 @@ def slos_state(modeladmin, request, queryset) -> None:
             audit_record(
                 action="change",
                 obj=service,
-                changes={"slo_stated": [None, stated], "slo_p99_ms": service.slo_p99_ms},
+                changes={
+                    "slo_stated": [None, stated],
+                    "slo_p99_ms": [service.slo_p99_ms, service.slo_p99_ms],
+                },
                 actor=request.user,
                 force=True,
             )

@@ -45,10 +45,12 @@ from billing.scenarios import (
     SCENARIO_BUILDER_VERSION,
     BuiltScenario,
     PricedScenario,
+    judged_slos,
     scenario_build,
     scenario_digest,
     scenario_price,
     scenario_sha256,
+    slos_judged,
 )
 from billing.selectors import (
     PeriodBounds,
@@ -310,15 +312,17 @@ def _price_metering(bounds: PeriodBounds, book: PriceBook) -> PricedScenario:
     return scenario_price(built)
 
 
-def _close_rebuild(close: PeriodClose, bounds: PeriodBounds) -> BuiltScenario:
+def _close_rebuild(
+    close: PeriodClose, bounds: PeriodBounds, latest: PeriodScenario
+) -> BuiltScenario:
     """A closed month's scenario from today's metering, built as its close built it, with the
-    SLOs it judged by (`PeriodClose.service_slos`)."""
+    SLOs its latest revision `latest` judged by (`PeriodScenario.service_slos`)."""
     return scenario_build(
         start=bounds.start,
         end=bounds.end,
         price_book=close.price_book,
         builder_version=close.scenario_builder_version,
-        slos=close.judged_slos,
+        slos=judged_slos(latest),
     )
 
 
@@ -326,7 +330,7 @@ def _already_closed(close: PeriodClose, bounds: PeriodBounds) -> PeriodCloseOutc
     latest = PeriodScenario.objects.filter(period=close.period).order_by("-revision").first()
     try:
         with _metering_snapshot():
-            built = _close_rebuild(close, bounds)
+            built = _close_rebuild(close, bounds, latest)
         changed = scenario_sha256(built) != latest.scenario_sha256
     except ScenarioError:
         changed = True  # the data changed into something unpriceable; verify_period says how
@@ -392,7 +396,7 @@ def _corrections_due(period: str, recheck: set[str]) -> tuple[list[_Correction],
             withheld.append(close.period)
             continue
         try:
-            built = _close_rebuild(close, bounds)
+            built = _close_rebuild(close, bounds, latest)
             digest = scenario_digest(built)
             if digest[1] != latest.scenario_sha256:
                 due.append(_correction(close, latest, scenario_price(built, digest)))
@@ -600,10 +604,6 @@ def _store_close(
         capacity_gpu_seconds_by_class={
             name: str(seconds) for name, seconds in result.capacity_gpu_seconds_by_class
         },
-        service_slos={
-            str(priced.built.service_pks[service.id]): str(service.slo_p99_ms)
-            for service in priced.built.scenario.services
-        },
         **blind.closed(),
     )
     _store_scenarios(close, book, priced, corrections, now)
@@ -634,6 +634,7 @@ def _store_scenarios(
             pool_cost=priced.result.pool_cost_rounded,
             scenario_zlib=priced.scenario_zlib,
             created=now,
+            service_slos=slos_judged(priced.built),
         )
     ]
     snapshots += [
@@ -646,6 +647,7 @@ def _store_scenarios(
             pool_cost=item.priced.result.pool_cost_rounded,
             scenario_zlib=item.priced.scenario_zlib,
             created=now,
+            service_slos=slos_judged(item.priced.built),
         )
         for item in corrections
     ]

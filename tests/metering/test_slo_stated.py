@@ -12,6 +12,7 @@ import importlib
 
 import pytest
 from django.apps import apps
+from django.contrib.auth.models import Permission, User
 from django.core.management import call_command
 
 from audit.models import AuditEntry
@@ -143,6 +144,18 @@ def test_it_states_an_slo_an_operator_gives_or_confirms_in_the_admin(
     service = Service.objects.get(external_id=name)
     assert service.slo_stated is not None and service.slo_p99_ms == 1000
     assert AuditEntry.objects.filter(object_type="metering.service", object_id=str(service.pk))
+
+
+def test_it_refuses_the_state_action_to_a_staff_user_who_may_only_view(client) -> None:
+    user = User.objects.create_user("viewer", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_service"))
+    client.force_login(user)
+    service = ServiceFactory(external_id="chat/right", slo_stated=None, slo_p99_ms=1000)
+    client.post(
+        "/admin/metering/service/", {"action": "slos_state", "_selected_action": [service.pk]}
+    )
+    service.refresh_from_db()
+    assert service.slo_stated is None
 
 
 def test_it_takes_an_slo_that_is_not_the_default_for_stated_where_it_migrates() -> None:
