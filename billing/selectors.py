@@ -104,6 +104,20 @@ def price_book_in_force(at: dt.date | dt.datetime) -> PriceBook:
     return book
 
 
+def slos_judged_in(start: dt.datetime, end: dt.datetime) -> dict[int, int]:
+    """The SLOs a closed month judged its services by (its latest revision's), by service
+    primary key, where [start, end) lies within that month: a page of a billed month judges by
+    the terms it was billed by, not by an SLO stated since. Empty otherwise, and for a revision
+    stored before they were kept (reading its whole scenario is a close's work, not a page's)."""
+    period = period_containing(start)
+    if end > period_bounds(period).end or not PeriodClose.objects.filter(period=period).exists():
+        return {}
+    latest = PeriodScenario.objects.filter(period=period).order_by("-revision").first()
+    if latest is None or not latest.service_slos:
+        return {}
+    return judged_slos(latest)
+
+
 def sla_min_requests_in_force(at: dt.date | dt.datetime) -> int:
     """The requests an interval needs to be judged by rule 4: the book's in force on `at`,
     else the default book's (a pool before its first published book)."""

@@ -601,7 +601,13 @@ def sla_block(service: Service, current: DateRange, min_requests: int) -> dict:
         return intervals, charts.to_html(figure)
 
     intervals, html = remembered(
-        "sla_block", intervals_and_chart, service, current.start, current.end, min_requests
+        "sla_block",
+        intervals_and_chart,
+        service,
+        service.slo_p99_ms,
+        current.start,
+        current.end,
+        min_requests,
     )
     return {
         "service": service,
@@ -640,18 +646,24 @@ def sla(request: HttpRequest) -> HttpResponse:
     current = filters.range
     scope = Team.objects.filter(pk=filters.team.pk) if filters.team else team_scope(request)
     min_requests = billing_selectors.sla_min_requests_in_force(current.first_day)
+    # A billed month is judged by the SLOs it was billed by, not by one stated since.
+    slos = billing_selectors.slos_judged_in(current.start, current.end)
     latencies = remembered(
         "service_latencies",
         lambda: report_selectors.service_latencies(
-            start=current.start, end=current.end, teams=scope, min_requests=min_requests
+            start=current.start, end=current.end, teams=scope, min_requests=min_requests,
+            slos=slos,
         ),
-        current.start, current.end, scope, min_requests,
+        current.start, current.end, scope, min_requests, tuple(sorted(slos.items())),
     )  # fmt: skip
     chosen = chosen_service(request.GET.get("service"), latencies, filters.errors)
     # Not "block": inside a template block that name is Django's own (block.super).
     detail = None
     if chosen is not None:
-        detail = sla_block(pages.service(pk=chosen), current, min_requests)
+        service = pages.service(pk=chosen)
+        # In memory only, never saved: the page reads the month's SLO where the service has one.
+        service.slo_p99_ms = slos.get(service.pk, service.slo_p99_ms)
+        detail = sla_block(service, current, min_requests)
         # Only the listed breaches need who was training; the CSV has them all.
         listed = detail["breached"][:BREACHES_LISTED]
         training = pages.training_at(moments=[row["time"] for row in listed])

@@ -12,11 +12,25 @@ from __future__ import annotations
 import datetime as dt
 import operator
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
 from django.db import connection
-from django.db.models import Count, DecimalField, Expression, F, Max, Q, QuerySet, Sum, Value
+from django.db.models import (
+    Case,
+    Count,
+    DecimalField,
+    Expression,
+    F,
+    IntegerField,
+    Max,
+    Q,
+    QuerySet,
+    Sum,
+    Value,
+    When,
+)
 from django.db.models.functions import Coalesce, ExtractHour, Least, TruncDay, TruncHour
 from django.db.models.lookups import GreaterThan, GreaterThanOrEqual
 
@@ -101,8 +115,10 @@ def service_latencies(
     end: dt.datetime,
     teams: QuerySet[Team] | None = None,
     min_requests: int = DEFAULT_SLA_MIN_REQUESTS,
+    slos: Mapping[int, int] | None = None,
 ) -> list[health.ServiceLatency]:
-    """Every key service (also those without traffic in the range), P99 from merged buckets.
+    """Every key service (also those without traffic in the range), P99 from merged buckets;
+    each judged by its SLO in `slos` (by primary key: a closed month's terms), else its own.
 
     Three queries whatever the range, none of which sends an interval's buckets to Python:
     intervals and breaches are counted in SQL on the P99 stored at ingest (docs/pricing.md rule 4:
@@ -119,7 +135,10 @@ def service_latencies(
     if not services:
         return []
     ids = [s.id for s in services]
-    counts = _latency_counts(ids=ids, start=start, end=end, min_requests=min_requests)
+    slo_of = {s.id: (slos or {}).get(s.id, s.slo_p99_ms) for s in services}
+    counts = _latency_counts(
+        ids=ids, start=start, end=end, min_requests=min_requests, slos=slos or {}
+    )
     merged = _merged_buckets(ids=ids, start=start, end=end, intervals=counts)
     result = []
     for s in services:
@@ -129,7 +148,7 @@ def service_latencies(
                 service_id=s.id,
                 start=start,
                 end=end,
-                slo_p99_ms=s.slo_p99_ms,
+                slo_p99_ms=slo_of[s.id],
                 min_requests=min_requests,
             )
         buckets = merged.get(s.id, [])
@@ -139,7 +158,7 @@ def service_latencies(
                 service_id=s.id,
                 service=s.external_id,
                 team=s.team.name,
-                slo_p99_ms=s.slo_p99_ms,
+                slo_p99_ms=slo_of[s.id],
                 p99_ms=None if p99 is None else p99 * 1000,
                 requests=Decimal(buckets[-1][1]) if buckets else ZERO,
                 intervals=intervals,
@@ -170,10 +189,20 @@ def stored_p99_breach_condition(slo_p99_ms: Expression | F, min_requests: int) -
 
 
 def _latency_counts(
-    *, ids: list[int], start: dt.datetime, end: dt.datetime, min_requests: int
+    *,
+    ids: list[int],
+    start: dt.datetime,
+    end: dt.datetime,
+    min_requests: int,
+    slos: Mapping[int, int],
 ) -> dict[int, tuple[int, int, int]]:
-    """Per service: intervals, intervals breached by their stored P99, and intervals that may
-    breach but have no stored P99 (enough requests, `p99_seconds` null)."""
+    """Per service: intervals, intervals breached by their stored P99 (against its SLO in
+    `slos`, else its own), and intervals that may breach but have no stored P99 (enough
+    requests, `p99_seconds` null)."""
+    slo: Expression | F = F("service__slo_p99_ms")
+    if slos:
+        whens = [When(service_id=pk, then=Value(ms)) for pk, ms in sorted(slos.items())]
+        slo = Case(*whens, default=F("service__slo_p99_ms"), output_field=IntegerField())
     rows = (
         LatencyInterval.objects.filter(
             service_id__in=ids, interval_start__gte=start, interval_start__lt=end
@@ -181,9 +210,7 @@ def _latency_counts(
         .values("service_id")
         .annotate(
             n=Count("id"),
-            breached=Count(
-                "id", filter=stored_p99_breach_condition(F("service__slo_p99_ms"), min_requests)
-            ),
+            breached=Count("id", filter=stored_p99_breach_condition(slo, min_requests)),
             unstored=Count(
                 "id", filter=enough_requests_condition(min_requests) & Q(p99_seconds__isnull=True)
             ),

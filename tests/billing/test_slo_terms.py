@@ -18,6 +18,7 @@ from billing.selectors import period_verification
 from billing.services import period_close
 from metering.models import CapacityInterval, IngestWindow, LatencyInterval, Service
 from tests.billing.test_corrections import late_data_for_september
+from tests.dashboards.conftest import make_user
 from tests.factories import IngestWindowFactory, ServiceFactory, windows_complete
 
 SEPTEMBER_END = dt.datetime(2026, 9, 30, 16, tzinfo=dt.UTC)  # 1 October 00:00, the pool's zone
@@ -135,3 +136,20 @@ def test_it_reads_the_slos_of_a_revision_stored_before_they_were_kept(boundary_p
         cursor.execute("ALTER TABLE billing_periodscenario ENABLE TRIGGER USER")
     assert PeriodScenario.objects.get(period="2026-09").service_slos == {}
     assert not period_close(period="2026-09").data_changed
+
+
+def test_it_shows_a_closed_months_sla_by_the_slos_it_billed_by(client, boundary_pool) -> None:
+    september = september_closed_then_chat_api_stated()  # billed by 1000 ms, stated 5000
+    chat = Service.objects.get(external_id="chat-api")
+    billed = september.sla_breaches.filter(service=chat).count()
+    assert billed
+    client.force_login(make_user("fiona", "finance"))
+    html = client.get(f"/sla/?month=2026-09&service={chat.pk}").content.decode()
+    heading = " ".join(
+        html.split('<h2 style="margin-top: 14px">', 1)[1].split("</h2>", 1)[0].split()
+    )
+    assert heading.startswith(f"{billed} breached interval")
+    assert heading.endswith("SLO 1000 ms")
+    # October is open: judged by the SLO stated since.
+    html = client.get(f"/sla/?month=2026-10&service={chat.pk}").content.decode()
+    assert "SLO 5000 ms</h2>" in " ".join(html.split())
