@@ -104,18 +104,30 @@ def price_book_in_force(at: dt.date | dt.datetime) -> PriceBook:
     return book
 
 
-def slos_judged_in(start: dt.datetime, end: dt.datetime) -> dict[int, int]:
-    """The SLOs a closed month judged its services by (its latest revision's), by service
-    primary key, where [start, end) lies within that month: a page of a billed month judges by
-    the terms it was billed by, not by an SLO stated since. Empty otherwise, and for a revision
-    stored before they were kept (reading its whole scenario is a close's work, not a page's)."""
+@dataclass(frozen=True)
+class BilledSlaTerms:
+    """What a closed month judged its SLA breaches by (rule 4): each service's SLO, by primary
+    key (its latest revision's; empty for a revision stored before they were kept, whose
+    services take today's), and the minimum of requests of the book it was priced with."""
+
+    slos: dict[int, int]
+    min_requests: int
+
+
+def sla_terms_billed_in(start: dt.datetime, end: dt.datetime) -> BilledSlaTerms | None:
+    """The terms a closed month was billed by, where [start, end) lies within it: a page of a
+    billed month judges by them, not by an SLO stated or a book published since. None
+    otherwise. A revision stored before SLOs were kept is not read here (its whole scenario
+    is a close's work, not a page's)."""
     period = period_containing(start)
-    if end > period_bounds(period).end or not PeriodClose.objects.filter(period=period).exists():
-        return {}
+    if end > period_bounds(period).end:
+        return None
+    close = PeriodClose.objects.filter(period=period).select_related("price_book").first()
+    if close is None:
+        return None
     latest = PeriodScenario.objects.filter(period=period).order_by("-revision").first()
-    if latest is None or not latest.service_slos:
-        return {}
-    return judged_slos(latest)
+    slos = judged_slos(latest) if latest is not None and latest.service_slos else {}
+    return BilledSlaTerms(slos=slos, min_requests=close.price_book.sla_min_requests)
 
 
 def sla_min_requests_in_force(at: dt.date | dt.datetime) -> int:

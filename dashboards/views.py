@@ -645,9 +645,13 @@ def sla(request: HttpRequest) -> HttpResponse:
     filters = parse_filters(request.GET, teams=teams)
     current = filters.range
     scope = Team.objects.filter(pk=filters.team.pk) if filters.team else team_scope(request)
-    min_requests = billing_selectors.sla_min_requests_in_force(current.first_day)
-    # A billed month is judged by the SLOs it was billed by, not by one stated since.
-    slos = billing_selectors.slos_judged_in(current.start, current.end)
+    # A billed month is judged by the terms it was billed by, not by an SLO stated or a book
+    # published since.
+    billed = billing_selectors.sla_terms_billed_in(current.start, current.end)
+    if billed is None:
+        slos, min_requests = {}, billing_selectors.sla_min_requests_in_force(current.first_day)
+    else:
+        slos, min_requests = billed.slos, billed.min_requests
     latencies = remembered(
         "service_latencies",
         lambda: report_selectors.service_latencies(

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from billing.models import PeriodClose, PeriodScenario, StatementLine
 from billing.selectors import period_verification
-from billing.services import period_close
+from billing.services import period_close, price_book_create_draft, price_book_publish
 from metering.models import CapacityInterval, IngestWindow, LatencyInterval, Service
 from tests.billing.test_corrections import late_data_for_september
 from tests.dashboards.conftest import make_user
@@ -153,3 +153,19 @@ def test_it_shows_a_closed_months_sla_by_the_slos_it_billed_by(client, boundary_
     # October is open: judged by the SLO stated since.
     html = client.get(f"/sla/?month=2026-10&service={chat.pk}").content.decode()
     assert "SLO 5000 ms</h2>" in " ".join(html.split())
+
+
+def test_it_shows_a_closed_months_sla_by_the_minimum_it_billed_by(client, boundary_pool) -> None:
+    september = september_closed_then_chat_api_stated()
+    chat = Service.objects.get(external_id="chat-api")
+    billed = september.sla_breaches.filter(service=chat).count()
+    # A book published since, in force from September's first day (nothing refuses it): the
+    # month keeps its own, as its bill and every rebuild of it do.
+    book = price_book_create_draft(effective_from=dt.date(2026, 9, 1), sla_min_requests=10**9)
+    price_book_publish(price_book_id=book.pk)
+    client.force_login(make_user("fiona", "finance"))
+    html = client.get(f"/sla/?month=2026-09&service={chat.pk}").content.decode()
+    heading = " ".join(
+        html.split('<h2 style="margin-top: 14px">', 1)[1].split("</h2>", 1)[0].split()
+    )
+    assert heading.startswith(f"{billed} breached interval"), heading
