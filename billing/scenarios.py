@@ -300,7 +300,7 @@ def scenario_build(
     )
 
 
-def slos_judged(built: BuiltScenario) -> dict[str, str]:
+def service_slos_of(built: BuiltScenario) -> dict[str, str]:
     """The SLO each service of `built` is judged by, by the service's primary key (text both:
     `PeriodScenario.service_slos`)."""
     return {

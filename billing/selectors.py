@@ -16,7 +16,6 @@ from django.db.models import Max, Min, Prefetch, Q, QuerySet
 from django.utils import timezone
 
 from billing import pricing
-from billing.defaults import DEFAULT_PRICE_BOOK
 from billing.models import (
     MonthToDateDraft,
     PeriodClose,
@@ -128,15 +127,6 @@ def sla_terms_billed_in(start: dt.datetime, end: dt.datetime) -> BilledSlaTerms 
     latest = PeriodScenario.objects.filter(period=period).order_by("-revision").first()
     slos = judged_slos(latest) if latest is not None and latest.service_slos else {}
     return BilledSlaTerms(slos=slos, min_requests=close.price_book.sla_min_requests)
-
-
-def sla_min_requests_in_force(at: dt.date | dt.datetime) -> int:
-    """The requests an interval needs to be judged by rule 4: the book's in force on `at`,
-    else the default book's (a pool before its first published book)."""
-    try:
-        return price_book_in_force(at).sla_min_requests
-    except PriceBookNotFound:
-        return DEFAULT_PRICE_BOOK["sla_min_requests"]
 
 
 def min_completeness() -> Decimal:

@@ -479,20 +479,27 @@ def task_charges(task: Task) -> list[StatementLineTask]:
 
 
 def service_intervals(
-    *, service: Service, start: dt.datetime, end: dt.datetime, min_requests: int
+    *,
+    service: Service,
+    start: dt.datetime,
+    end: dt.datetime,
+    min_requests: int,
+    slo_p99_ms: int | None = None,
 ) -> list[dict]:
     """P99 per interval (stored at ingest from that interval's own buckets) and whether it
     breached its SLO (docs/pricing.md rule 4, decided in SQL). Rows written without a stored P99
     (raw SQL loads) get it from their buckets, in one more query.
 
-    NULL P99s make the SQL test NULL, read as not breached: no quantile, no breach."""
+    NULL P99s make the SQL test NULL, read as not breached: no quantile, no breach. Judged by
+    `slo_p99_ms` where given (a closed month's), else the service's own."""
+    slo = service.slo_p99_ms if slo_p99_ms is None else slo_p99_ms
     in_range = LatencyInterval.objects.filter(
         service=service, interval_start__gte=start, interval_start__lt=end
     )
     rows = list(
         in_range.annotate(
             breached=ExpressionWrapper(
-                stored_p99_breach_condition(Value(service.slo_p99_ms), min_requests),
+                stored_p99_breach_condition(Value(slo), min_requests),
                 output_field=BooleanField(),
             )
         )
@@ -512,7 +519,7 @@ def service_intervals(
             breached = p99_breached(
                 requests=requests,
                 p99_seconds=p99,
-                slo_p99_ms=service.slo_p99_ms,
+                slo_p99_ms=slo,
                 min_requests=min_requests,
             )
         result.append(

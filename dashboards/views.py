@@ -254,7 +254,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         problems=pages.window_problems(
             start=current.start,
             end=current.end,
-            min_requests=billing_selectors.sla_min_requests_in_force(current.first_day),
+            min_requests=report_selectors.price_book_terms(current.start).sla_min_requests,
         ),
     )
 
@@ -586,17 +586,21 @@ def training_shares(rows: list[dict], lead_teams: set[str] | None) -> list[dict]
     return [{"team": name, "share": part / total} for name, part in shares.items()]
 
 
-def sla_block(service: Service, current: DateRange, min_requests: int) -> dict:
-    """One service's intervals, breaches and chart. The intervals and the drawn chart are kept
-    until the data changes: drawing a month of five-minute intervals was most of a repeat
-    visit."""
+def sla_block(service: Service, slo_p99_ms: int, current: DateRange, min_requests: int) -> dict:
+    """One service's intervals, breaches and chart, judged by `slo_p99_ms` (its own, or the
+    one a closed month was billed by). The intervals and the drawn chart are kept until the
+    data changes: drawing a month of five-minute intervals was most of a repeat visit."""
 
     def intervals_and_chart() -> tuple[list[dict], str]:
         intervals = pages.service_intervals(
-            service=service, start=current.start, end=current.end, min_requests=min_requests
+            service=service,
+            start=current.start,
+            end=current.end,
+            min_requests=min_requests,
+            slo_p99_ms=slo_p99_ms,
         )
         figure = charts.sla_latency_chart(
-            intervals, service=service.external_id, slo_ms=service.slo_p99_ms, timezone=ZONE
+            intervals, service=service.external_id, slo_ms=slo_p99_ms, timezone=ZONE
         )
         return intervals, charts.to_html(figure)
 
@@ -604,13 +608,14 @@ def sla_block(service: Service, current: DateRange, min_requests: int) -> dict:
         "sla_block",
         intervals_and_chart,
         service,
-        service.slo_p99_ms,
+        slo_p99_ms,
         current.start,
         current.end,
         min_requests,
     )
     return {
         "service": service,
+        "slo_p99_ms": slo_p99_ms,
         "breached": [row for row in intervals if row["breached"]],
         "intervals": len(intervals),
         "chart": Chart(
@@ -649,7 +654,7 @@ def sla(request: HttpRequest) -> HttpResponse:
     # published since.
     billed = billing_selectors.sla_terms_billed_in(current.start, current.end)
     if billed is None:
-        slos, min_requests = {}, billing_selectors.sla_min_requests_in_force(current.first_day)
+        slos, min_requests = {}, report_selectors.price_book_terms(current.start).sla_min_requests
     else:
         slos, min_requests = billed.slos, billed.min_requests
     latencies = remembered(
@@ -665,9 +670,8 @@ def sla(request: HttpRequest) -> HttpResponse:
     detail = None
     if chosen is not None:
         service = pages.service(pk=chosen)
-        # In memory only, never saved: the page reads the month's SLO where the service has one.
-        service.slo_p99_ms = slos.get(service.pk, service.slo_p99_ms)
-        detail = sla_block(service, current, min_requests)
+        slo = slos.get(service.pk, service.slo_p99_ms)
+        detail = sla_block(service, slo, current, min_requests)
         # Only the listed breaches need who was training; the CSV has them all.
         listed = detail["breached"][:BREACHES_LISTED]
         training = pages.training_at(moments=[row["time"] for row in listed])

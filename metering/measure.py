@@ -1811,14 +1811,13 @@ def _parse_busy(
 
 
 def _busy(text: str) -> bool:
-    """A busy sum as Prometheus wrote it is a positive number."""
+    """A busy sum as Prometheus wrote it is a positive number (not NaN, not 0)."""
     if text == "0":  # nearly every point of a free GPU
         return False
     try:
-        value = Decimal(text)
-    except decimal.InvalidOperation:
+        return bool(sources.finite_non_negative(text))
+    except ValueError:
         return False
-    return value.is_finite() and value > 0
 
 
 def _percent(text: str) -> str:

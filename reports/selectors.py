@@ -36,7 +36,7 @@ from django.db.models.lookups import GreaterThan, GreaterThanOrEqual
 
 from billing.defaults import DEFAULT_PRICE_BOOK
 from billing.selectors import PriceBookNotFound, pool_timezone, price_book_in_force
-from kernel.breach import enough_requests, p99_breached
+from kernel.breach import p99_breached
 from kernel.histogram import parse_bound
 from kernel.lost_work import lost_gpu_seconds
 from kernel.tasks import INTERRUPTIBLE_KINDS, TRAINING_KINDS
@@ -50,7 +50,13 @@ from metering.models import (
     Task,
     Team,
 )
-from metering.selectors import capacity_parts, range_split, team_usage_parts, usage_parts
+from metering.selectors import (
+    capacity_parts,
+    enough_requests_condition,
+    range_split,
+    team_usage_parts,
+    usage_parts,
+)
 from metering.services import latency_p99
 from reports import health
 
@@ -166,11 +172,6 @@ def service_latencies(
             )
         )
     return result
-
-
-def enough_requests_condition(min_requests: int) -> GreaterThanOrEqual:
-    """`kernel.breach.enough_requests` over a LatencyInterval's request count, as SQL."""
-    return enough_requests(F("request_count"), min_requests, at_least=GreaterThanOrEqual)
 
 
 def stored_p99_breach_condition(slo_p99_ms: Expression | F, min_requests: int) -> Q:

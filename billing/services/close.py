@@ -50,7 +50,7 @@ from billing.scenarios import (
     scenario_digest,
     scenario_price,
     scenario_sha256,
-    slos_judged,
+    service_slos_of,
 )
 from billing.selectors import (
     PeriodBounds,
@@ -634,7 +634,7 @@ def _store_scenarios(
             pool_cost=priced.result.pool_cost_rounded,
             scenario_zlib=priced.scenario_zlib,
             created=now,
-            service_slos=slos_judged(priced.built),
+            service_slos=service_slos_of(priced.built),
         )
     ]
     snapshots += [
@@ -647,7 +647,7 @@ def _store_scenarios(
             pool_cost=item.priced.result.pool_cost_rounded,
             scenario_zlib=item.priced.scenario_zlib,
             created=now,
-            service_slos=slos_judged(item.priced.built),
+            service_slos=service_slos_of(item.priced.built),
         )
         for item in corrections
     ]

@@ -12,10 +12,10 @@ from decimal import Decimal
 
 from django.core.management.base import BaseCommand
 
-from billing.selectors import sla_min_requests_in_force
 from metering import selectors
 from metering.management.commands._arguments import period
 from reports.render_csv import Cell, csv_write
+from reports.selectors import price_book_terms
 
 CSV_COLUMNS = (
     "group",
@@ -44,7 +44,7 @@ class Command(BaseCommand):
             start=start,
             end=end,
             group_by=options["group_by"],
-            min_requests=sla_min_requests_in_force(start),
+            min_requests=price_book_terms(start).sla_min_requests,
         )
         if options["format"] == "json":
             self.stdout.write(json.dumps(report, indent=2))
