@@ -56,8 +56,10 @@ from metering.models import (
     UsageInterval,
 )
 from metering.selectors import (
+    MeteredTwice,
     blind_spot_counts,
     capacity_parts,
+    gpus_metered_twice,
     hour_start,
     hourly_rollup_serves,
     services_slo_unstated,
@@ -215,6 +217,8 @@ class WindowProblems:
     unheld_busy_windows: int = 0
     # Services rule 4 judged in the range by the default SLO, which nobody stated (by name).
     slo_unstated: list[str] = field(default_factory=list)
+    # Pairs of sources that both meter some GPU at the same time: the month cannot close.
+    metered_twice: list[MeteredTwice] = field(default_factory=list)
 
     @property
     def any(self) -> bool:
@@ -227,7 +231,7 @@ def window_problems(
     """Windows in the range that are not done, or done with samples missing; and, apart,
     those done where kube-state-metrics could not show preemptions or did not describe GPU
     pods, where inference pods served without the latency histogram, where Kueue preempted
-    workloads, or where GPUs no pod held were busy."""
+    workloads, or where GPUs no pod held were busy; and the sources that meter one GPU twice."""
     in_range = IngestWindow.objects.filter(start__lt=end, end__gt=start)
     incomplete = Q(status=IngestWindow.Status.DONE, completeness__lt=1)
     problems = Q(status__in=["pending", "running", "failed"]) | incomplete
@@ -240,7 +244,12 @@ def window_problems(
     )
     examples = list(in_range.filter(problems).select_related("source").order_by("start")[:limit])
     unstated = services_slo_unstated(start=start, end=end, min_requests=min_requests)
-    return WindowProblems(examples=examples, slo_unstated=sorted(set(unstated)), **counts)
+    return WindowProblems(
+        examples=examples,
+        slo_unstated=sorted(set(unstated)),
+        metered_twice=gpus_metered_twice(start=start, end=end),
+        **counts,
+    )
 
 
 def completeness_by_day(

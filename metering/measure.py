@@ -219,6 +219,8 @@ class IntervalFacts:
     unmapped_kinds: dict[str, Fraction] = field(default_factory=dict)
     # Busy GPU-seconds of GPUs no pod held, by GPU UUID (`_unheld_busy`).
     unheld_busy: dict[str, Fraction] = field(default_factory=dict)
+    # The GPUs counted in the capacity, by UUID, and the node of each (`GpuSighting`).
+    gpus_present: dict[str, str] = field(default_factory=dict)
     # GPU-seconds of pods kube-state-metrics described somewhere in the batch, and of those it
     # described nowhere (`_identity_coverage`).
     described_gpu_seconds: Fraction = Fraction(0)
@@ -2593,9 +2595,11 @@ def _derive_gpus(
         facts.memory_avg_by_model[model_key] = round(sum(values) * sources.MIB / len(values))
     capacity: dict[str, int] = defaultdict(int)
     capacity_by_model: dict[tuple[str, str], int] = defaultdict(int)
-    for gpu in now.gpus.values():
+    for uuid, gpu in now.gpus.items():
         capacity[gpu.fault_domain] += gpu.ticks * seconds
         capacity_by_model[(gpu.fault_domain, gpu.model)] += gpu.ticks * seconds
+        if gpu.ticks:
+            facts.gpus_present[uuid] = gpu.node
     facts.capacity.update((domain, Fraction(value)) for domain, value in capacity.items())
     facts.capacity_by_model.update(
         (key, Fraction(value)) for key, value in capacity_by_model.items()

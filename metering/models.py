@@ -386,6 +386,36 @@ class IngestWindow(models.Model):
         return [w for w in self.warnings or [] if str(w).startswith(COMPLETENESS_WARNING)]
 
 
+class MultirangeField(models.Field):
+    """PostgreSQL `tstzmultirange`: a set of time ranges that merges adjacent ones itself.
+    Written and read in SQL only (`metering.writer`, `metering.selectors`)."""
+
+    def db_type(self, connection: object) -> str:
+        return "tstzmultirange"
+
+
+class GpuSighting(models.Model):
+    """The intervals in which a source's stored rows count a GPU (by its UUID, unique to the
+    device the world over) present, kept by the same transaction that writes the windows, so
+    a window ingested again replaces its share. Two sources whose sightings of one GPU overlap
+    meter it twice: its capacity and its pods' usage are in the pool twice
+    (`selectors.gpus_metered_twice`), and the month refuses to close."""
+
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="gpu_sightings")
+    uuid = models.CharField(max_length=200)
+    node = models.CharField(max_length=253, blank=True)  # where it was last written from
+    seen = MultirangeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["source", "uuid"], name="gpusighting_source_uuid")
+        ]
+        indexes = [models.Index(fields=["uuid"])]
+
+    def __str__(self) -> str:
+        return f"{self.source} {self.uuid}"
+
+
 class IngestBatch(models.Model):
     """One attempt at a sharded run of consecutive windows (metering.shards): its shards stage
     what Prometheus answered, and a combiner writes the windows once all of them have.

@@ -226,6 +226,59 @@ def services_slo_unstated(*, start: datetime, end: datetime, min_requests: int) 
     return [name for name, _ in sorted((unstated[pk], pk) for pk in served)]
 
 
+@dataclass(frozen=True)
+class MeteredTwice:
+    """GPUs that two sources both count present over the same time (`GpuSighting`): their
+    capacity and their pods' usage are in the pool twice."""
+
+    sources: tuple[str, str]
+    gpus: int
+    gpu_seconds: Decimal  # the GPUs' presence that both count, whole windows
+    first: datetime
+    last: datetime
+    example: str  # one GPU of them, and its node
+
+    @property
+    def message(self) -> str:
+        hours = (self.gpu_seconds / 3600).quantize(Decimal("0.01"), ROUNDING)
+        return (
+            f"sources {self.sources[0]} and {self.sources[1]} both meter {self.gpus} GPU(s)"
+            f" ({self.example}) between {self.first:%Y-%m-%dT%H:%M:%SZ} and"
+            f" {self.last:%Y-%m-%dT%H:%M:%SZ}: {hours} GPU-hours of capacity, and their pods'"
+            " usage, count twice. Give one source a matcher that leaves these GPUs out and"
+            " ingest its windows of that span again (docs/telemetry.md, 'One GPU, two"
+            " sources')"
+        )
+
+
+def gpus_metered_twice(*, start: datetime, end: datetime) -> list[MeteredTwice]:
+    """Each pair of sources whose stored windows count one GPU (by its UUID) present over the
+    same time in [start, end) (`GpuSighting`, per window: a GPU moved between two sources'
+    clusters within one window counts in both), with how many GPUs and for how long."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH span AS (SELECT tstzmultirange(tstzrange(%(start)s, %(end)s)) AS m),"
+            " pairs AS (SELECT a.source_id AS a, b.source_id AS b, a.uuid,"
+            " coalesce(nullif(a.node, ''), b.node) AS node, a.seen * b.seen * span.m AS seen"
+            " FROM metering_gpusighting a JOIN metering_gpusighting b"
+            " ON b.uuid = a.uuid AND b.source_id > a.source_id CROSS JOIN span"
+            " WHERE a.seen && span.m AND b.seen && span.m)"
+            " SELECT sa.name, sb.name, count(*),"
+            " sum((SELECT sum(extract(epoch FROM upper(r) - lower(r))) FROM unnest(p.seen) r)),"
+            " min(lower(p.seen)), max(upper(p.seen)),"
+            " (array_agg(p.uuid || ' on ' || coalesce(nullif(p.node, ''), 'an unnamed node')"
+            " ORDER BY p.uuid))[1]"
+            " FROM pairs p JOIN metering_source sa ON sa.id = p.a"
+            " JOIN metering_source sb ON sb.id = p.b"
+            " WHERE NOT isempty(p.seen) GROUP BY sa.name, sb.name ORDER BY sa.name, sb.name",
+            {"start": start, "end": end},
+        )
+        return [
+            MeteredTwice((a, b), gpus, Decimal(seconds), first, last, example)
+            for a, b, gpus, seconds, first, last, example in cursor.fetchall()
+        ]
+
+
 def enough_requests_condition(min_requests: int) -> GreaterThanOrEqual:
     """`kernel.breach.enough_requests` over a LatencyInterval's request count, as SQL: the
     intervals rule 4 judges."""
@@ -340,6 +393,17 @@ def usage_report(
         "windows_with_unrequested_work": blind.unheld_busy_windows,
         "unrequested_busy_gpu_hours": _gpu_hours(blind.unheld_busy_gpu_seconds),
         "services_with_default_slo": blind.slo_unstated_services,
+        # Pairs of sources that both meter some GPU in the range: capacity and usage count twice.
+        "sources_metering_the_same_gpus": [
+            {
+                "sources": list(twice.sources),
+                "gpus": twice.gpus,
+                "gpu_hours": _gpu_hours(twice.gpu_seconds),
+                "first": twice.first.isoformat().replace("+00:00", "Z"),
+                "last": twice.last.isoformat().replace("+00:00", "Z"),
+            }
+            for twice in gpus_metered_twice(start=start, end=end)
+        ],
         "groups": [
             {
                 "group": group,

@@ -91,6 +91,7 @@ class WindowRows:
     preemptions: list[Preemption] = field(default_factory=list)
     waits: list[tuple] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    gpus: dict[str, str] = field(default_factory=dict)  # present: UUID -> node (GpuSighting)
 
     def count(self) -> int:
         return sum(
@@ -107,7 +108,7 @@ def _window_rows(
     start = int(window.start.timestamp())
     facts = measured.intervals[start]
     tasks = task_ids.get(start, {})
-    rows = WindowRows(warnings=list(facts.warnings))
+    rows = WindowRows(warnings=list(facts.warnings), gpus=facts.gpus_present)
     rows.usage = _usage_lines(window, facts, tasks)
     for (domain, model), gpu_seconds in sorted(facts.capacity_by_model.items()):
         rows.capacity.append(
@@ -450,6 +451,7 @@ def _run_write(
         _windows_result_update(run, results, measured.queries, prometheus_seconds, now)
         if losses:
             _losses_audit(losses, accept_loss)
+        _sightings_replace(replaced)  # the last write: it takes the source's lock (see there)
     return sum(len(rows.usage) for _, rows in replaced), usage_seconds
 
 
@@ -546,13 +548,7 @@ def _kept_result(
 def _rows_replace(replaced: list[tuple[IngestWindow, WindowRows]]) -> float:
     """Delete and write again the rows of these windows, table by table, one DELETE per
     stretch of consecutive windows; returns the seconds the usage DELETE + COPY took."""
-    step = timedelta(seconds=settings.TANDEM_STEP_SECONDS)
-    stretches: list[list[IngestWindow]] = []
-    for window, _ in replaced:
-        if stretches and window.start == stretches[-1][-1].start + step:
-            stretches[-1].append(window)
-        else:
-            stretches.append([window])
+    stretches = _stretches([window for window, _ in replaced])
     with connection.cursor() as cursor:
         began = time.perf_counter()
         for stretch in stretches:
@@ -569,6 +565,85 @@ def _rows_replace(replaced: list[tuple[IngestWindow, WindowRows]]) -> float:
             model.objects.bulk_create([r for _, rows in replaced for r in getattr(rows, attribute)])
     _waits_insert([row for _, rows in replaced for row in rows.waits])
     return usage_seconds
+
+
+def _stretches(windows: list[IngestWindow]) -> list[list[IngestWindow]]:
+    """The windows (in start order) in stretches of consecutive ones."""
+    step = timedelta(seconds=settings.TANDEM_STEP_SECONDS)
+    stretches: list[list[IngestWindow]] = []
+    for window in windows:
+        if stretches and window.start == stretches[-1][-1].start + step:
+            stretches[-1].append(window)
+        else:
+            stretches.append([window])
+    return stretches
+
+
+# A source's sightings are written one transaction at a time (see _sightings_replace).
+SIGHTING_LOCK_CLASS = 0x7A70
+# The span of the windows replaced, as a multirange.
+_REPLACED_SPAN = (
+    "(SELECT range_agg(tstzrange(s, e)) FROM unnest(%(starts)s::timestamptz[],"
+    " %(ends)s::timestamptz[]) AS c(s, e))"
+)
+
+
+def _sightings_replace(replaced: list[tuple[IngestWindow, WindowRows]]) -> None:
+    """The GPUs these windows count present (`GpuSighting`) in place of those they counted
+    before: the windows' span is taken out of every sighting of the source, and each GPU's
+    stretches of consecutive windows put in (a multirange merges them with its neighbours).
+    One upsert per run; a GPU the windows no longer count (re-ingested with a narrower
+    matcher) loses their span, and its sighting goes when nothing is left of it.
+
+    Two runs of a source (beat's catch-up) touch the same rows, each in an order of its own:
+    each takes the source's lock first, as the last thing before its commit, so the second
+    waits for the first's commit holding none of these rows, and no deadlock can form."""
+    stretches = _stretches([window for window, _ in replaced])
+    if not stretches:
+        return
+    spans: dict[str, list[list]] = {}  # UUID -> [[start, end, node], ...] in start order
+    for window, rows in replaced:
+        for uuid, node in rows.gpus.items():
+            found = spans.get(uuid)
+            if found and found[-1][1] == window.start:
+                found[-1][1:] = [window.end, node]
+            elif found:
+                found.append([window.start, window.end, node])
+            else:
+                spans[uuid] = [[window.start, window.end, node]]
+    ranges = [(uuid, *span) for uuid, found in spans.items() for span in found]
+    uuids, starts, ends, nodes = [list(c) for c in zip(*ranges, strict=True)] or [[]] * 4
+    cleared = {
+        "source": stretches[0][0].source_id,
+        "starts": [stretch[0].start for stretch in stretches],
+        "ends": [stretch[-1].end for stretch in stretches],
+        "uuids": uuids,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(%s, %s)", [SIGHTING_LOCK_CLASS, cleared["source"]]
+        )
+        cursor.execute(
+            "INSERT INTO metering_gpusighting (source_id, uuid, node, seen)"
+            " SELECT %(source)s, uuid, (array_agg(node ORDER BY s DESC))[1],"
+            " range_agg(tstzrange(s, e))"
+            " FROM unnest(%(uuids)s::text[], %(from)s::timestamptz[], %(to)s::timestamptz[],"
+            " %(nodes)s::text[]) AS b(uuid, s, e, node) GROUP BY uuid ORDER BY uuid"
+            " ON CONFLICT (source_id, uuid) DO UPDATE"
+            f" SET seen = (metering_gpusighting.seen - {_REPLACED_SPAN}) + EXCLUDED.seen,"
+            " node = EXCLUDED.node",
+            {**cleared, "from": starts, "to": ends, "nodes": nodes},
+        )
+        cursor.execute(
+            f"UPDATE metering_gpusighting SET seen = seen - {_REPLACED_SPAN}"
+            f" WHERE source_id = %(source)s AND seen && {_REPLACED_SPAN}"
+            " AND uuid NOT IN (SELECT unnest(%(uuids)s::text[]))",
+            cleared,
+        )
+        cursor.execute(
+            "DELETE FROM metering_gpusighting WHERE source_id = %(source)s AND isempty(seen)",
+            cleared,
+        )
 
 
 def _losses_audit(losses: list[tuple], accept_loss: LossAcceptance) -> None:

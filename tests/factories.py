@@ -16,6 +16,7 @@ from decimal import Decimal
 
 import factory
 from django.contrib.auth import get_user_model
+from django.db import connection
 from factory.django import DjangoModelFactory
 
 from access.models import Role
@@ -178,6 +179,20 @@ class IngestWindowFactory(DjangoModelFactory):
     status = IngestWindow.Status.DONE
     completeness = Decimal(1)
     first_written = factory.LazyAttribute(lambda window: window.end)
+
+
+def gpu_sighting(
+    source: Source, uuid: str, *spans: tuple[dt.datetime, dt.datetime], node: str = "gpu-node-01"
+) -> None:
+    """The source's windows counted the GPU present over `spans` ([start, end) each), as
+    ingest records it (`GpuSighting`; its multirange is written in SQL only)."""
+    seen = "{" + ",".join(f"[{start.isoformat()},{end.isoformat()})" for start, end in spans) + "}"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO metering_gpusighting (source_id, uuid, node, seen)"
+            " VALUES (%s, %s, %s, %s::tstzmultirange)",
+            [source.pk, uuid, node, seen],
+        )
 
 
 # --- Billing -----------------------------------------------------------------------------

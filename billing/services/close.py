@@ -68,7 +68,7 @@ from billing.selectors import (
 from billing.services.books import PERIOD_CLOSE_LOCK, BillingError, _lock
 from kernel.collector import collector_paused
 from metering.models import IngestWindow, Team
-from metering.selectors import BlindSpots, window_blind_spots
+from metering.selectors import BlindSpots, gpus_metered_twice, window_blind_spots
 
 ZERO = Decimal(0)
 
@@ -120,7 +120,8 @@ def period_close(
 
     Refuses (PeriodCloseRefused, listing every reason) while the month is not over, while an
     ingest window of it is pending, running, failed or below TANDEM_MIN_COMPLETENESS, when no
-    published price book is in force, or when metering holds nothing for it. A scenario the
+    published price book is in force, when two sources meter one GPU at the same time (its
+    capacity and usage would be billed twice), or when metering holds nothing for it. A scenario the
     engine cannot price raises its ScenarioError naming the record. Nothing is stored unless
     everything is.
 
@@ -291,6 +292,8 @@ def _ready_to_close(
     if bounds.end > now:
         reasons.append(f"the month is not over until {bounds.end:%Y-%m-%dT%H:%M:%SZ}")
     incomplete = period_window_problems(bounds)
+    # Never accepted with the incomplete ranges: nothing is missing, the pool is counted twice.
+    reasons += [twice.message for twice in gpus_metered_twice(start=bounds.start, end=bounds.end)]
     book = None
     try:
         book = price_book_in_force(bounds.first_day)
@@ -380,7 +383,8 @@ def _corrections_due(period: str, recheck: set[str]) -> tuple[list[_Correction],
     """Earlier closed months whose metering changed since they were last priced, and those
     withheld: a correction only comes from windows at or above TANDEM_MIN_COMPLETENESS, so a
     month with a window below it (an operator accepted a loss of samples) waits until its
-    windows are complete again rather than refund what Prometheus forgot."""
+    windows are complete again rather than refund what Prometheus forgot; and a month in
+    which two sources meter one GPU waits until one of them stops, rather than bill it twice."""
     due, withheld = [], []
     for close in PeriodClose.objects.filter(period__lt=period).order_by("period"):
         latest = PeriodScenario.objects.filter(period=close.period).order_by("-revision").first()
@@ -393,6 +397,10 @@ def _corrections_due(period: str, recheck: set[str]) -> tuple[list[_Correction],
             continue
         if windows.filter(completeness__lt=min_completeness()).exists():
             logger.warning("corrections of %s withheld: windows below completeness", close.period)
+            withheld.append(close.period)
+            continue
+        if gpus_metered_twice(start=bounds.start, end=bounds.end):
+            logger.warning("corrections of %s withheld: GPUs metered by two sources", close.period)
             withheld.append(close.period)
             continue
         try:

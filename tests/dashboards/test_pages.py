@@ -12,6 +12,7 @@ from django.urls import reverse
 
 from billing.models import PeriodClose, Statement, StatementLine
 from metering.models import IngestWindow, Service, Task, Team
+from tests.factories import SourceFactory, gpu_sighting
 from tests.helpers import off_site_urls
 from tests.pools.pages import MONTH
 
@@ -346,6 +347,21 @@ def test_it_says_on_the_overview_where_windows_are_blind_to_a_rule(
     assert f'data-banner="{banner}"' in html
     assert said in html
     assert 'data-banner="completeness"' not in html  # their samples are all there
+
+
+def test_it_says_on_the_overview_which_sources_meter_one_gpu_twice(
+    client, people, closed_pool
+) -> None:
+    client.force_login(people.finance)
+    assert 'data-banner="metered-twice"' not in client.get("/").content.decode()
+    start = closed_pool.start
+    thanos = SourceFactory(name="thanos")
+    for source in (closed_pool.source, thanos):
+        gpu_sighting(source, "GPU-a", (start, start + (closed_pool.end - start) / 2))
+    html = client.get("/").content.decode()
+    assert 'data-banner="metered-twice"' in html
+    assert "Some GPUs of" in html and "are metered by two sources" in html
+    assert f"sources {closed_pool.source.name} and thanos both meter 1 GPU(s) (GPU-a on" in html
 
 
 def test_it_names_the_silent_node_on_the_overview(client, people, closed_pool) -> None:

@@ -279,6 +279,7 @@ def source_remove(pk: int) -> None:
             "DELETE FROM metering_ingestbatch WHERE source_id = %(s)s",
             "DELETE FROM metering_ingestwindow WHERE source_id = %(s)s",
             "DELETE FROM metering_ingestqueries WHERE source_id = %(s)s",
+            "DELETE FROM metering_gpusighting WHERE source_id = %(s)s",
             "DELETE FROM metering_task WHERE source_id = %(s)s",
             "DELETE FROM metering_service WHERE source_id = %(s)s",
             "DELETE FROM metering_source WHERE id = %(s)s",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from metering import writer
 from metering.models import (
     CapacityInterval,
+    GpuSighting,
     IngestWindow,
     LatencyInterval,
     PodWait,
@@ -48,6 +49,8 @@ def stored(source_id: int) -> dict[str, list[tuple]]:
     windows = IngestWindow.objects.filter(source_id=source_id).values_list(
         "start", "status", "samples_seen", "samples_expected", "completeness", "rows_written"
     )
+    # The spans each GPU was counted present over (a psycopg Multirange of Ranges).
+    sightings = GpuSighting.objects.filter(source_id=source_id).values_list("uuid", "node", "seen")
     found = {
         "usage": usage,
         "capacity": capacity,
@@ -56,5 +59,6 @@ def stored(source_id: int) -> dict[str, list[tuple]]:
         "latency": latency,
         "tasks": tasks,
         "windows": windows,
+        "sightings": [(uuid, node, str(seen)) for uuid, node, seen in sightings],
     }
     return {name: sorted(rows, key=repr) for name, rows in found.items()}

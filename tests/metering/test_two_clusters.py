@@ -7,7 +7,9 @@ Prometheus shards (Mimir's HA groups), which is one pool.
 A source without a matcher reads both as one pool, the tasks the two share by name (the same
 Deployments in both) as one task: its windows fail (nothing is stored) and say how to pick one
 cluster. A source per cluster, with its matcher, meters each cluster exactly as its truth; a
-source that turns the check off meters both as one pool, on purpose."""
+source that turns the check off meters both as one pool, on purpose. Beside a source per
+cluster, such a source meters that cluster's GPUs a second time: the two are found, and the
+month could not close until one is narrowed."""
 
 from __future__ import annotations
 
@@ -23,7 +25,9 @@ from pathlib import Path
 import pytest
 from django.db.models import Sum
 
-from metering.models import IngestWindow, Source, UsageInterval
+from metering import services
+from metering.models import CapacityInterval, GpuSighting, IngestWindow, Source, UsageInterval
+from metering.selectors import gpus_metered_twice
 from simulator.config import PoolConfig
 from simulator.pool import simulate
 from simulator.prometheus import PrometheusProcess, backfill
@@ -232,3 +236,68 @@ def test_it_meters_each_cluster_exactly_with_its_matcher(clusters, cluster: str)
         assert stored_alloc(source) == truth_alloc(truths[cluster])
     finally:
         source_remove(source.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_finds_the_gpus_two_sources_meter_and_forgets_them_once_one_is_narrowed(
+    clusters_apart,
+) -> None:
+    """A source for cluster a beside one reading the whole store (the check off, on purpose):
+    a's GPUs are in both, their capacity and usage twice in the pool. Narrowed to b and its
+    windows ingested again, the store's source no longer counts them."""
+    truths, prometheus = clusters_apart
+    start, end = at(SPAN[0]), at(SPAN[1])
+    cluster_a = Source.objects.create(
+        name="cluster-a",
+        url=prometheus.url,
+        scrape_interval_seconds=60,
+        label_mapping={"matchers": {"cluster": "a"}},
+    )
+    store = Source.objects.create(
+        name="store",
+        url=prometheus.url,
+        scrape_interval_seconds=60,
+        label_mapping={"cluster_label": ""},
+    )
+    try:
+        ingest_span(cluster_a, start, end, batch=12)
+        assert gpus_metered_twice(start=start, end=end) == []
+        ids = ingest_span(store, start, end, batch=5)  # three runs, each GPU one range
+        assert GpuSighting.objects.filter(source=store).count() == 2 * BASE.gpus
+        assert GpuSighting.objects.filter(source=cluster_a).count() == BASE.gpus
+
+        [twice] = gpus_metered_twice(start=start, end=end)
+        capacity = CapacityInterval.objects.filter(source=cluster_a).aggregate(
+            total=Sum("capacity_gpu_seconds")
+        )["total"]
+        assert capacity == BASE.gpus * 3600  # every GPU there throughout
+        assert (twice.sources, twice.gpus, twice.gpu_seconds) == (
+            ("cluster-a", "store"),
+            BASE.gpus,
+            capacity,
+        )
+        assert (twice.first, twice.last) == (start, end)
+        assert twice.message.startswith(
+            f"sources cluster-a and store both meter {BASE.gpus} GPU(s) (GPU-"
+        )
+        assert f"between {start:{ISO}} and {end:{ISO}}: 16.00 GPU-hours" in twice.message
+        [half] = gpus_metered_twice(start=start, end=start + (end - start) / 2)
+        assert half.gpu_seconds == capacity / 2
+
+        store.label_mapping = {"matchers": {"cluster": "b"}}
+        store.save()
+        # Complete before and after, the windows replace their rows: no loss to accept.
+        services.windows_ingest(window_ids=ids[:6])
+        [rest] = gpus_metered_twice(start=start, end=end)
+        assert (rest.first, rest.last, rest.gpu_seconds) == (
+            start + (end - start) / 2,
+            end,
+            capacity / 2,
+        )
+        services.windows_ingest(window_ids=ids[6:])
+        assert gpus_metered_twice(start=start, end=end) == []
+        assert GpuSighting.objects.filter(source=store).count() == BASE.gpus  # b's own
+        assert stored_alloc(store) == truth_alloc(truths["b"])
+    finally:
+        source_remove(store.pk)
+        source_remove(cluster_a.pk)

@@ -113,7 +113,8 @@ def test_it_replaces_rows_with_less_only_when_an_operator_accepts_the_loss(
     assert entry.changes["windows"][0]["rows_written"] == [3, 0]
     # A correction comes only from windows at or above the completeness required.
     closed = command_output("close_period", "--period", "2026-11")
-    assert "corrections withheld (windows below the completeness required): 2026-10" in closed
+    withheld = "corrections withheld (windows below the completeness required, or GPUs metered"
+    assert f"{withheld} by two sources): 2026-10" in closed
     assert not StatementLine.objects.filter(is_correction=True).exists()
 
 

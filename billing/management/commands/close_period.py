@@ -139,6 +139,6 @@ class Command(BaseCommand):
             self.stdout.write("corrections of: " + ", ".join(outcome.corrected_periods))
         if outcome.corrections_withheld:
             self.stdout.write(
-                "corrections withheld (windows below the completeness required): "
-                + ", ".join(outcome.corrections_withheld)
+                "corrections withheld (windows below the completeness required, or GPUs"
+                " metered by two sources): " + ", ".join(outcome.corrections_withheld)
             )

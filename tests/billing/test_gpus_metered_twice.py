@@ -1,0 +1,87 @@
+"""A month in which two sources meter one GPU at the same time (a Thanos and a cluster's own
+Prometheus, both configured) would bill its capacity and its pods' usage twice: the close
+refuses, naming the sources, and finance's reason for an incomplete month does not override
+it; a closed month that becomes so is not corrected from it."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db.models import F
+from django.utils import timezone
+
+from billing.models import PeriodClose, StatementLine
+from billing.services import PeriodCloseRefused, period_close
+from metering.models import IngestWindow, UsageInterval
+from tests.factories import SourceFactory, gpu_sighting, windows_complete
+
+pytestmark = pytest.mark.django_db
+SEPTEMBER, OCTOBER = "2026-09", "2026-10"
+
+
+def at(day: int, hour: int) -> dt.datetime:
+    return dt.datetime(2026, 9, day, hour, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+def thanos(boundary_pool):
+    """A second source, every window of September and October done and complete."""
+    source = SourceFactory(name="thanos")
+    windows_complete(periods=(SEPTEMBER, OCTOBER), sources=[source])
+    return source
+
+
+def test_it_refuses_to_close_a_month_in_which_two_sources_meter_one_gpu(boundary_pool, thanos):
+    default = boundary_pool.tasks["search-api"].source
+    gpu_sighting(default, "GPU-a", (at(29, 16), at(30, 16)))
+    gpu_sighting(default, "GPU-b", (at(29, 16), at(30, 16)), node="gpu-node-02")
+    gpu_sighting(thanos, "GPU-a", (at(30, 2), at(30, 3)), (at(30, 5), at(30, 6)))
+    gpu_sighting(thanos, "GPU-c", (at(29, 16), at(30, 16)))  # its own cluster's
+
+    with pytest.raises(PeriodCloseRefused) as refused:
+        period_close(period=SEPTEMBER, accept_incomplete="Prometheus lost a day")
+
+    (reason,) = refused.value.reasons
+    assert reason.startswith(
+        "sources default and thanos both meter 1 GPU(s) (GPU-a on gpu-node-01) between"
+        " 2026-09-30T02:00:00Z and 2026-09-30T06:00:00Z: 2.00 GPU-hours of capacity, and their"
+        " pods' usage, count twice."
+    )
+    assert not PeriodClose.objects.exists()
+
+
+def test_it_closes_when_the_two_sources_meter_one_gpu_at_different_times(boundary_pool, thanos):
+    """A node moved from one cluster to another: each source metered it while it was theirs
+    (the two spans touch, [start, end)); and an overlap in another month is that month's."""
+    default = boundary_pool.tasks["search-api"].source
+    gpu_sighting(default, "GPU-a", (at(29, 16), at(30, 4)))
+    october = dt.datetime(2026, 10, 3, tzinfo=dt.UTC)
+    gpu_sighting(thanos, "GPU-a", (at(30, 4), october + dt.timedelta(hours=1)))
+    gpu_sighting(default, "GPU-b", (october, october + dt.timedelta(hours=2)))
+    gpu_sighting(thanos, "GPU-b", (october, october + dt.timedelta(hours=2)))
+
+    assert period_close(period=SEPTEMBER).created
+    with pytest.raises(PeriodCloseRefused, match="sources default and thanos both meter 1 GPU"):
+        period_close(period=OCTOBER)
+
+
+def test_it_withholds_the_corrections_of_a_closed_month_two_sources_then_meter(
+    boundary_pool, thanos
+) -> None:
+    default = boundary_pool.tasks["search-api"].source
+    period_close(period=SEPTEMBER)
+    # Late data for September, and the second source's back-fill of the same GPU in it.
+    late = dt.datetime(2026, 9, 30, 2, tzinfo=dt.UTC)
+    UsageInterval.objects.filter(
+        task=boundary_pool.tasks["vit-pretrain"], interval_start=late
+    ).update(alloc_gpu_seconds=F("alloc_gpu_seconds") / 2)
+    IngestWindow.objects.filter(start=late).update(changed_after_first_write=timezone.now())
+    gpu_sighting(default, "GPU-a", (at(29, 16), at(30, 16)))
+    gpu_sighting(thanos, "GPU-a", (at(29, 16), at(30, 16)))
+
+    outcome = period_close(period=OCTOBER)
+
+    assert outcome.corrections_withheld == (SEPTEMBER,)
+    assert outcome.corrected_periods == ()
+    assert not StatementLine.objects.filter(is_correction=True).exists()
