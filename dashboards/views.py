@@ -652,11 +652,8 @@ def sla(request: HttpRequest) -> HttpResponse:
     scope = Team.objects.filter(pk=filters.team.pk) if filters.team else team_scope(request)
     # A billed month is judged by the terms it was billed by, not by an SLO stated or a book
     # published since.
-    billed = billing_selectors.sla_terms_billed_in(current.start, current.end)
-    if billed is None:
-        slos, min_requests = {}, report_selectors.price_book_terms(current.start).sla_min_requests
-    else:
-        slos, min_requests = billed.slos, billed.min_requests
+    terms = report_selectors.sla_terms(current.start, current.end)
+    slos, min_requests = terms.slos, terms.min_requests
     latencies = remembered(
         "service_latencies",
         lambda: report_selectors.service_latencies(

@@ -35,7 +35,12 @@ from django.db.models.functions import Coalesce, ExtractHour, Least, TruncDay, T
 from django.db.models.lookups import GreaterThan, GreaterThanOrEqual
 
 from billing.defaults import DEFAULT_PRICE_BOOK
-from billing.selectors import PriceBookNotFound, pool_timezone, price_book_in_force
+from billing.selectors import (
+    PriceBookNotFound,
+    pool_timezone,
+    price_book_in_force,
+    sla_terms_billed_in,
+)
 from kernel.breach import p99_breached
 from kernel.histogram import parse_bound
 from kernel.lost_work import lost_gpu_seconds
@@ -87,6 +92,26 @@ def price_book_terms(at: dt.datetime) -> PriceBookTerms:
         sla_min_requests=book.sla_min_requests,
         lost_work_cap_seconds=book.starvation_lost_work_cap_seconds,
     )
+
+
+@dataclass(frozen=True)
+class SlaTerms:
+    """What a range's SLA breaches (rule 4) are judged by: SLOs by service primary key where
+    they differ from today's (a billed month's), and the minimum of requests."""
+
+    slos: dict[int, int]
+    min_requests: int
+
+
+def sla_terms(start: dt.datetime, end: dt.datetime) -> SlaTerms:
+    """A range within a closed month is judged by the terms it was billed by
+    (`billing.selectors.sla_terms_billed_in`), so a page shows the breaches its statements
+    billed, not those of an SLO stated or a book published since; any other range by today's
+    SLOs and the book in force at its start."""
+    billed = sla_terms_billed_in(start, end)
+    if billed is None:
+        return SlaTerms(slos={}, min_requests=price_book_terms(start).sla_min_requests)
+    return SlaTerms(slos=billed.slos, min_requests=billed.min_requests)
 
 
 def _team_filter(teams: QuerySet[Team] | None, path: str = "task__team") -> Q:
@@ -322,12 +347,13 @@ def waits(
 def health_numbers(
     *, start: dt.datetime, end: dt.datetime, teams: QuerySet[Team] | None = None
 ) -> health.HealthNumbers:
-    """Utilization is the pool's; services and waits are narrowed to `teams` when given."""
-    terms = price_book_terms(start)
+    """Utilization is the pool's; services and waits are narrowed to `teams` when given. A
+    closed month's services are judged by the terms it was billed by (`sla_terms`)."""
+    terms = sla_terms(start, end)
     return health.HealthNumbers(
         utilization=utilization(start=start, end=end),
         services=service_latencies(
-            start=start, end=end, teams=teams, min_requests=terms.sla_min_requests
+            start=start, end=end, teams=teams, min_requests=terms.min_requests, slos=terms.slos
         ),
         waits=waits(start=start, end=end, teams=teams),
     )

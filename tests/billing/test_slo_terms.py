@@ -14,9 +14,10 @@ from django.db import connection
 from django.utils import timezone
 
 from billing.models import PeriodClose, PeriodScenario, StatementLine
-from billing.selectors import period_verification
+from billing.selectors import period_bounds, period_verification
 from billing.services import period_close, price_book_create_draft, price_book_publish
 from metering.models import CapacityInterval, IngestWindow, LatencyInterval, Service
+from reports.selectors import health_comparison
 from tests.billing.test_corrections import late_data_for_september
 from tests.dashboards.conftest import make_user
 from tests.factories import IngestWindowFactory, ServiceFactory, windows_complete
@@ -169,3 +170,20 @@ def test_it_shows_a_closed_months_sla_by_the_minimum_it_billed_by(client, bounda
         html.split('<h2 style="margin-top: 14px">', 1)[1].split("</h2>", 1)[0].split()
     )
     assert heading.startswith(f"{billed} breached interval"), heading
+
+
+def test_it_judges_a_closed_months_health_numbers_by_the_slos_it_billed_by(boundary_pool) -> None:
+    """The overview's comparison and the health API read these numbers: last month, closed,
+    shows the breaches its statements billed, not those of the SLO stated since."""
+    september = september_closed_then_chat_api_stated()
+    chat = Service.objects.get(external_id="chat-api")
+    billed = september.sla_breaches.filter(service=chat).count()
+    bounds = period_bounds("2026-09")
+    before, after, _ = health_comparison(
+        before=(bounds.start, bounds.end), after=(bounds.end, period_bounds("2026-10").end)
+    )
+    (judged,) = [s for s in before.services if s.service_id == chat.pk]
+    assert (judged.slo_p99_ms, judged.breached_intervals) == (1000, billed)
+    assert not judged.meets_slo
+    # October is open: judged by the SLO stated since.
+    assert {s.slo_p99_ms for s in after.services if s.service_id == chat.pk} <= {5000}
