@@ -8,10 +8,11 @@ directly. The small parts (price book, tasks, services, capacity, preemptions) g
 engine's own reader, `scenario_from_dict`, so they are validated as a scenario file would be.
 
 Scenario ids: a task or service is named by its `external_id`; when two sources use the same
-external id, both are named `<source>/<external_id>` so ids stay unique. Tasks that share a
-source and a name within the period (two namespaces' Jobs `trainer`, or one key's rows under
-two teams after a relabel) are named `<source>/<namespace>/<name>`, then with ` (<team>)`.
-Only the tasks of the period count, so a month's ids never change with later months' tasks.
+external id within the period, both are named `<source>/<external_id>` so ids stay unique.
+Tasks that share a source and a name within the period (two namespaces' Jobs `trainer`, or one
+key's rows under two teams after a relabel) are named `<source>/<namespace>/<name>`, then with
+` (<team>)`. Only the tasks and services of the period count (services since builder 4), so a
+month's ids never change with later months' tasks or services.
 
 GPU classes (docs/pricing.md v2): the book's classes travel in `price_book.gpu_classes`.
 Capacity and usage rows carry their GPU model (dcgm-exporter's `modelName`); each model goes
@@ -28,7 +29,11 @@ stored on each close and the month is re-built as that version built it:
 2. each task preempted in the period carries `preemptions_before`, its preemptions before the
    period start (docs/pricing.md "Preemptions across periods");
 3. each preemption carries the GPU class of its recorded GPU model (builders 1 and 2 wrote
-   every preemption in `default`).
+   every preemption in `default`);
+4. a service is named apart by its source only where another source's service of the same
+   external id has latency in the period too (builders 1 to 3 looked at every service ever
+   metered, so a cluster added later, serving the same model, renamed a closed month's
+   services, and its rebuild said the month's data had changed).
 """
 
 from __future__ import annotations
@@ -72,7 +77,7 @@ from metering import selectors as metering_selectors
 from metering.models import Service, Task
 
 ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
-SCENARIO_BUILDER_VERSION = 3
+SCENARIO_BUILDER_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -262,11 +267,15 @@ def scenario_build(
     used = {row["task"] for row in preemptions}
     earlier = _preemptions_before(start, task_ids, preempted=used) if builder_version >= 2 else {}
     used.update(map(itemgetter(1), usage))
-    all_services = list(
-        Service.objects.values_list("pk", "external_id", "source__name", "team__name", "slo_p99_ms")
+    histograms = metering_selectors.latency_histograms(start=start, end=end)
+    all_services = Service.objects.values_list(
+        "pk", "external_id", "source__name", "team__name", "slo_p99_ms"
     )
+    if builder_version >= 4:
+        all_services = all_services.filter(pk__in=[pk for pk, _ in histograms])
+    all_services = list(all_services)
     service_ids = _unique_ids([(pk, ext, source) for pk, ext, source, *_ in all_services])
-    latency = _latency_rows(start, end, service_ids)
+    latency = _latency_rows(histograms, service_ids)
     measured = {record.service for record in latency}
     small_parts = {
         "step_seconds": settings.TANDEM_STEP_SECONDS,
@@ -420,9 +429,7 @@ def _capacity_rows(start: dt.datetime, end: dt.datetime, classes: dict[str, str]
     ]
 
 
-def _latency_rows(
-    start: dt.datetime, end: dt.datetime, service_ids: dict[int, str]
-) -> list[Latency]:
+def _latency_rows(histograms: list[tuple[int, str]], service_ids: dict[int, str]) -> list[Latency]:
     """Latency histograms as the engine's records (validated by them, and by the Scenario).
 
     Built here rather than through `scenario_from_dict`: a month has one per service and
@@ -431,7 +438,7 @@ def _latency_rows(
     """
     records = []
     bounds: dict[object, Decimal] = {}  # "le" text -> Decimal: a month repeats a few bounds
-    for service_pk, text in metering_selectors.latency_histograms(start=start, end=end):
+    for service_pk, text in histograms:  # metering.selectors.latency_histograms
         service = service_ids[service_pk]
         for epoch, stored in _DECIMAL_JSON.decode(text):
             epoch = int(epoch)

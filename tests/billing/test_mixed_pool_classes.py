@@ -32,7 +32,7 @@ from billing.models import (
 )
 from billing.pricing import canonical_json
 from billing.pricing.money import round_money
-from billing.scenarios import scenario_build
+from billing.scenarios import SCENARIO_BUILDER_VERSION, scenario_build
 from billing.selectors import period_bounds, period_scenario_text, period_verification
 from billing.services import period_close
 from metering.models import CapacityInterval, Preemption, Task, UsageInterval
@@ -146,7 +146,7 @@ def test_it_compensates_a_preemption_on_h100_at_the_h100_rate(mixed_pool) -> Non
     ]
     scenario = json.loads(period_scenario_text(OCTOBER, 0))
     assert {row.get("gpu_class") for row in scenario["preemptions"]} == {"H100"}
-    assert close.scenario_builder_version == 3
+    assert close.scenario_builder_version == SCENARIO_BUILDER_VERSION
     assert period_verification(OCTOBER).differences == []
 
 

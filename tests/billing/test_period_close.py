@@ -15,15 +15,19 @@ from billing.models import (
     PeriodClose,
     PeriodScenario,
     PlatformLine,
+    PriceBook,
     SlaBreach,
     Statement,
     StatementLine,
     StatementLineTask,
 )
 from billing.pricing import ScenarioError, scenario_hash
+from billing.scenarios import scenario_build
+from billing.selectors import period_bounds, period_verification
 from billing.services import PeriodCloseRefused, period_close
 from metering.models import CapacityInterval, IngestWindow, LatencyInterval, UsageInterval
 from tests.factories import (
+    ServiceFactory,
     SourceFactory,
     TaskFactory,
     UsageIntervalFactory,
@@ -315,6 +319,33 @@ def test_it_names_tasks_of_two_sources_with_the_same_id_apart(boundary_pool):
     assert {"default/llm-sft", "west/llm-sft"} <= {task["id"] for task in exported["tasks"]}
     twin_lines = StatementLineTask.objects.filter(line__statement__period_close=close, task=twin)
     assert twin_lines.exists()
+
+
+def test_it_names_services_of_two_sources_apart_only_where_both_served_in_the_month(
+    boundary_pool,
+):
+    """Another cluster's source, added after the close, serves the same model: September's
+    services keep the names it was billed under, so its data has not changed. A month in which
+    both served names them apart."""
+    chat = boundary_pool.services["chat-api"]
+    period_close(period=SEPTEMBER)
+    twin = ServiceFactory(source=SourceFactory(name="west"), external_id="chat-api", team=chat.team)
+
+    assert not period_close(period=SEPTEMBER).data_changed
+    assert period_verification(SEPTEMBER).ok
+
+    LatencyInterval.objects.create(
+        service=twin,
+        interval_start=dt.datetime(2026, 9, 30, 3, tzinfo=dt.UTC),
+        buckets=[["0.5", 10], ["+Inf", 10]],
+        request_count=10,
+    )
+    built = scenario_build(
+        start=period_bounds(SEPTEMBER).start,
+        end=period_bounds(SEPTEMBER).end,
+        price_book=PriceBook.objects.get(version=1),
+    )
+    assert {"default/chat-api", "west/chat-api"} <= {s.id for s in built.scenario.services}
 
 
 @pytest.mark.django_db(transaction=True)
