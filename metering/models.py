@@ -8,6 +8,8 @@ samples than they came from, unless an operator accepts the loss (metering.servi
 
 from __future__ import annotations
 
+from datetime import UTC, date, datetime
+
 from django.db import models
 
 from kernel.tasks import TASK_KIND_CHOICES, TASK_KINDS
@@ -394,26 +396,35 @@ class MultirangeField(models.Field):
         return "tstzmultirange"
 
 
+def sighting_month(moment: datetime) -> date:
+    """The UTC month whose `GpuSighting` row holds the window starting at `moment`."""
+    return moment.astimezone(UTC).date().replace(day=1)
+
+
 class GpuSighting(models.Model):
-    """The intervals in which a source's stored rows count a GPU (by its UUID, unique to the
-    device the world over) present, kept by the same transaction that writes the windows, so
-    a window ingested again replaces its share. Two sources whose sightings of one GPU overlap
-    meter it twice: its capacity and its pods' usage are in the pool twice
-    (`selectors.gpus_metered_twice`), and the month refuses to close."""
+    """The intervals of one UTC month in which a source's stored rows count a GPU (by its
+    UUID, unique to the device the world over) present, kept by the same transaction that
+    writes the windows, so a window ingested again replaces its share. Two sources whose
+    sightings of one GPU overlap meter it twice: its capacity and its pods' usage are in the
+    pool twice (`selectors.gpus_metered_twice`), and the month refuses to close. A row per
+    month keeps each multirange to a month's gaps and each check to its months' rows."""
 
     source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="gpu_sightings")
-    uuid = models.CharField(max_length=200)
+    month = models.DateField()  # the first day of the UTC month
+    uuid = models.TextField()
     node = models.CharField(max_length=253, blank=True)  # where it was last written from
     seen = MultirangeField()
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["source", "uuid"], name="gpusighting_source_uuid")
+            models.UniqueConstraint(
+                fields=["source", "month", "uuid"], name="gpusighting_source_month_uuid"
+            )
         ]
-        indexes = [models.Index(fields=["uuid"])]
+        indexes = [models.Index(fields=["month", "uuid"])]
 
     def __str__(self) -> str:
-        return f"{self.source} {self.uuid}"
+        return f"{self.source} {self.uuid} {self.month:%Y-%m}"
 
 
 class IngestBatch(models.Model):

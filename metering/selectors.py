@@ -27,6 +27,7 @@ from metering.models import (
     TeamHour,
     UsageHour,
     UsageInterval,
+    sighting_month,
 )
 
 GROUP_BY = {
@@ -246,24 +247,32 @@ class MeteredTwice:
             f" ({self.example}) between {self.first:%Y-%m-%dT%H:%M:%SZ} and"
             f" {self.last:%Y-%m-%dT%H:%M:%SZ}: {hours} GPU-hours of capacity, and their pods'"
             " usage, count twice. Give one source a matcher that leaves these GPUs out and"
-            " ingest its windows of that span again (docs/telemetry.md, 'One GPU, two"
-            " sources')"
+            " ingest its windows of that span again, with --accept-loss where it then reads no"
+            " GPU at all (docs/telemetry.md, 'One GPU, two sources')"
         )
 
 
 def gpus_metered_twice(*, start: datetime, end: datetime) -> list[MeteredTwice]:
     """Each pair of sources whose stored windows count one GPU (by its UUID) present over the
     same time in [start, end) (`GpuSighting`, per window: a GPU moved between two sources'
-    clusters within one window counts in both), with how many GPUs and for how long."""
+    clusters within one window counts in both), with how many GPUs and for how long.
+
+    The overview asks on every visit: the UUIDs that more than one source sighted in the
+    months are found first (nearly always none), and only their rows are intersected."""
+    months = [sighting_month(start), sighting_month(end - timedelta(microseconds=1))]
     with connection.cursor() as cursor:
         cursor.execute(
             "WITH span AS (SELECT tstzmultirange(tstzrange(%(start)s, %(end)s)) AS m),"
-            " pairs AS (SELECT a.source_id AS a, b.source_id AS b, a.uuid,"
-            " coalesce(nullif(a.node, ''), b.node) AS node, a.seen * b.seen * span.m AS seen"
-            " FROM metering_gpusighting a JOIN metering_gpusighting b"
-            " ON b.uuid = a.uuid AND b.source_id > a.source_id CROSS JOIN span"
-            " WHERE a.seen && span.m AND b.seen && span.m)"
-            " SELECT sa.name, sb.name, count(*),"
+            " shared AS MATERIALIZED (SELECT month, uuid FROM metering_gpusighting"
+            " WHERE month BETWEEN %(first)s AND %(last)s GROUP BY month, uuid"
+            " HAVING count(*) > 1),"
+            " pairs AS MATERIALIZED (SELECT a.source_id AS a, b.source_id AS b, a.uuid,"
+            " coalesce(nullif(a.node, ''), b.node) AS node, (a.seen * span.m) * b.seen AS seen"
+            " FROM shared s"
+            " JOIN metering_gpusighting a ON a.month = s.month AND a.uuid = s.uuid"
+            " JOIN metering_gpusighting b ON b.month = s.month AND b.uuid = s.uuid"
+            " AND b.source_id > a.source_id CROSS JOIN span)"
+            " SELECT sa.name, sb.name, count(DISTINCT p.uuid),"
             " sum((SELECT sum(extract(epoch FROM upper(r) - lower(r))) FROM unnest(p.seen) r)),"
             " min(lower(p.seen)), max(upper(p.seen)),"
             " (array_agg(p.uuid || ' on ' || coalesce(nullif(p.node, ''), 'an unnamed node')"
@@ -271,7 +280,7 @@ def gpus_metered_twice(*, start: datetime, end: datetime) -> list[MeteredTwice]:
             " FROM pairs p JOIN metering_source sa ON sa.id = p.a"
             " JOIN metering_source sb ON sb.id = p.b"
             " WHERE NOT isempty(p.seen) GROUP BY sa.name, sb.name ORDER BY sa.name, sb.name",
-            {"start": start, "end": end},
+            {"start": start, "end": end, "first": months[0], "last": months[1]},
         )
         return [
             MeteredTwice((a, b), gpus, Decimal(seconds), first, last, example)

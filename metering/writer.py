@@ -13,7 +13,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -35,6 +35,7 @@ from metering.models import (
     IngestWindow,
     LatencyInterval,
     Preemption,
+    sighting_month,
 )
 from metering.windows import WindowError
 
@@ -581,68 +582,85 @@ def _stretches(windows: list[IngestWindow]) -> list[list[IngestWindow]]:
 
 # A source's sightings are written one transaction at a time (see _sightings_replace).
 SIGHTING_LOCK_CLASS = 0x7A70
-# The span of the windows replaced, as a multirange.
-_REPLACED_SPAN = (
-    "(SELECT range_agg(tstzrange(s, e)) FROM unnest(%(starts)s::timestamptz[],"
-    " %(ends)s::timestamptz[]) AS c(s, e))"
+# The spans of the windows replaced, by month.
+_REPLACED_SPANS = (
+    "SELECT m AS month, range_agg(tstzrange(s, e)) AS span FROM unnest(%(cleared_months)s::date[],"
+    " %(cleared_starts)s::timestamptz[], %(cleared_ends)s::timestamptz[]) AS c(m, s, e) GROUP BY m"
 )
 
 
 def _sightings_replace(replaced: list[tuple[IngestWindow, WindowRows]]) -> None:
     """The GPUs these windows count present (`GpuSighting`) in place of those they counted
-    before: the windows' span is taken out of every sighting of the source, and each GPU's
-    stretches of consecutive windows put in (a multirange merges them with its neighbours).
-    One upsert per run; a GPU the windows no longer count (re-ingested with a narrower
-    matcher) loses their span, and its sighting goes when nothing is left of it.
+    before: the windows' span is taken out of the source's sightings of their months, and each
+    GPU's stretches of consecutive windows put in (a multirange merges them with its
+    neighbours). One upsert per run; a GPU the windows no longer count (re-ingested with a
+    narrower matcher) loses their span, and its row goes when nothing is left of it.
 
     Two runs of a source (beat's catch-up) touch the same rows, each in an order of its own:
-    each takes the source's lock first, as the last thing before its commit, so the second
-    waits for the first's commit holding none of these rows, and no deadlock can form."""
-    stretches = _stretches([window for window, _ in replaced])
-    if not stretches:
+    each takes the source's lock first, as its last write to the metering tables, so the
+    second waits for the first's commit holding none of these rows, and no deadlock can form."""
+    if not replaced:
         return
-    spans: dict[str, list[list]] = {}  # UUID -> [[start, end, node], ...] in start order
+    cleared: dict[date, list[list[datetime]]] = defaultdict(list)
+    spans: dict[tuple[date, str], list[list]] = {}  # -> [[start, end, node], ...] by start
     for window, rows in replaced:
+        month = sighting_month(window.start)  # a window, aligned to the step, is in one month
+        found = cleared[month]
+        if found and found[-1][1] == window.start:
+            found[-1][1] = window.end
+        else:
+            found.append([window.start, window.end])
         for uuid, node in rows.gpus.items():
-            found = spans.get(uuid)
-            if found and found[-1][1] == window.start:
-                found[-1][1:] = [window.end, node]
-            elif found:
-                found.append([window.start, window.end, node])
+            stretches = spans.get((month, uuid))
+            if stretches and stretches[-1][1] == window.start:
+                stretches[-1][1:] = [window.end, node]
+            elif stretches:
+                stretches.append([window.start, window.end, node])
             else:
-                spans[uuid] = [[window.start, window.end, node]]
-    ranges = [(uuid, *span) for uuid, found in spans.items() for span in found]
-    uuids, starts, ends, nodes = [list(c) for c in zip(*ranges, strict=True)] or [[]] * 4
-    cleared = {
-        "source": stretches[0][0].source_id,
-        "starts": [stretch[0].start for stretch in stretches],
-        "ends": [stretch[-1].end for stretch in stretches],
+                spans[(month, uuid)] = [[window.start, window.end, node]]
+    ranges = [(*key, *span) for key, found in spans.items() for span in found]
+    months, uuids, starts, ends, nodes = [list(c) for c in zip(*ranges, strict=True)] or [[]] * 5
+    clearing = [(month, *span) for month, found in cleared.items() for span in found]
+    arguments = {
+        "source": replaced[0][0].source_id,
+        "months": months,
         "uuids": uuids,
+        **dict(
+            zip(
+                ("cleared_months", "cleared_starts", "cleared_ends"),
+                [list(c) for c in zip(*clearing, strict=True)],
+                strict=True,
+            )
+        ),
     }
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pg_advisory_xact_lock(%s, %s)", [SIGHTING_LOCK_CLASS, cleared["source"]]
+            "SELECT pg_advisory_xact_lock(%s, %s)", [SIGHTING_LOCK_CLASS, arguments["source"]]
+        )
+        # The windows' span out of every row first (a live window's is new: nothing to
+        # take), then each GPU's spans added: a row is updated twice only where windows are
+        # written again.
+        cursor.execute(
+            f"WITH cleared AS ({_REPLACED_SPANS})"
+            " UPDATE metering_gpusighting g SET seen = g.seen - c.span FROM cleared c"
+            " WHERE g.source_id = %(source)s AND g.month = c.month AND g.seen && c.span",
+            arguments,
         )
         cursor.execute(
-            "INSERT INTO metering_gpusighting (source_id, uuid, node, seen)"
-            " SELECT %(source)s, uuid, (array_agg(node ORDER BY s DESC))[1],"
+            "INSERT INTO metering_gpusighting (source_id, month, uuid, node, seen)"
+            " SELECT %(source)s, month, uuid, (array_agg(node ORDER BY s DESC))[1],"
             " range_agg(tstzrange(s, e))"
-            " FROM unnest(%(uuids)s::text[], %(from)s::timestamptz[], %(to)s::timestamptz[],"
-            " %(nodes)s::text[]) AS b(uuid, s, e, node) GROUP BY uuid ORDER BY uuid"
-            " ON CONFLICT (source_id, uuid) DO UPDATE"
-            f" SET seen = (metering_gpusighting.seen - {_REPLACED_SPAN}) + EXCLUDED.seen,"
-            " node = EXCLUDED.node",
-            {**cleared, "from": starts, "to": ends, "nodes": nodes},
+            " FROM unnest(%(months)s::date[], %(uuids)s::text[], %(from)s::timestamptz[],"
+            " %(to)s::timestamptz[], %(nodes)s::text[]) AS b(month, uuid, s, e, node)"
+            " GROUP BY month, uuid ORDER BY month, uuid"
+            " ON CONFLICT (source_id, month, uuid) DO UPDATE"
+            " SET seen = metering_gpusighting.seen + EXCLUDED.seen, node = EXCLUDED.node",
+            {**arguments, "from": starts, "to": ends, "nodes": nodes},
         )
         cursor.execute(
-            f"UPDATE metering_gpusighting SET seen = seen - {_REPLACED_SPAN}"
-            f" WHERE source_id = %(source)s AND seen && {_REPLACED_SPAN}"
-            " AND uuid NOT IN (SELECT unnest(%(uuids)s::text[]))",
-            cleared,
-        )
-        cursor.execute(
-            "DELETE FROM metering_gpusighting WHERE source_id = %(source)s AND isempty(seen)",
-            cleared,
+            "DELETE FROM metering_gpusighting WHERE source_id = %(source)s"
+            " AND month = ANY(%(cleared_months)s::date[]) AND isempty(seen)",
+            arguments,
         )
 
 

@@ -33,6 +33,7 @@ from metering.models import (
     Task,
     Team,
     UsageInterval,
+    sighting_month,
 )
 from metering.selectors import windows_missing
 from metering.services import latency_p99
@@ -185,14 +186,22 @@ def gpu_sighting(
     source: Source, uuid: str, *spans: tuple[dt.datetime, dt.datetime], node: str = "gpu-node-01"
 ) -> None:
     """The source's windows counted the GPU present over `spans` ([start, end) each), as
-    ingest records it (`GpuSighting`; its multirange is written in SQL only)."""
-    seen = "{" + ",".join(f"[{start.isoformat()},{end.isoformat()})" for start, end in spans) + "}"
+    ingest records it (`GpuSighting`: a row per UTC month; its multirange is SQL only)."""
+    by_month: dict[dt.date, list[str]] = {}
+    for start, end in spans:
+        while start < end:
+            month = sighting_month(start)
+            following = (month + dt.timedelta(days=32)).replace(day=1)
+            until = min(end, dt.datetime(following.year, following.month, 1, tzinfo=dt.UTC))
+            by_month.setdefault(month, []).append(f"[{start.isoformat()},{until.isoformat()})")
+            start = until
     with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO metering_gpusighting (source_id, uuid, node, seen)"
-            " VALUES (%s, %s, %s, %s::tstzmultirange)",
-            [source.pk, uuid, node, seen],
-        )
+        for month, ranges in by_month.items():
+            cursor.execute(
+                "INSERT INTO metering_gpusighting (source_id, month, uuid, node, seen)"
+                " VALUES (%s, %s, %s, %s, %s::tstzmultirange)",
+                [source.pk, month, uuid, node, "{" + ",".join(ranges) + "}"],
+            )
 
 
 # --- Billing -----------------------------------------------------------------------------
