@@ -32,7 +32,7 @@ from kernel.period import first_day, period_of, period_utc_range, previous_perio
 from kernel.tasks import TRAINING_KINDS
 from metering import partitions
 from metering.models import CapacityInterval, IngestWindow, Source, Team
-from metering.selectors import range_split, windows_missing
+from metering.selectors import range_split, windows_missing, windows_unsighted
 
 ZERO = Decimal(0)
 CENT = Decimal("0.01")
@@ -133,6 +133,10 @@ def min_completeness() -> Decimal:
     return settings.TANDEM_MIN_COMPLETENESS
 
 
+# Windows beside another source's written before their GPUs were recorded (GpuSighting).
+GPUS_UNRECORDED = "GPUs unrecorded"
+
+
 @dataclass(frozen=True)
 class WindowProblem:
     """A contiguous range of one source's metering that keeps a month from closing: no
@@ -154,6 +158,15 @@ class WindowProblem:
     @property
     def message(self) -> str:
         span = f"{self.start:%Y-%m-%dT%H:%MZ} to {self.end:%Y-%m-%dT%H:%MZ}"
+        if self.problem == GPUS_UNRECORDED:
+            return (
+                f"{self.windows} window(s) of {self.source} between {span} were written before"
+                " Tandem recorded the GPUs each window meters, and another source meters this"
+                " month too: whether the two meter one GPU there (billing it twice) cannot be"
+                f" told; ingest them again (manage.py ingest --source {self.source} --start"
+                f" {self.start:%Y-%m-%dT%H:%M:%SZ} --end {self.end:%Y-%m-%dT%H:%M:%SZ}), or"
+                " accept the month without it"
+            )
         if self.problem == "missing":
             return f"{self.source} has no ingest window from {span} ({_duration(self)})"
         if self.problem == PREEMPTIONS_UNSEEN:
@@ -269,8 +282,10 @@ def period_window_problems(bounds: PeriodBounds) -> list[WindowProblem]:
     """Why the month's metering is not ready to bill, one entry per contiguous range, in
     time order: every step of the month must be covered by a window of each of its sources
     (period_sources) that is done, at least `TANDEM_MIN_COMPLETENESS` complete (default
-    0.99), and able to show preemptions (not `IngestWindow.preemptions_unreadable`). Two
-    queries, however many windows the month has."""
+    0.99), and able to show preemptions (not `IngestWindow.preemptions_unreadable`); and,
+    where two sources or more meter the month, have its GPUs recorded (not written before
+    metering migration 0026: `GPUS_UNRECORDED`). A few queries, however many windows the
+    month has."""
     threshold = min_completeness()
     sources = {source.pk: source.name for source in period_sources(bounds)}
     problems = [
@@ -290,6 +305,10 @@ def period_window_problems(bounds: PeriodBounds) -> list[WindowProblem]:
         )
         for source_id, problem, start, end, count, lowest in runs
     ]  # fmt: skip
+    problems += [
+        WindowProblem(found.source, GPUS_UNRECORDED, found.first, found.last, found.windows)
+        for found in windows_unsighted(start=bounds.start, end=bounds.end)
+    ]
     return sorted(problems, key=lambda p: (p.start, p.source, p.problem))
 
 

@@ -356,6 +356,9 @@ class IngestWindow(models.Model):
     unheld_busy_gpu_seconds = models.DecimalField(
         max_digits=18, decimal_places=6, default=0, db_default=0
     )
+    # Its GPUs are in `GpuSighting` (written since metering migration 0026): beside another
+    # source's windows, one without can hide two sources metering one GPU.
+    gpus_sighted = models.BooleanField(default=False, db_default=False)
     error = models.TextField(blank=True)
     content_hash = models.CharField(max_length=64, blank=True)
     first_written = models.DateTimeField(null=True, blank=True)

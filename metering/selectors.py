@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Aggregate, Count, F, Q, QuerySet, Sum
+from django.db.models import Aggregate, Count, F, Max, Min, Q, QuerySet, Sum
 from django.db.models.lookups import GreaterThanOrEqual
 
 from kernel.breach import enough_requests
@@ -286,6 +286,33 @@ def gpus_metered_twice(*, start: datetime, end: datetime) -> list[MeteredTwice]:
             MeteredTwice((a, b), gpus, Decimal(seconds), first, last, example)
             for a, b, gpus, seconds, first, last, example in cursor.fetchall()
         ]
+
+
+@dataclass(frozen=True)
+class UnsightedWindows:
+    source_id: int
+    source: str
+    windows: int
+    first: datetime
+    last: datetime
+
+
+def windows_unsighted(*, start: datetime, end: datetime) -> list[UnsightedWindows]:
+    """Where [start, end) is metered by two sources or more: each source's done windows whose
+    GPUs were never recorded (`IngestWindow.gpus_sighted`: written before metering migration
+    0026), beside which two sources metering one GPU cannot be seen."""
+    done = IngestWindow.objects.filter(
+        start__lt=end, end__gt=start, status=IngestWindow.Status.DONE
+    )
+    if done.values("source_id").distinct().count() < 2:
+        return []
+    return [
+        UnsightedWindows(row["source_id"], row["source__name"], row["n"], row["a"], row["z"])
+        for row in done.filter(gpus_sighted=False)
+        .values("source_id", "source__name")
+        .annotate(n=Count("id"), a=Min("start"), z=Max("end"))
+        .order_by("source__name")
+    ]
 
 
 def enough_requests_condition(min_requests: int) -> GreaterThanOrEqual:

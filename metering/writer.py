@@ -73,6 +73,8 @@ WINDOW_FINDINGS: tuple[tuple[str, str, Callable[[IntervalFacts], object]], ...] 
         "numeric",
         lambda facts: _quantize(exact_sum(facts.unheld_busy.values())),
     ),
+    # Written here, a window's GPUs are in its sightings (`_sightings_replace`).
+    ("gpus_sighted", "boolean", lambda facts: True),
 )
 FINDING_COLUMNS = tuple(column for column, _, _ in WINDOW_FINDINGS)
 

@@ -180,6 +180,7 @@ class IngestWindowFactory(DjangoModelFactory):
     status = IngestWindow.Status.DONE
     completeness = Decimal(1)
     first_written = factory.LazyAttribute(lambda window: window.end)
+    gpus_sighted = True  # as ingest writes it
 
 
 def gpu_sighting(
@@ -310,6 +311,7 @@ def windows_complete(*, periods: Iterable[str], sources: Iterable[Source] = ()) 
                         status=IngestWindow.Status.DONE,
                         completeness=Decimal(1),
                         first_written=end,
+                        gpus_sighted=True,
                     )
                 )
                 start = end

@@ -68,7 +68,12 @@ from billing.selectors import (
 from billing.services.books import PERIOD_CLOSE_LOCK, BillingError, _lock
 from kernel.collector import collector_paused
 from metering.models import IngestWindow, Team
-from metering.selectors import BlindSpots, gpus_metered_twice, window_blind_spots
+from metering.selectors import (
+    BlindSpots,
+    gpus_metered_twice,
+    window_blind_spots,
+    windows_unsighted,
+)
 
 ZERO = Decimal(0)
 
@@ -121,7 +126,9 @@ def period_close(
     Refuses (PeriodCloseRefused, listing every reason) while the month is not over, while an
     ingest window of it is pending, running, failed or below TANDEM_MIN_COMPLETENESS, when no
     published price book is in force, when two sources meter one GPU at the same time (its
-    capacity and usage would be billed twice), or when metering holds nothing for it. A scenario the
+    capacity and usage would be billed twice) or windows beside another source's were written
+    before that could be seen (`period_window_problems`), or when metering holds
+    nothing for it. A scenario the
     engine cannot price raises its ScenarioError naming the record. Nothing is stored unless
     everything is.
 
@@ -399,8 +406,14 @@ def _corrections_due(period: str, recheck: set[str]) -> tuple[list[_Correction],
             logger.warning("corrections of %s withheld: windows below completeness", close.period)
             withheld.append(close.period)
             continue
-        if gpus_metered_twice(start=bounds.start, end=bounds.end):
-            logger.warning("corrections of %s withheld: GPUs metered by two sources", close.period)
+        if gpus_metered_twice(start=bounds.start, end=bounds.end) or windows_unsighted(
+            start=bounds.start, end=bounds.end
+        ):
+            logger.warning(
+                "corrections of %s withheld: GPUs metered by two sources, or windows beside"
+                " another source's that cannot show it",
+                close.period,
+            )
             withheld.append(close.period)
             continue
         try:

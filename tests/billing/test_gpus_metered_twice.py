@@ -1,7 +1,9 @@
 """A month in which two sources meter one GPU at the same time (a Thanos and a cluster's own
 Prometheus, both configured) would bill its capacity and its pods' usage twice: the close
 refuses, naming the sources, and finance's reason for an incomplete month does not override
-it; a closed month that becomes so is not corrected from it."""
+it; a closed month that becomes so is not corrected from it. Windows written before GPUs were
+recorded, beside another source's, cannot show it: the month closes only with finance's
+reason, and a closed one draws no correction."""
 
 from __future__ import annotations
 
@@ -84,4 +86,55 @@ def test_it_withholds_the_corrections_of_a_closed_month_two_sources_then_meter(
 
     assert outcome.corrections_withheld == (SEPTEMBER,)
     assert outcome.corrected_periods == ()
+    assert not StatementLine.objects.filter(is_correction=True).exists()
+
+
+def test_it_refuses_a_month_whose_windows_beside_another_sources_cannot_show_it(
+    boundary_pool, thanos
+) -> None:
+    """The default source's windows were written before GPUs were recorded: beside thanos',
+    a double metering there could not be seen. Finance may close it without, as for any
+    incomplete range, and the close keeps the reason."""
+    default = boundary_pool.tasks["search-api"].source
+    IngestWindow.objects.filter(source=default).update(gpus_sighted=False)
+
+    with pytest.raises(PeriodCloseRefused) as refused:
+        period_close(period=SEPTEMBER)
+
+    (reason,) = refused.value.reasons
+    assert reason.startswith(
+        "720 window(s) of default between 2026-08-31T16:00Z to 2026-09-30T16:00Z were written"
+        " before Tandem recorded the GPUs each window meters, and another source meters this"
+        " month too"
+    ), reason
+    assert "manage.py ingest --source default --start 2026-08-31T16:00:00Z" in reason
+    close = period_close(
+        period=SEPTEMBER, accept_incomplete="Prometheus keeps 15 days"
+    ).period_close
+    assert close.incomplete_reason == "Prometheus keeps 15 days"
+    assert [item["problem"] for item in close.incomplete_ranges] == ["GPUs unrecorded"]
+
+
+def test_it_closes_a_month_one_source_meters_whatever_its_windows_recorded(boundary_pool) -> None:
+    IngestWindow.objects.update(gpus_sighted=False)
+    assert period_close(period=SEPTEMBER).created
+
+
+def test_it_withholds_the_corrections_of_a_month_whose_windows_cannot_show_it(
+    boundary_pool, thanos
+) -> None:
+    """A source back-filling a month another wrote before GPUs were recorded: the two may
+    meter one GPU, so no correction is drawn from it until those windows are ingested again."""
+    default = boundary_pool.tasks["search-api"].source
+    period_close(period=SEPTEMBER)
+    IngestWindow.objects.filter(source=default).update(gpus_sighted=False)
+    late = dt.datetime(2026, 9, 30, 2, tzinfo=dt.UTC)
+    UsageInterval.objects.filter(
+        task=boundary_pool.tasks["vit-pretrain"], interval_start=late
+    ).update(alloc_gpu_seconds=F("alloc_gpu_seconds") / 2)
+    IngestWindow.objects.filter(start=late).update(changed_after_first_write=timezone.now())
+
+    outcome = period_close(period=OCTOBER, accept_incomplete="October's windows predate it too")
+
+    assert outcome.corrections_withheld == (SEPTEMBER,)
     assert not StatementLine.objects.filter(is_correction=True).exists()
