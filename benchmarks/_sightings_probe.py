@@ -5,13 +5,15 @@ breaks its multirange). Each figure beside a reference measured in the same run:
 beside one scan of the month's sighting rows (`count(*)`), with no GPU shared by two sources
 and with every GPU in two; the upsert of one window of 10,000 GPUs, live (after the
 sightings so far) and written again (inside them), beside INSERTing the same 10,000 rows,
-plain, into an empty table of the same shape. The best of `--runs`; every write is rolled
+plain, into an empty table of the same shape (logged and indexed). The table is vacuumed
+before each measurement. The best of `--runs`; every write is rolled
 back. Not run by `make bench`; docs/telemetry.md ("One GPU, two sources") quotes it.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/sightings_probe \\
         .venv/bin/python benchmarks/_sightings_probe.py [--gaps 5] [--runs 5]
 
-The database is a scratch one: migrated here, its sighting and source rows deleted first.
+The database is a scratch one (its name says probe, scratch or bench, or the probe refuses):
+migrated here, its sightings deleted first.
 """
 
 from __future__ import annotations
@@ -68,6 +70,12 @@ def best(runs: int, measure: Callable[[], None], *, rolled_back: bool = False) -
     return min(times)
 
 
+def vacuum() -> None:
+    """Every rolled-back write leaves 10,000 dead rows: swept before each measurement."""
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE metering_gpusighting")
+
+
 def fill(sources: dict[str, Source], *, shared: bool, gaps: int) -> None:
     """A month of sightings: GPUs 0-9,999 in `a`, and in `b` the same ones (`shared`) or
     10,000 others; each missing for an hour `gaps` times, at places of its own."""
@@ -92,7 +100,7 @@ def fill(sources: dict[str, Source], *, shared: bool, gaps: int) -> None:
                     "gpus": GPUS,
                 },
             )
-        cursor.execute("ANALYZE metering_gpusighting")
+    vacuum()
 
 
 def main() -> None:
@@ -100,9 +108,11 @@ def main() -> None:
     parser.add_argument("--gaps", type=int, default=5)
     parser.add_argument("--runs", type=int, default=5)
     options = parser.parse_args()
+    name = connection.settings_dict["NAME"]
+    if not any(word in name for word in ("probe", "scratch", "bench")):
+        raise SystemExit(f"{name} is not a scratch database (its name says probe or scratch)")
     call_command("migrate", verbosity=0)
     GpuSighting.objects.all().delete()
-    IngestWindow.objects.all().delete()
     Source.objects.filter(name__in=["probe-a", "probe-b"]).delete()
     made = {n: Source.objects.create(name=f"probe-{n}", url="http://x") for n in ("a", "b")}
 
@@ -130,17 +140,18 @@ def main() -> None:
 
     def plain() -> None:
         with connection.cursor() as cursor:
+            # A table like the sightings' (logged, indexed), made and dropped in the rollback.
+            cursor.execute("CREATE TABLE sightings_plain (LIKE metering_gpusighting INCLUDING ALL)")
             cursor.execute(
-                "CREATE TEMP TABLE plain (LIKE metering_gpusighting INCLUDING ALL) ON COMMIT DROP"
-            )
-            cursor.execute(
-                "INSERT INTO plain (source_id, month, uuid, node, seen) SELECT %s, %s, uuid,"
-                " 'node', tstzmultirange(tstzrange(%s, %s)) FROM unnest(%s::text[]) AS u(uuid)",
+                "INSERT INTO sightings_plain (source_id, month, uuid, node, seen)"
+                " SELECT %s, %s, uuid, 'node', tstzmultirange(tstzrange(%s, %s))"
+                " FROM unnest(%s::text[]) AS u(uuid)",
                 [made["a"].pk, MONTH.date(), NOW, NOW + STEP, list(gpus)],
             )
 
     reference = best(options.runs, plain, rolled_back=True)
     for what, start in (("live", NOW), ("written again", NOW - dt.timedelta(days=1))):
+        vacuum()
         window = IngestWindow(source_id=made["a"].pk, start=start, end=start + STEP)
         measured = best(
             options.runs,

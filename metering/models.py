@@ -427,7 +427,7 @@ class GpuSighting(models.Model):
         indexes = [models.Index(fields=["month", "uuid"])]
 
     def __str__(self) -> str:
-        return f"{self.source} {self.uuid} {self.month:%Y-%m}"
+        return f"{self.source} {self.uuid} from {self.month}"
 
 
 class IngestBatch(models.Model):

@@ -14,7 +14,14 @@ from metering.windows import (
     windows_create,
     windows_due_create,
 )
-from metering.writer import LOSS_REFUSED, LossAcceptance, latency_p99, latency_p99_fill
+from metering.writer import (
+    LOSS_REFUSED,
+    LossAcceptance,
+    Withdrawn,
+    latency_p99,
+    latency_p99_fill,
+    windows_withdraw,
+)
 
 __all__ = [
     "LOSS_REFUSED",
@@ -22,6 +29,7 @@ __all__ = [
     "QUERY_SLOT_LOCK_CLASS",
     "LossAcceptance",
     "WindowError",
+    "Withdrawn",
     "_legacy_tasks_adopt",
     "_teams_upsert",
     "latency_p99",
@@ -35,4 +43,5 @@ __all__ = [
     "windows_create",
     "windows_due_create",
     "windows_ingest",
+    "windows_withdraw",
 ]

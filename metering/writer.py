@@ -32,9 +32,12 @@ from metering.identity import TaskIds, _chunked, _moment, _pod_identity
 from metering.measure import IntervalFacts, Measured, ModelKey, PodKey
 from metering.models import (
     CapacityInterval,
+    IngestBatch,
+    IngestQueries,
     IngestWindow,
     LatencyInterval,
     Preemption,
+    Source,
     sighting_month,
 )
 from metering.windows import WindowError
@@ -606,7 +609,9 @@ def _sightings_replace(replaced: list[tuple[IngestWindow, WindowRows]]) -> None:
     cleared: dict[date, list[list[datetime]]] = defaultdict(list)
     spans: dict[tuple[date, str], list[list]] = {}  # -> [[start, end, node], ...] by start
     for window, rows in replaced:
-        month = sighting_month(window.start)  # a window, aligned to the step, is in one month
+        month = sighting_month(window.start)
+        if sighting_month(window.end - timedelta(microseconds=1)) != month:
+            raise WindowError(f"window {window} crosses a month's end: the step divides no hour")
         found = cleared[month]
         if found and found[-1][1] == window.start:
             found[-1][1] = window.end
@@ -808,3 +813,118 @@ def _waits_insert(waits: list[tuple]) -> None:
                 " scheduled = EXCLUDED.scheduled, seconds = EXCLUDED.seconds",
                 [list(column) for column in zip(*chunk, strict=True)],
             )
+
+
+# --- Taking windows back ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Withdrawn:
+    windows: int
+    rows: int  # usage, capacity, latency, preemption and wait rows deleted
+    start: datetime
+    end: datetime
+
+
+def windows_withdraw(
+    *, source: Source, start: datetime, end: datetime, operator: str, reason: str
+) -> Withdrawn:
+    """Take back a disabled source's windows in [start, end) (rounded out to the step grid)
+    and all they wrote: usage, capacity, latency, preemptions, waits, GPU sightings, the
+    records of the queries they were measured with. For a source that should never have
+    metered the span: a copy of another, a store that also reached a cluster metered by its
+    own source (docs/telemetry.md, "One GPU, two sources"). Disabled, beat does not ingest
+    them again, and a month it has no window in is not one of its sources any more. One
+    transaction, under the windows' locks (a running ingest of them finishes first);
+    audited with who and why. A closed month keeps its statements: a later close corrects
+    it when asked to look again (`close_period --recheck`)."""
+    if not reason.strip():
+        raise WindowError("taking windows back needs a reason")
+    if not operator.strip():
+        raise WindowError("taking windows back needs the operator's name")
+    if source.enabled:
+        raise WindowError(
+            f"source {source.name} is enabled: beat would ingest its windows again; disable it"
+            " first"
+        )
+    step = settings.TANDEM_STEP_SECONDS
+    first = datetime.fromtimestamp(int(start.timestamp()) // step * step, UTC)
+    last = datetime.fromtimestamp(-(-int(end.timestamp()) // step) * step, UTC)
+    with transaction.atomic():
+        windows = list(
+            IngestWindow.objects.filter(source=source, start__gte=first, start__lt=last).order_by(
+                "start"
+            )
+        )
+        if not windows:
+            raise WindowError(
+                f"source {source.name} has no window from {first:%Y-%m-%dT%H:%M:%SZ} to"
+                f" {last:%Y-%m-%dT%H:%M:%SZ}"
+            )
+        ids = [window.pk for window in windows]
+        # Every interval starting in the span, whatever the windows' length (RUN_DELETES
+        # reads `last` as the last interval start).
+        span = {
+            "source": source.pk,
+            "first": first,
+            "last": last - timedelta(microseconds=1),
+            "end": last,
+        }
+        rows = 0
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s, (id %% 2147483647)::int)"
+                " FROM unnest(%s::bigint[]) AS id ORDER BY id",
+                [WINDOW_LOCK_CLASS, sorted(ids)],
+            )
+            for table in RUN_DELETES:
+                cursor.execute(RUN_DELETES[table], span)
+                rows += cursor.rowcount
+            cursor.execute(
+                "DELETE FROM metering_podwait w USING metering_task t WHERE w.task_id = t.id"
+                " AND t.source_id = %(source)s AND w.scheduled >= %(first)s"
+                " AND w.scheduled < %(end)s",
+                span,
+            )
+            rows += cursor.rowcount
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [SIGHTING_LOCK_CLASS, source.pk])
+            cursor.execute(
+                "UPDATE metering_gpusighting SET seen = seen - tstzmultirange(tstzrange("
+                "%(first)s, %(end)s)) WHERE source_id = %(source)s"
+                " AND month BETWEEN %(first_month)s AND %(last_month)s"
+                " AND seen && tstzmultirange(tstzrange(%(first)s, %(end)s))",
+                {
+                    **span,
+                    "first_month": sighting_month(first),
+                    "last_month": sighting_month(last - timedelta(microseconds=1)),
+                },
+            )
+            cursor.execute(
+                "DELETE FROM metering_gpusighting WHERE source_id = %(source)s AND isempty(seen)",
+                span,
+            )
+        IngestBatch.objects.filter(
+            source=source, first_start__lt=last, last_start__gte=first
+        ).delete()
+        IngestWindow.objects.filter(pk__in=ids).delete()
+        IngestQueries.objects.filter(
+            source=source, first_start__lt=last, last_start__gte=first
+        ).exclude(
+            pk__in=IngestWindow.objects.filter(measured_with__isnull=False).values(
+                "measured_with_id"
+            )
+        ).delete()
+        audit_record(
+            action="delete",
+            obj=source,
+            changes={
+                "withdrawn_windows": len(ids),
+                "rows": rows,
+                "from": first,
+                "to": last,
+                "withdrawn_by": operator,
+                "reason": reason.strip(),
+            },
+            force=True,
+        )
+    return Withdrawn(windows=len(ids), rows=rows, start=first, end=last)

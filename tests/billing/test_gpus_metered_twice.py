@@ -10,13 +10,17 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db.models import F
 from django.utils import timezone
 
+from audit.models import AuditEntry
 from billing.models import PeriodClose, StatementLine
+from billing.selectors import period_bounds
 from billing.services import PeriodCloseRefused, period_close
-from metering.models import IngestWindow, UsageInterval
+from metering.models import CapacityInterval, GpuSighting, IngestWindow, Source, UsageInterval
 from tests.factories import SourceFactory, gpu_sighting, windows_complete
+from tests.helpers import command_output
 
 pytestmark = pytest.mark.django_db
 SEPTEMBER, OCTOBER = "2026-09", "2026-10"
@@ -138,3 +142,58 @@ def test_it_withholds_the_corrections_of_a_month_whose_windows_cannot_show_it(
 
     assert outcome.corrections_withheld == (SEPTEMBER,)
     assert not StatementLine.objects.filter(is_correction=True).exists()
+
+
+def copy_of_default_in_september(boundary_pool, thanos) -> None:
+    """thanos, a copy of the default source: the same GPU, the same capacity, over a day."""
+    default = boundary_pool.tasks["search-api"].source
+    gpu_sighting(default, "GPU-a", (at(29, 16), at(30, 16)))
+    gpu_sighting(thanos, "GPU-a", (at(29, 16), at(30, 16)))
+    CapacityInterval.objects.bulk_create(
+        CapacityInterval(
+            source=thanos,
+            interval_start=at(29, 16) + n * dt.timedelta(minutes=5),
+            gpus_present=1,
+            capacity_gpu_seconds=300,
+        )
+        for n in range(288)
+    )
+
+
+def test_it_takes_a_copys_windows_back_and_the_month_closes(boundary_pool, thanos) -> None:
+    copy_of_default_in_september(boundary_pool, thanos)
+    with pytest.raises(PeriodCloseRefused, match="sources default and thanos both meter 1 GPU"):
+        period_close(period=SEPTEMBER)
+    bounds = period_bounds(SEPTEMBER)
+    arguments = ["--source", "thanos", "--start", bounds.start.isoformat()]
+    arguments += ["--end", bounds.end.isoformat(), "--reason", "a copy of default"]
+
+    with pytest.raises(CommandError, match="source thanos is enabled: beat would ingest"):
+        call_command("withdraw_windows", *arguments)
+    Source.objects.filter(pk=thanos.pk).update(enabled=False)
+    said = command_output("withdraw_windows", *arguments)
+
+    assert said.startswith(
+        "took back 720 windows of thanos from 2026-08-31T16:00:00Z to 2026-09-30T16:00:00Z"
+        " and the 288 rows they wrote"
+    ), said
+    assert "closed months touched" not in said
+    assert not IngestWindow.objects.filter(source=thanos, start__lt=bounds.end).exists()
+    assert not GpuSighting.objects.filter(source=thanos).exists()
+    assert not CapacityInterval.objects.filter(source=thanos).exists()
+    entry = AuditEntry.objects.get(action="delete", object_id=str(thanos.pk))
+    assert entry.changes["withdrawn_windows"] == 720
+    assert entry.changes["reason"] == "a copy of default"
+    assert period_close(period=SEPTEMBER).created  # thanos is none of its sources any more
+    assert IngestWindow.objects.filter(source=thanos).exists()  # October's are its own
+
+
+def test_it_names_the_closed_months_it_takes_windows_back_from(boundary_pool, thanos) -> None:
+    period_close(period=SEPTEMBER)
+    Source.objects.filter(pk=thanos.pk).update(enabled=False)
+    said = command_output(
+        "withdraw_windows", "--source", "thanos", "--start", "2026-09-30T00:00:00Z",
+        "--end", "2026-09-30T01:00:00Z", "--reason", "a copy",
+    )  # fmt: skip
+    assert "closed months touched: 2026-09; their statements stand until a later close" in said
+    assert "--recheck 2026-09" in said

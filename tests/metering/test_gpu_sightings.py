@@ -68,7 +68,8 @@ def test_it_replaces_only_the_windows_written_and_splits_the_months() -> None:
 @pytest.mark.django_db(transaction=True)
 def test_it_loses_nothing_when_two_runs_of_a_source_write_at_once() -> None:
     """The first run holds its transaction open after writing; the second waits for its
-    commit, then adds its windows to what the first wrote."""
+    commit, then adds its windows to what the first wrote. (Its row locks alone would make it
+    wait too; the source's lock is there against a deadlock, which this does not provoke.)"""
     source = SourceFactory(name="s")
     written = threading.Event()
     errors: list[BaseException] = []

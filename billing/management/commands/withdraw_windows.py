@@ -1,0 +1,60 @@
+"""`manage.py withdraw_windows --source NAME --start ISO --end ISO --reason TEXT`: take back the
+windows of a disabled source that should never have metered the span, and all they wrote
+(docs/telemetry.md, "One GPU, two sources")."""
+
+from __future__ import annotations
+
+import getpass
+
+from django.core.management.base import BaseCommand, CommandError
+
+from billing.models import PeriodClose
+from billing.selectors import period_bounds
+from metering import selectors, services
+from metering.management.commands._arguments import period
+
+
+class Command(BaseCommand):
+    help = (
+        "Take back a disabled source's ingest windows over a span, with every row they wrote"
+        " (audited): a copy of another source, a store that also reached a cluster metered by"
+        " its own source."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--source", required=True, help="source name")
+        parser.add_argument("--start", required=True, help="ISO 8601 with zone")
+        parser.add_argument("--end", required=True, help="ISO 8601 with zone")
+        parser.add_argument("--reason", required=True, help="why these windows go (audited)")
+
+    def handle(self, *args, **options) -> None:
+        start, end = period(options["start"], options["end"])
+        try:
+            source = selectors.source_get(name=options["source"])
+            withdrawn = services.windows_withdraw(
+                source=source,
+                start=start,
+                end=end,
+                operator=f"{getpass.getuser()} (manage.py withdraw_windows)",
+                reason=options["reason"],
+            )
+        except (selectors.UnknownSource, services.WindowError) as error:
+            raise CommandError(str(error)) from None
+        self.stdout.write(
+            f"took back {withdrawn.windows} windows of {source.name} from"
+            f" {withdrawn.start:%Y-%m-%dT%H:%M:%SZ} to {withdrawn.end:%Y-%m-%dT%H:%M:%SZ}"
+            f" and the {withdrawn.rows} rows they wrote"
+        )
+        touched = [
+            close.period
+            for close in PeriodClose.objects.order_by("period")
+            if period_bounds(close.period).start < withdrawn.end
+            and period_bounds(close.period).end > withdrawn.start
+        ]
+        if touched:
+            months = ", ".join(touched)
+            rechecks = " ".join(f"--recheck {month}" for month in touched)
+            self.stdout.write(
+                f"closed months touched: {months}; their statements stand until a later close"
+                f" corrects them (close_period --period <next month> {rechecks})"
+            )
