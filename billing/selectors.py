@@ -15,6 +15,7 @@ from django.db import connection
 from django.db.models import Max, Min, Prefetch, Q, QuerySet
 from django.utils import timezone
 
+from audit.models import AuditEntry
 from billing import pricing
 from billing.models import (
     MonthToDateDraft,
@@ -127,6 +128,19 @@ def sla_terms_billed_in(start: dt.datetime, end: dt.datetime) -> BilledSlaTerms 
     latest = PeriodScenario.objects.filter(period=period).order_by("-revision").first()
     slos = judged_slos(latest) if latest is not None and latest.service_slos else {}
     return BilledSlaTerms(slos=slos, min_requests=close.price_book.sla_min_requests)
+
+
+def periods_archived(periods: list[str]) -> set[str]:
+    """Those of `periods` whose metering was archived out of the database (`period_archive`
+    records it on the close's audit trail): rebuilt from the tables, such a month would hold
+    nothing, so nothing is corrected from it."""
+    closes = dict(PeriodClose.objects.filter(period__in=periods).values_list("pk", "period"))
+    archived = AuditEntry.objects.filter(
+        object_type="billing.periodclose",
+        object_id__in=[str(pk) for pk in closes],
+        changes__has_key="archived_to",
+    ).values_list("object_id", flat=True)
+    return {closes[int(pk)] for pk in archived}
 
 
 def min_completeness() -> Decimal:

@@ -829,12 +829,14 @@ class Withdrawn:
 def windows_withdraw(
     *, source: Source, start: datetime, end: datetime, operator: str, reason: str
 ) -> Withdrawn:
-    """Take back a disabled source's windows in [start, end) (rounded out to the step grid)
-    and all they wrote: usage, capacity, latency, preemptions, waits, GPU sightings, the
+    """Take back a disabled source's windows that overlap [start, end), whole, and all they
+    wrote: usage, capacity, latency, preemptions, waits, GPU sightings, the
     records of the queries they were measured with. For a source that should never have
     metered the span: a copy of another, a store that also reached a cluster metered by its
     own source (docs/telemetry.md, "One GPU, two sources"). Disabled, beat does not ingest
-    them again, and a month it has no window in is not one of its sources any more. One
+    them again (enabled again, it would back-fill them), and a month it has no window left in
+    is not one of its sources any more (a month it keeps other windows in has the span
+    missing). Refused while a sharded ingest of the span is in flight. One
     transaction, under the windows' locks (a running ingest of them finishes first);
     audited with who and why. A closed month keeps its statements: a later close corrects
     it when asked to look again (`close_period --recheck`)."""
@@ -842,17 +844,20 @@ def windows_withdraw(
         raise WindowError("taking windows back needs a reason")
     if not operator.strip():
         raise WindowError("taking windows back needs the operator's name")
-    if source.enabled:
-        raise WindowError(
-            f"source {source.name} is enabled: beat would ingest its windows again; disable it"
-            " first"
-        )
     step = settings.TANDEM_STEP_SECONDS
     first = datetime.fromtimestamp(int(start.timestamp()) // step * step, UTC)
     last = datetime.fromtimestamp(-(-int(end.timestamp()) // step) * step, UTC)
     with transaction.atomic():
+        # Read again, locked: an admin enabling it meanwhile waits, and is seen.
+        source = Source.objects.select_for_update().get(pk=source.pk)
+        if source.enabled:
+            raise WindowError(
+                f"source {source.name} is enabled: beat would ingest its windows again;"
+                " disable it first"
+            )
+        # Every window that overlaps the span, whole: a span that cuts one takes all of it.
         windows = list(
-            IngestWindow.objects.filter(source=source, start__gte=first, start__lt=last).order_by(
+            IngestWindow.objects.filter(source=source, start__lt=last, end__gt=first).order_by(
                 "start"
             )
         )
@@ -861,9 +866,17 @@ def windows_withdraw(
                 f"source {source.name} has no window from {first:%Y-%m-%dT%H:%M:%SZ} to"
                 f" {last:%Y-%m-%dT%H:%M:%SZ}"
             )
+        first, last = windows[0].start, max(window.end for window in windows)
+        if IngestBatch.objects.filter(
+            source=source, first_start__lt=last, last_start__gte=first
+        ).exists():
+            raise WindowError(
+                f"an ingest of source {source.name} over this span is still in flight (its"
+                " shards): take the windows back once it has ended"
+            )
         ids = [window.pk for window in windows]
-        # Every interval starting in the span, whatever the windows' length (RUN_DELETES
-        # reads `last` as the last interval start).
+        # Every interval starting in the windows' span (RUN_DELETES reads `last` as the last
+        # interval start, whatever the windows' length).
         span = {
             "source": source.pk,
             "first": first,
@@ -903,9 +916,6 @@ def windows_withdraw(
                 "DELETE FROM metering_gpusighting WHERE source_id = %(source)s AND isempty(seen)",
                 span,
             )
-        IngestBatch.objects.filter(
-            source=source, first_start__lt=last, last_start__gte=first
-        ).delete()
         IngestWindow.objects.filter(pk__in=ids).delete()
         IngestQueries.objects.filter(
             source=source, first_start__lt=last, last_start__gte=first
@@ -915,7 +925,7 @@ def windows_withdraw(
             )
         ).delete()
         audit_record(
-            action="delete",
+            action="change",
             obj=source,
             changes={
                 "withdrawn_windows": len(ids),

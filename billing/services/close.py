@@ -63,6 +63,7 @@ from billing.selectors import (
     period_label,
     period_previous,
     period_window_problems,
+    periods_archived,
     price_book_in_force,
 )
 from billing.services.books import PERIOD_CLOSE_LOCK, BillingError, _lock
@@ -393,7 +394,9 @@ def _corrections_due(period: str, recheck: set[str]) -> tuple[list[_Correction],
     windows are complete again rather than refund what Prometheus forgot; and a month in
     which two sources meter one GPU waits until one of them stops, rather than bill it twice."""
     due, withheld = [], []
-    for close in PeriodClose.objects.filter(period__lt=period).order_by("period"):
+    closes = list(PeriodClose.objects.filter(period__lt=period).order_by("period"))
+    archived = periods_archived([close.period for close in closes])
+    for close in closes:
         latest = PeriodScenario.objects.filter(period=close.period).order_by("-revision").first()
         bounds = period_bounds(close.period)
         windows = IngestWindow.objects.filter(start__lt=bounds.end, end__gt=bounds.start)
@@ -401,6 +404,10 @@ def _corrections_due(period: str, recheck: set[str]) -> tuple[list[_Correction],
             Q(changed_after_first_write__gt=latest.created) | Q(first_written__gt=latest.created)
         )
         if close.period not in recheck and not late.exists():
+            continue
+        if close.period in archived:  # its metering is in files: the tables hold none of it
+            logger.warning("corrections of %s withheld: its metering is archived", close.period)
+            withheld.append(close.period)
             continue
         if windows.filter(completeness__lt=min_completeness()).exists():
             logger.warning("corrections of %s withheld: windows below completeness", close.period)

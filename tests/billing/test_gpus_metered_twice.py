@@ -8,6 +8,7 @@ reason, and a closed one draws no correction."""
 from __future__ import annotations
 
 import datetime as dt
+import io
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -18,7 +19,9 @@ from audit.models import AuditEntry
 from billing.models import PeriodClose, StatementLine
 from billing.selectors import period_bounds
 from billing.services import PeriodCloseRefused, period_close
+from metering import partitions
 from metering.models import CapacityInterval, GpuSighting, IngestWindow, Source, UsageInterval
+from metering.services import WindowError, windows_withdraw
 from tests.factories import SourceFactory, gpu_sighting, windows_complete
 from tests.helpers import command_output
 
@@ -181,7 +184,7 @@ def test_it_takes_a_copys_windows_back_and_the_month_closes(boundary_pool, thano
     assert not IngestWindow.objects.filter(source=thanos, start__lt=bounds.end).exists()
     assert not GpuSighting.objects.filter(source=thanos).exists()
     assert not CapacityInterval.objects.filter(source=thanos).exists()
-    entry = AuditEntry.objects.get(action="delete", object_id=str(thanos.pk))
+    entry = AuditEntry.objects.get(action="change", object_id=str(thanos.pk))
     assert entry.changes["withdrawn_windows"] == 720
     assert entry.changes["reason"] == "a copy of default"
     assert period_close(period=SEPTEMBER).created  # thanos is none of its sources any more
@@ -196,4 +199,59 @@ def test_it_names_the_closed_months_it_takes_windows_back_from(boundary_pool, th
         "--end", "2026-09-30T01:00:00Z", "--reason", "a copy",
     )  # fmt: skip
     assert "closed months touched: 2026-09; their statements stand until a later close" in said
-    assert "--recheck 2026-09" in said
+    assert "(close_period --period 2026-10 --recheck 2026-09)" in said
+
+
+def test_it_takes_back_the_whole_windows_a_span_cuts(boundary_pool, thanos) -> None:
+    """thanos' windows are an hour long: a span of five minutes inside one takes it all, so
+    no row is left without its window, and a window the span does not reach keeps its own."""
+    CapacityInterval.objects.bulk_create(
+        CapacityInterval(
+            source=thanos,
+            interval_start=at(30, 0) + n * dt.timedelta(minutes=5),
+            gpus_present=1,
+            capacity_gpu_seconds=300,
+        )
+        for n in range(24)
+    )
+    Source.objects.filter(pk=thanos.pk).update(enabled=False)
+    said = command_output(
+        "withdraw_windows", "--source", "thanos", "--start", "2026-09-30T00:02:00Z",
+        "--end", "2026-09-30T00:07:00Z", "--reason", "a copy",
+    )  # fmt: skip
+    assert said.startswith(
+        "took back 1 windows of thanos from 2026-09-30T00:00:00Z to 2026-09-30T01:00:00Z"
+        " and the 12 rows"
+    )
+    assert not IngestWindow.objects.filter(source=thanos, start=at(30, 0)).exists()
+    kept = CapacityInterval.objects.filter(source=thanos).values_list("interval_start", flat=True)
+    assert min(kept) == at(30, 1)
+
+
+def test_it_reads_whether_the_source_is_enabled_itself(boundary_pool, thanos) -> None:
+    stale = Source.objects.get(pk=thanos.pk)
+    stale.enabled = False  # as a caller read it, before an operator enabled it again
+    with pytest.raises(WindowError, match="source thanos is enabled"):
+        windows_withdraw(source=stale, start=at(30, 0), end=at(30, 1), operator="o", reason="r")
+    assert IngestWindow.objects.filter(source=thanos, start=at(30, 0)).exists()
+
+
+def test_it_draws_no_correction_from_an_archived_month(boundary_pool, thanos, tmp_path) -> None:
+    """Rebuilt from the tables, an archived month holds nothing: asked to look again (as the
+    withdrawal would have said before), a close would have refunded all of it."""
+    partitions.month_partitions_ensure(partitions.month_of(SEPTEMBER))
+    period_close(period=SEPTEMBER)
+    call_command("archive_month", SEPTEMBER, "--to", str(tmp_path), stdout=io.StringIO())
+    Source.objects.filter(pk=thanos.pk).update(enabled=False)
+    said = command_output(
+        "withdraw_windows", "--source", "thanos", "--start", "2026-09-30T00:00:00Z",
+        "--end", "2026-09-30T01:00:00Z", "--reason", "a copy",
+    )  # fmt: skip
+    assert "closed months touched whose metering is archived: 2026-09" in said
+    assert "--recheck" not in said
+
+    outcome = period_close(period=OCTOBER, recheck=[SEPTEMBER])
+
+    assert outcome.corrected_periods == ()
+    assert outcome.corrections_withheld == (SEPTEMBER,)
+    assert not StatementLine.objects.filter(is_correction=True).exists()

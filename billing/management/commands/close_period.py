@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from billing.pricing import ScenarioError
-from billing.selectors import PREEMPTIONS_UNSEEN, PriceBookNotFound
+from billing.selectors import GPUS_UNRECORDED, PREEMPTIONS_UNSEEN, PriceBookNotFound
 from billing.services import BillingError, PeriodCloseRefused, period_close
 
 
@@ -80,9 +80,11 @@ class Command(BaseCommand):
         if close.is_incomplete:
             ranges = close.incomplete_ranges
             unseen = sum(1 for item in ranges if item.get("problem") == PREEMPTIONS_UNSEEN)
-            short = len(ranges) - unseen
+            unrecorded = sum(1 for item in ranges if item.get("problem") == GPUS_UNRECORDED)
+            short = len(ranges) - unseen - unrecorded
             what = [f"{short} ranges missing or short"] if short else []
             what += [f"{unseen} without preemptions"] if unseen else []
+            what += [f"{unrecorded} with their GPUs unrecorded"] if unrecorded else []
             self.stdout.write(
                 f"closed INCOMPLETE ({', '.join(what)}), accepted: {close.incomplete_reason}"
             )

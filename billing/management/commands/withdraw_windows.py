@@ -9,7 +9,7 @@ import getpass
 from django.core.management.base import BaseCommand, CommandError
 
 from billing.models import PeriodClose
-from billing.selectors import period_bounds
+from billing.selectors import period_bounds, period_containing, periods_archived
 from metering import selectors, services
 from metering.management.commands._arguments import period
 
@@ -17,8 +17,7 @@ from metering.management.commands._arguments import period
 class Command(BaseCommand):
     help = (
         "Take back a disabled source's ingest windows over a span, with every row they wrote"
-        " (audited): a copy of another source, a store that also reached a cluster metered by"
-        " its own source."
+        " (audited): a copy of another source, which should never have metered the span."
     )
 
     def add_arguments(self, parser) -> None:
@@ -45,16 +44,26 @@ class Command(BaseCommand):
             f" {withdrawn.start:%Y-%m-%dT%H:%M:%SZ} to {withdrawn.end:%Y-%m-%dT%H:%M:%SZ}"
             f" and the {withdrawn.rows} rows they wrote"
         )
+        closes = PeriodClose.objects.order_by("period").values_list("period", flat=True)
         touched = [
-            close.period
-            for close in PeriodClose.objects.order_by("period")
-            if period_bounds(close.period).start < withdrawn.end
-            and period_bounds(close.period).end > withdrawn.start
+            period
+            for period in closes
+            if period_bounds(period).start < withdrawn.end
+            and period_bounds(period).end > withdrawn.start
         ]
+        archived = periods_archived(touched)
+        if archived:
+            self.stdout.write(
+                f"closed months touched whose metering is archived: {', '.join(sorted(archived))};"
+                " their statements stand, and no correction can be drawn from them"
+            )
+        touched = [period for period in touched if period not in archived]
         if touched:
-            months = ", ".join(touched)
+            later = [period for period in closes if period > touched[-1]]
+            # The first month not closed yet: closing a closed one does nothing.
+            following = period_containing(period_bounds(later[-1] if later else touched[-1]).end)
             rechecks = " ".join(f"--recheck {month}" for month in touched)
             self.stdout.write(
-                f"closed months touched: {months}; their statements stand until a later close"
-                f" corrects them (close_period --period <next month> {rechecks})"
+                f"closed months touched: {', '.join(touched)}; their statements stand until a"
+                f" later close corrects them (close_period --period {following} {rechecks})"
             )
