@@ -147,20 +147,25 @@ def test_it_withholds_the_corrections_of_a_month_whose_windows_cannot_show_it(
     assert not StatementLine.objects.filter(is_correction=True).exists()
 
 
+def one_gpu(source, start: dt.datetime, *, intervals: int) -> None:
+    """The source's capacity of one GPU over `intervals` five-minute intervals from `start`."""
+    CapacityInterval.objects.bulk_create(
+        CapacityInterval(
+            source=source,
+            interval_start=start + n * dt.timedelta(minutes=5),
+            gpus_present=1,
+            capacity_gpu_seconds=300,
+        )
+        for n in range(intervals)
+    )
+
+
 def copy_of_default_in_september(boundary_pool, thanos) -> None:
     """thanos, a copy of the default source: the same GPU, the same capacity, over a day."""
     default = boundary_pool.tasks["search-api"].source
     gpu_sighting(default, "GPU-a", (at(29, 16), at(30, 16)))
     gpu_sighting(thanos, "GPU-a", (at(29, 16), at(30, 16)))
-    CapacityInterval.objects.bulk_create(
-        CapacityInterval(
-            source=thanos,
-            interval_start=at(29, 16) + n * dt.timedelta(minutes=5),
-            gpus_present=1,
-            capacity_gpu_seconds=300,
-        )
-        for n in range(288)
-    )
+    one_gpu(thanos, at(29, 16), intervals=288)
 
 
 def test_it_takes_a_copys_windows_back_and_the_month_closes(boundary_pool, thanos) -> None:
@@ -205,15 +210,7 @@ def test_it_names_the_closed_months_it_takes_windows_back_from(boundary_pool, th
 def test_it_takes_back_the_whole_windows_a_span_cuts(boundary_pool, thanos) -> None:
     """thanos' windows are an hour long: a span of five minutes inside one takes it all, so
     no row is left without its window, and a window the span does not reach keeps its own."""
-    CapacityInterval.objects.bulk_create(
-        CapacityInterval(
-            source=thanos,
-            interval_start=at(30, 0) + n * dt.timedelta(minutes=5),
-            gpus_present=1,
-            capacity_gpu_seconds=300,
-        )
-        for n in range(24)
-    )
+    one_gpu(thanos, at(30, 0), intervals=24)
     Source.objects.filter(pk=thanos.pk).update(enabled=False)
     said = command_output(
         "withdraw_windows", "--source", "thanos", "--start", "2026-09-30T00:02:00Z",
