@@ -105,16 +105,17 @@ def price_book_in_force(at: dt.date | dt.datetime) -> PriceBook:
 
 
 @dataclass(frozen=True)
-class BilledSlaTerms:
-    """What a closed month judged its SLA breaches by (rule 4): each service's SLO, by primary
-    key (its latest revision's; empty for a revision stored before they were kept, whose
-    services take today's), and the minimum of requests of the book it was priced with."""
+class SlaTerms:
+    """What SLA breaches (rule 4) are judged by: SLOs by service primary key where they are
+    not the services' own (a closed month's: its latest revision's; empty for a revision
+    stored before they were kept, whose services take today's), and the minimum of requests
+    (of the book a closed month was priced with)."""
 
     slos: dict[int, int]
     min_requests: int
 
 
-def sla_terms_billed_in(start: dt.datetime, end: dt.datetime) -> BilledSlaTerms | None:
+def sla_terms_billed_in(start: dt.datetime, end: dt.datetime) -> SlaTerms | None:
     """The terms a closed month was billed by, where [start, end) lies within it: a page of a
     billed month judges by them, not by an SLO stated or a book published since. None
     otherwise. A revision stored before SLOs were kept is not read here (its whole scenario
@@ -127,7 +128,7 @@ def sla_terms_billed_in(start: dt.datetime, end: dt.datetime) -> BilledSlaTerms 
         return None
     latest = PeriodScenario.objects.filter(period=period).order_by("-revision").first()
     slos = judged_slos(latest) if latest is not None and latest.service_slos else {}
-    return BilledSlaTerms(slos=slos, min_requests=close.price_book.sla_min_requests)
+    return SlaTerms(slos=slos, min_requests=close.price_book.sla_min_requests)
 
 
 def periods_archived(periods: list[str]) -> set[str]:

@@ -33,7 +33,6 @@ from metering.measure import IntervalFacts, Measured, ModelKey, PodKey
 from metering.models import (
     CapacityInterval,
     IngestBatch,
-    IngestQueries,
     IngestWindow,
     LatencyInterval,
     Preemption,
@@ -375,6 +374,17 @@ def _copy_text(value: str) -> str:
 
 
 @collector_paused
+def _windows_lock(ids: list[int]) -> None:
+    """One writer per window at a time, till the transaction ends (in id order, so two runs
+    cannot deadlock): a second writer waits, then rewrites the same rows."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(%s, (id %% 2147483647)::int)"
+            " FROM unnest(%s::bigint[]) AS id ORDER BY id",
+            [WINDOW_LOCK_CLASS, sorted(ids)],
+        )
+
+
 def _run_write(
     run: list[IngestWindow],
     measured: Measured,
@@ -395,14 +405,7 @@ def _run_write(
     built = [(window, _window_rows(window, measured, task_ids, service_ids)) for window in run]
     prometheus_seconds = Decimal(str(round(measured.evaluation_seconds / len(run), 6)))
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            # One writer per window at a time (in id order, so two runs cannot deadlock); a
-            # second writer waits and then rewrites the same rows.
-            cursor.execute(
-                "SELECT pg_advisory_xact_lock(%s, (id %% 2147483647)::int)"
-                " FROM unnest(%s::bigint[]) AS id ORDER BY id",
-                [WINDOW_LOCK_CLASS, sorted(window.pk for window in run)],
-            )
+        _windows_lock([window.pk for window in run])
         previous = {
             row["pk"]: row
             for row in IngestWindow.objects.filter(pk__in=[w.pk for w in run]).values(
@@ -606,17 +609,11 @@ def _sightings_replace(replaced: list[tuple[IngestWindow, WindowRows]]) -> None:
     second waits for the first's commit holding none of these rows, and no deadlock can form."""
     if not replaced:
         return
-    cleared: dict[date, list[list[datetime]]] = defaultdict(list)
     spans: dict[tuple[date, str], list[list]] = {}  # -> [[start, end, node], ...] by start
     for window, rows in replaced:
         month = sighting_month(window.start)
         if sighting_month(window.end - timedelta(microseconds=1)) != month:
             raise WindowError(f"window {window} crosses a month's end: the step divides no hour")
-        found = cleared[month]
-        if found and found[-1][1] == window.start:
-            found[-1][1] = window.end
-        else:
-            found.append([window.start, window.end])
         for uuid, node in rows.gpus.items():
             stretches = spans.get((month, uuid))
             if stretches and stretches[-1][1] == window.start:
@@ -627,18 +624,14 @@ def _sightings_replace(replaced: list[tuple[IngestWindow, WindowRows]]) -> None:
                 spans[(month, uuid)] = [[window.start, window.end, node]]
     ranges = [(*key, *span) for key, found in spans.items() for span in found]
     months, uuids, starts, ends, nodes = [list(c) for c in zip(*ranges, strict=True)] or [[]] * 5
-    clearing = [(month, *span) for month, found in cleared.items() for span in found]
     arguments = {
         "source": replaced[0][0].source_id,
         "months": months,
         "uuids": uuids,
-        **dict(
-            zip(
-                ("cleared_months", "cleared_starts", "cleared_ends"),
-                [list(c) for c in zip(*clearing, strict=True)],
-                strict=True,
-            )
-        ),
+        # Each window's span, by month (range_agg merges consecutive ones).
+        "cleared_months": [sighting_month(window.start) for window, _ in replaced],
+        "cleared_starts": [window.start for window, _ in replaced],
+        "cleared_ends": [window.end for window, _ in replaced],
     }
     with connection.cursor() as cursor:
         cursor.execute(
@@ -741,14 +734,21 @@ def _windows_result_update(
                 *(value for result in results for value in result),
             ],
         )
-        # Windows are written under their advisory locks, so a run that overlaps this one
-        # has committed its windows (or not started them): no live record is taken for dead.
+    _unused_queries_delete(**bounds)
+
+
+def _unused_queries_delete(*, source: int, first: datetime, last: datetime) -> None:
+    """The records of queries (`IngestQueries`) of runs over the windows starting in
+    [first, last] that no window points at any more. Windows are written under their advisory
+    locks, so a run that overlaps these has committed its windows (or not started them): no
+    live record is taken for dead."""
+    with connection.cursor() as cursor:
         cursor.execute(
             "DELETE FROM metering_ingestqueries q WHERE q.source_id = %(source)s"
-            " AND q.first_start <= %(last)s AND q.last_start >= %(first)s AND q.id <> %(record)s"
+            " AND q.first_start <= %(last)s AND q.last_start >= %(first)s"
             " AND NOT EXISTS (SELECT 1 FROM metering_ingestwindow w"
             " WHERE w.measured_with_id = q.id)",
-            {**bounds, "record": record},
+            {"source": source, "first": first, "last": last},
         )
 
 
@@ -830,10 +830,9 @@ def windows_withdraw(
     *, source: Source, start: datetime, end: datetime, operator: str, reason: str
 ) -> Withdrawn:
     """Take back a disabled source's windows that overlap [start, end), whole, and all they
-    wrote: usage, capacity, latency, preemptions, waits, GPU sightings, the
-    records of the queries they were measured with. For a source that should never have
-    metered the span: a copy of another, a store that also reached a cluster metered by its
-    own source (docs/telemetry.md, "One GPU, two sources"). Disabled, beat does not ingest
+    wrote: usage, capacity, latency, preemptions, waits, GPU sightings, the records of the
+    queries they were measured with. For a source that should never have metered the span, a
+    copy of another (docs/telemetry.md, "One GPU, two sources"). Disabled, beat does not ingest
     them again (enabled again, it would back-fill them), and a month it has no window left in
     is not one of its sources any more (a month it keeps other windows in has the span
     missing). Refused while a sharded ingest of the span is in flight. One
@@ -844,9 +843,6 @@ def windows_withdraw(
         raise WindowError("taking windows back needs a reason")
     if not operator.strip():
         raise WindowError("taking windows back needs the operator's name")
-    step = settings.TANDEM_STEP_SECONDS
-    first = datetime.fromtimestamp(int(start.timestamp()) // step * step, UTC)
-    last = datetime.fromtimestamp(-(-int(end.timestamp()) // step) * step, UTC)
     with transaction.atomic():
         # Read again, locked: an admin enabling it meanwhile waits, and is seen.
         source = Source.objects.select_for_update().get(pk=source.pk)
@@ -857,14 +853,14 @@ def windows_withdraw(
             )
         # Every window that overlaps the span, whole: a span that cuts one takes all of it.
         windows = list(
-            IngestWindow.objects.filter(source=source, start__lt=last, end__gt=first).order_by(
+            IngestWindow.objects.filter(source=source, start__lt=end, end__gt=start).order_by(
                 "start"
             )
         )
         if not windows:
             raise WindowError(
-                f"source {source.name} has no window from {first:%Y-%m-%dT%H:%M:%SZ} to"
-                f" {last:%Y-%m-%dT%H:%M:%SZ}"
+                f"source {source.name} has no window from {start:%Y-%m-%dT%H:%M:%SZ} to"
+                f" {end:%Y-%m-%dT%H:%M:%SZ}"
             )
         first, last = windows[0].start, max(window.end for window in windows)
         if IngestBatch.objects.filter(
@@ -875,6 +871,7 @@ def windows_withdraw(
                 " shards): take the windows back once it has ended"
             )
         ids = [window.pk for window in windows]
+        _windows_lock(ids)
         # Every interval starting in the windows' span (RUN_DELETES reads `last` as the last
         # interval start, whatever the windows' length).
         span = {
@@ -885,11 +882,6 @@ def windows_withdraw(
         }
         rows = 0
         with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT pg_advisory_xact_lock(%s, (id %% 2147483647)::int)"
-                " FROM unnest(%s::bigint[]) AS id ORDER BY id",
-                [WINDOW_LOCK_CLASS, sorted(ids)],
-            )
             for table in RUN_DELETES:
                 cursor.execute(RUN_DELETES[table], span)
                 rows += cursor.rowcount
@@ -900,30 +892,9 @@ def windows_withdraw(
                 span,
             )
             rows += cursor.rowcount
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [SIGHTING_LOCK_CLASS, source.pk])
-            cursor.execute(
-                "UPDATE metering_gpusighting SET seen = seen - tstzmultirange(tstzrange("
-                "%(first)s, %(end)s)) WHERE source_id = %(source)s"
-                " AND month BETWEEN %(first_month)s AND %(last_month)s"
-                " AND seen && tstzmultirange(tstzrange(%(first)s, %(end)s))",
-                {
-                    **span,
-                    "first_month": sighting_month(first),
-                    "last_month": sighting_month(last - timedelta(microseconds=1)),
-                },
-            )
-            cursor.execute(
-                "DELETE FROM metering_gpusighting WHERE source_id = %(source)s AND isempty(seen)",
-                span,
-            )
+        _sightings_replace([(window, WindowRows()) for window in windows])  # counting none
         IngestWindow.objects.filter(pk__in=ids).delete()
-        IngestQueries.objects.filter(
-            source=source, first_start__lt=last, last_start__gte=first
-        ).exclude(
-            pk__in=IngestWindow.objects.filter(measured_with__isnull=False).values(
-                "measured_with_id"
-            )
-        ).delete()
+        _unused_queries_delete(source=source.pk, first=first, last=windows[-1].start)
         audit_record(
             action="change",
             obj=source,

@@ -37,6 +37,7 @@ from django.db.models.lookups import GreaterThan, GreaterThanOrEqual
 from billing.defaults import DEFAULT_PRICE_BOOK
 from billing.selectors import (
     PriceBookNotFound,
+    SlaTerms,
     pool_timezone,
     price_book_in_force,
     sla_terms_billed_in,
@@ -94,15 +95,6 @@ def price_book_terms(at: dt.datetime) -> PriceBookTerms:
     )
 
 
-@dataclass(frozen=True)
-class SlaTerms:
-    """What a range's SLA breaches (rule 4) are judged by: SLOs by service primary key where
-    they differ from today's (a billed month's), and the minimum of requests."""
-
-    slos: dict[int, int]
-    min_requests: int
-
-
 def sla_terms(start: dt.datetime, end: dt.datetime) -> SlaTerms:
     """A range within a closed month is judged by the terms it was billed by
     (`billing.selectors.sla_terms_billed_in`), so a page shows the breaches its statements
@@ -111,7 +103,7 @@ def sla_terms(start: dt.datetime, end: dt.datetime) -> SlaTerms:
     billed = sla_terms_billed_in(start, end)
     if billed is None:
         return SlaTerms(slos={}, min_requests=price_book_terms(start).sla_min_requests)
-    return SlaTerms(slos=billed.slos, min_requests=billed.min_requests)
+    return billed
 
 
 def _team_filter(teams: QuerySet[Team] | None, path: str = "task__team") -> Q:

@@ -168,6 +168,13 @@ def copy_of_default_in_september(boundary_pool, thanos) -> None:
     one_gpu(thanos, at(29, 16), intervals=288)
 
 
+def copy_withdrawn(thanos, start: str, end: str) -> str:
+    """thanos disabled, its windows over [start, end) taken back: what the command says."""
+    Source.objects.filter(pk=thanos.pk).update(enabled=False)
+    arguments = ["--source", "thanos", "--start", start, "--end", end, "--reason", "a copy"]
+    return command_output("withdraw_windows", *arguments)
+
+
 def test_it_takes_a_copys_windows_back_and_the_month_closes(boundary_pool, thanos) -> None:
     copy_of_default_in_september(boundary_pool, thanos)
     with pytest.raises(PeriodCloseRefused, match="sources default and thanos both meter 1 GPU"):
@@ -198,11 +205,7 @@ def test_it_takes_a_copys_windows_back_and_the_month_closes(boundary_pool, thano
 
 def test_it_names_the_closed_months_it_takes_windows_back_from(boundary_pool, thanos) -> None:
     period_close(period=SEPTEMBER)
-    Source.objects.filter(pk=thanos.pk).update(enabled=False)
-    said = command_output(
-        "withdraw_windows", "--source", "thanos", "--start", "2026-09-30T00:00:00Z",
-        "--end", "2026-09-30T01:00:00Z", "--reason", "a copy",
-    )  # fmt: skip
+    said = copy_withdrawn(thanos, "2026-09-30T00:00:00Z", "2026-09-30T01:00:00Z")
     assert "closed months touched: 2026-09; their statements stand until a later close" in said
     assert "(close_period --period 2026-10 --recheck 2026-09)" in said
 
@@ -211,11 +214,7 @@ def test_it_takes_back_the_whole_windows_a_span_cuts(boundary_pool, thanos) -> N
     """thanos' windows are an hour long: a span of five minutes inside one takes it all, so
     no row is left without its window, and a window the span does not reach keeps its own."""
     one_gpu(thanos, at(30, 0), intervals=24)
-    Source.objects.filter(pk=thanos.pk).update(enabled=False)
-    said = command_output(
-        "withdraw_windows", "--source", "thanos", "--start", "2026-09-30T00:02:00Z",
-        "--end", "2026-09-30T00:07:00Z", "--reason", "a copy",
-    )  # fmt: skip
+    said = copy_withdrawn(thanos, "2026-09-30T00:02:00Z", "2026-09-30T00:07:00Z")
     assert said.startswith(
         "took back 1 windows of thanos from 2026-09-30T00:00:00Z to 2026-09-30T01:00:00Z"
         " and the 12 rows"
@@ -239,11 +238,7 @@ def test_it_draws_no_correction_from_an_archived_month(boundary_pool, thanos, tm
     partitions.month_partitions_ensure(partitions.month_of(SEPTEMBER))
     period_close(period=SEPTEMBER)
     call_command("archive_month", SEPTEMBER, "--to", str(tmp_path), stdout=io.StringIO())
-    Source.objects.filter(pk=thanos.pk).update(enabled=False)
-    said = command_output(
-        "withdraw_windows", "--source", "thanos", "--start", "2026-09-30T00:00:00Z",
-        "--end", "2026-09-30T01:00:00Z", "--reason", "a copy",
-    )  # fmt: skip
+    said = copy_withdrawn(thanos, "2026-09-30T00:00:00Z", "2026-09-30T01:00:00Z")
     assert "closed months touched whose metering is archived: 2026-09" in said
     assert "--recheck" not in said
 

@@ -9,7 +9,8 @@ import getpass
 from django.core.management.base import BaseCommand, CommandError
 
 from billing.models import PeriodClose
-from billing.selectors import period_bounds, period_containing, periods_archived
+from billing.selectors import period_bounds, periods_archived
+from kernel.period import next_period
 from metering import selectors, services
 from metering.management.commands._arguments import period
 
@@ -45,11 +46,11 @@ class Command(BaseCommand):
             f" and the {withdrawn.rows} rows they wrote"
         )
         closes = PeriodClose.objects.order_by("period").values_list("period", flat=True)
+        bounds = {month: period_bounds(month) for month in closes}
         touched = [
-            period
-            for period in closes
-            if period_bounds(period).start < withdrawn.end
-            and period_bounds(period).end > withdrawn.start
+            month
+            for month, span in bounds.items()
+            if span.start < withdrawn.end and span.end > withdrawn.start
         ]
         archived = periods_archived(touched)
         if archived:
@@ -59,9 +60,8 @@ class Command(BaseCommand):
             )
         touched = [period for period in touched if period not in archived]
         if touched:
-            later = [period for period in closes if period > touched[-1]]
             # The first month not closed yet: closing a closed one does nothing.
-            following = period_containing(period_bounds(later[-1] if later else touched[-1]).end)
+            following = next_period(list(bounds)[-1])
             rechecks = " ".join(f"--recheck {month}" for month in touched)
             self.stdout.write(
                 f"closed months touched: {', '.join(touched)}; their statements stand until a"
