@@ -25,8 +25,6 @@ from metering.models import (
 )
 from metering.windows import WindowError
 
-DEFAULT_KIND = "training_batch"
-
 
 @dataclass(frozen=True)
 class TaskIdentity:
@@ -53,7 +51,7 @@ def _pod_identity(measured: Measured, start: int, pod: PodKey) -> PodIdentity:
 
 def _task_identity(plan: sources.QueryPlan, pod: PodKey, identity: PodIdentity) -> TaskIdentity:
     namespace, pod_name = pod
-    kind = plan.priority_class_kinds.get(identity.priority_class, DEFAULT_KIND)
+    kind = plan.kind_of(identity.priority_class)
     return TaskIdentity(
         namespace=namespace,
         external_id=identity.task_name(pod_name),

@@ -148,6 +148,16 @@ class Observed:
     kueue_evicted: dict[tuple[tuple[str, str], ...], Decimal] = field(default_factory=dict)
     kueue_looked_back: dict[tuple[tuple[str, str], ...], Decimal] = field(default_factory=dict)
     kueue_answered_before: set[str] = field(default_factory=set)
+    # The same of Kueue's admissions (its admission-wait histogram's count) and of the seconds
+    # those workloads waited (its sum): KUEUE_READINGS.
+    kueue_admitted: dict[tuple[tuple[str, str], ...], Decimal] = field(default_factory=dict)
+    kueue_admitted_looked_back: dict[tuple[tuple[str, str], ...], Decimal] = field(
+        default_factory=dict
+    )
+    kueue_waited: dict[tuple[tuple[str, str], ...], Decimal] = field(default_factory=dict)
+    kueue_waited_looked_back: dict[tuple[tuple[str, str], ...], Decimal] = field(
+        default_factory=dict
+    )
     # Devices of time-sliced GPUs: ticks at which any series of theirs was there.
     present: dict[Device, int] = field(default_factory=dict)
     # Scrape target -> [scrapes attempted, scrapes answered] (Prometheus' `up`).
@@ -214,6 +224,9 @@ class IntervalFacts:
     # here that could not be placed in time (`_kueue_preemptions`).
     kueue_preemptions: dict[str, int] = field(default_factory=dict)
     kueue_unplaced: int = 0
+    # Workloads Kueue admitted, and the seconds they had waited for it, by task kind
+    # (`_kueue_admissions`).
+    kueue_admissions: dict[str, KueueAdmissions] = field(default_factory=dict)
     # GPU-seconds of pods whose kind the source's priority classes do not say, by priority
     # class ("" = none; `_kinds_unmapped`).
     unmapped_kinds: dict[str, Fraction] = field(default_factory=dict)
@@ -501,34 +514,41 @@ def _follow_ups(
     return shared
 
 
+# Each of Kueue's counts (sources.KUEUE_COUNTERS): where an interval holds its readings, and
+# where the interval before the batch holds those of the look-back.
+KUEUE_READINGS = {
+    "evicted": ("kueue_evicted", "kueue_looked_back"),
+    "admitted": ("kueue_admitted", "kueue_admitted_looked_back"),
+    "waited": ("kueue_waited", "kueue_waited_looked_back"),
+}
+
+
 def _observe_kueue(runner: _Runner, observed: dict[int, Observed], plan: sources.QueryPlan) -> None:
-    """Kueue's count of the workloads it preempted, per interval; where it counted any, each
-    series' last reading before the batch, and which of its targets answered before it.
-    Where Kueue is not scraped, one query answers nothing."""
-    result = runner.run("kueue", sources.kueue_preemptions_query(plan))
-    _parse_kueue(result, observed, plan)
-    instances = {
-        dict(series).get("instance", "")
-        for interval in observed.values()
-        for series in interval.kueue_evicted
-    }
+    """Kueue's counts per interval (its preemptions, its admissions and their waits); where it
+    counted any, each series' last reading before the batch, and which of its targets answered
+    before it. Where Kueue is not scraped, each count's query answers nothing."""
+    instances: set[str] = set()
+    counted: list[str] = []
+    for counter, (readings, _) in KUEUE_READINGS.items():
+        result = runner.run(f"kueue_{counter}", sources.kueue_counter_query(plan, counter))
+        for interval, labels, _, value, _ in _points(result, observed, plan, needs_pod=False):
+            getattr(interval, readings)[tuple(sorted(labels.items()))] = value
+            instances.add(labels.get("instance", ""))
+            if counter not in counted:
+                counted.append(counter)
     if not instances:
         return
     before = observed[min(observed)]
-    result = runner.run("kueue_before_batch", sources.kueue_before_batch_query(plan), at_start=True)
-    for _, labels, _, value, _ in _points(result, observed, plan, needs_pod=False):
-        before.kueue_looked_back[tuple(sorted(labels.items()))] = value
+    for counter in counted:
+        query = sources.kueue_before_batch_query(plan, counter)
+        result = runner.run(f"kueue_{counter}_before_batch", query, at_start=True)
+        looked_back = getattr(before, KUEUE_READINGS[counter][1])
+        for _, labels, _, value, _ in _points(result, observed, plan, needs_pod=False):
+            looked_back[tuple(sorted(labels.items()))] = value
     query = sources.kueue_targets_before_batch_query(plan, sorted(instances))
     result = runner.run("kueue_targets_before_batch", query, at_start=True)
     for series in result.series:
         before.kueue_answered_before.add(series.labels.get("instance", ""))
-
-
-def _parse_kueue(
-    result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
-) -> None:
-    for interval, labels, _, value, _ in _points(result, observed, plan, needs_pod=False):
-        interval.kueue_evicted[tuple(sorted(labels.items()))] = value
 
 
 def _counters_unfound_warn(
@@ -623,6 +643,7 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
     _identity_coverage(intervals)
     _unheld_busy(intervals, observed, plan)
     _kueue_preemptions(intervals, observed, plan, first)
+    _kueue_admissions(intervals, observed, plan, first)
     measured = Measured(intervals, observation.queries, observation.evaluation_seconds, plan)
     _kinds_unmapped(measured, observed)
     return measured
@@ -653,40 +674,15 @@ def _kueue_preemptions(
     """The workloads Kueue evicted to preempt them in each interval, by cluster queue, and a
     warning where it did: Kueue stops a workload itself, not through kube-scheduler, so none
     of these shows as a pod's preemption, and rule 5 cannot credit them. Counted, not
-    attributed: Kueue's count says which cluster queue, not which task.
-
-    - A count is a series' KUEUE_COUNT_LABELS: Kueue scraped by two jobs, or relabelled,
-      is one count.
-    - Each counts from its last earlier reading (in the batch, else the look-back before it);
-      one that went down counts from zero (Kueue restarted in place).
-    - A count with no earlier reading whose target (`instance`) answered a scrape before
-      (in the batch or its look-back) was created by its first eviction (a client_golang
-      CounterVec writes no 0 before), and counts its value.
-    - Any other (Kueue at an address Prometheus never scraped before: a restart or a new
-      leader; a Prometheus that holds nothing older) may hold evictions from before this
-      window, or before Prometheus' oldest sample: it is not counted, and the window says so
-      (`IntervalFacts.kueue_unplaced`), a blind spot of its own."""
-    step = plan.step_seconds
-    before = observed[first - step]
-    earlier: dict[KueueCount, Decimal] = _kueue_counts(before.kueue_looked_back)
-    earlier.update(_kueue_counts(before.kueue_evicted))
-    answered = set(before.kueue_answered_before) | _answered_instances(before)
-    for start in sorted(intervals):
-        facts, now = intervals[start], observed[start]
-        readings = _kueue_counts(now.kueue_evicted)
+    attributed: Kueue's count says which cluster queue, not which task. Read as
+    `_kueue_increments` says; a count that cannot be placed in time is not counted, and the
+    window says so (`IntervalFacts.kueue_unplaced`), a blind spot of its own."""
+    increments = _kueue_increments(observed, plan, first, sorted(intervals), ("evicted",))
+    for start, (counted_by_count, unplaced) in increments.items():
+        facts = intervals[start]
         counted: dict[str, int] = defaultdict(int)
-        unplaced: list[tuple[KueueCount, Decimal]] = []
-        for count, value in sorted(readings.items()):
-            last = earlier.get(count)
-            if last is None and count[0] not in answered:
-                unplaced.append((count, value))
-                earlier[count] = value
-                continue
-            increment = int(value - (last or 0) if value >= (last or 0) else value)
-            if increment:
-                counted[count[1]] += increment
-            earlier[count] = value
-        answered |= _answered_instances(now)
+        for count, (evicted,) in counted_by_count.items():
+            counted[count[1]] += int(evicted)
         facts.kueue_preemptions = dict(sorted(counted.items()))
         facts.kueue_unplaced = len(unplaced)
         if counted:
@@ -696,13 +692,126 @@ def _kueue_preemptions(
                     workloads=sum(counted.values()), queues=queues, reason=plan.preemption_reason
                 )
             )
-        for count, value in unplaced:
+        for count, (value,) in unplaced:
             facts.warnings.append(
                 f"preemptions: Kueue's count {_kueue_text(count)} is first read here, at"
                 f" {value}, from a target Prometheus holds no earlier scrape of (Kueue"
                 " restarted at a new address, or Prometheus holds nothing older): when those"
                 " preemptions happened cannot be told, so they are not counted"
             )
+
+
+@dataclass(frozen=True)
+class KueueAdmissions:
+    """Workloads Kueue admitted in an interval, and the seconds they had waited for it."""
+
+    workloads: int
+    seconds: Decimal
+
+
+def _kueue_admissions(
+    intervals: dict[int, IntervalFacts],
+    observed: dict[int, Observed],
+    plan: sources.QueryPlan,
+    first: int,
+) -> None:
+    """The workloads Kueue admitted in each interval and the seconds they had waited, by task
+    kind (the priority class Kueue labels them with, as a pod's: `QueryPlan.kind_of`). Under
+    Kueue a Job waits suspended, with no pod, until admitted: its pods' waits start after, and
+    the average wait leaves the queue out unless these are added (reports' `waits`).
+
+    Read as Kueue's other counts (`_kueue_increments`), the histogram's count and sum of one
+    series together: a reset of the count is one of both. A series first read with no place
+    in time is not counted, and the interval says so."""
+    increments = _kueue_increments(observed, plan, first, sorted(intervals), ("admitted", "waited"))
+    for start, (counted, unplaced) in increments.items():
+        facts = intervals[start]
+        by_kind: dict[str, list] = {}
+        for count, (admitted, waited) in counted.items():
+            kind = plan.kind_of(count[KUEUE_COUNT_LABELS.index("priority_class")])
+            entry = by_kind.setdefault(kind, [0, Decimal(0)])
+            entry[0] += int(admitted)
+            entry[1] += waited
+        facts.kueue_admissions = {
+            kind: KueueAdmissions(workloads, seconds)
+            for kind, (workloads, seconds) in sorted(by_kind.items())
+            if workloads
+        }
+        for count, (admitted, waited) in unplaced:
+            facts.warnings.append(
+                f"waits: Kueue's count of admissions {_kueue_text(count)} is first read here,"
+                f" at {admitted} workload(s) and {waited} s of waiting, from a target"
+                " Prometheus holds no earlier scrape of (Kueue restarted at a new address, or"
+                " Prometheus holds nothing older): when they were admitted cannot be told, so"
+                " their waits are not counted"
+            )
+
+
+# An interval's increments of some of Kueue's counts, by count (KUEUE_COUNT_LABELS), each a
+# tuple of one value per counter; and the counts first read with no place in time, with their
+# readings.
+KueueIncrements = dict[
+    int,
+    tuple[
+        dict[KueueCount, tuple[Decimal, ...]],
+        list[tuple[KueueCount, tuple[Decimal, ...]]],
+    ],
+]
+
+
+def _kueue_increments(
+    observed: dict[int, Observed],
+    plan: sources.QueryPlan,
+    first: int,
+    starts: list[int],
+    counters: tuple[str, ...],
+) -> KueueIncrements:
+    """Each interval's increments of `counters` (KUEUE_READINGS), read together: the count a
+    series' labels name is read where every counter has a reading of it.
+
+    - A count is a series' KUEUE_COUNT_LABELS: Kueue scraped by two jobs, or relabelled,
+      is one count.
+    - Each counts from its last earlier reading (in the batch, else the look-back before it);
+      one whose first counter went down counts from zero (Kueue restarted in place).
+    - A count with no earlier reading whose target (`instance`) answered a scrape before
+      (in the batch or its look-back) was created by its first event (a client_golang
+      CounterVec or HistogramVec writes no 0 before), and counts its value.
+    - Any other (Kueue at an address Prometheus never scraped before: a restart or a new
+      leader; a Prometheus that holds nothing older) may hold events from before this
+      window, or before Prometheus' oldest sample: it is not counted, and is returned apart."""
+    before = observed[first - plan.step_seconds]
+
+    def readings(interval: Observed, which: int) -> dict[KueueCount, tuple[Decimal, ...]]:
+        each = [
+            _kueue_counts(getattr(interval, KUEUE_READINGS[counter][which])) for counter in counters
+        ]
+        return {
+            count: tuple(read[count] for read in each)
+            for count in each[0]
+            if all(count in read for read in each)
+        }
+
+    earlier = readings(before, 1)
+    earlier.update(readings(before, 0))
+    answered = set(before.kueue_answered_before) | _answered_instances(before)
+    found: KueueIncrements = {}
+    for start in starts:
+        now = observed[start]
+        counted: dict[KueueCount, tuple[Decimal, ...]] = {}
+        unplaced: list[tuple[KueueCount, tuple[Decimal, ...]]] = []
+        for count, values in sorted(readings(now, 0).items()):
+            last = earlier.get(count)
+            earlier[count] = values
+            if last is None and count[0] not in answered:
+                unplaced.append((count, values))
+                continue
+            if last is not None and values[0] >= last[0]:
+                values = tuple(value - was for value, was in zip(values, last, strict=True))
+            if any(values):
+                counted[count] = values
+        answered |= _answered_instances(now)
+        found[start] = (counted, unplaced)
+    return found
 
 
 def _kueue_counts(series: dict[tuple[tuple[str, str], ...], Decimal]) -> dict[KueueCount, Decimal]:
@@ -1040,7 +1149,7 @@ def _latency_unseen(
 
 def _kinds_unmapped(measured: Measured, observed: dict[int, Observed]) -> None:
     """GPU-seconds of pods whose priority class the source does not map to a kind, which are
-    counted as `training_batch` (identity.DEFAULT_KIND): training's rates and off-peak
+    counted as `training_batch` (sources.DEFAULT_KIND): training's rates and off-peak
     discount, none of inference's reserve, no SLA breach of theirs. A class the mapping does
     not name (a cluster's own, or one renamed) is said; so is no class at all on a task one of
     whose pods served the latency histogram in the interval (an inference server, or a

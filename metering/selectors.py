@@ -315,6 +315,36 @@ def windows_unsighted(*, start: datetime, end: datetime) -> list[UnsightedWindow
     ]
 
 
+@dataclass(frozen=True)
+class KindAdmissions:
+    kind: str
+    workloads: int
+    seconds: Decimal
+
+
+def kueue_admissions(*, start: datetime, end: datetime) -> list[KindAdmissions]:
+    """Workloads Kueue admitted in windows starting in the range, and the seconds they had
+    waited for it, per task kind (`IngestWindow.kueue_admissions`). Two sources reading one
+    Kueue count its admissions twice, and their waits: a mean of them does not move."""
+    found: dict[str, list] = {}
+    stored = (
+        IngestWindow.objects.filter(
+            status=IngestWindow.Status.DONE, start__gte=start, start__lt=end
+        )
+        .exclude(kueue_admissions={})
+        .values_list("kueue_admissions", flat=True)
+    )
+    for admissions in stored.iterator():
+        for kind, admitted in admissions.items():
+            entry = found.setdefault(kind, [0, Decimal(0)])
+            entry[0] += admitted["workloads"]
+            entry[1] += Decimal(admitted["seconds"])
+    return [
+        KindAdmissions(kind, workloads, seconds)
+        for kind, (workloads, seconds) in sorted(found.items())
+    ]
+
+
 def enough_requests_condition(min_requests: int) -> GreaterThanOrEqual:
     """`kernel.breach.enough_requests` over a LatencyInterval's request count, as SQL: the
     intervals rule 4 judges."""

@@ -74,8 +74,9 @@ logger = logging.getLogger(__name__)
 # preempted (`Observed.kueue_evicted`, filled by the combiner's follow-ups); 12: and the values
 # of the source's cluster label on each GPU node kube-state-metrics lists
 # (`Observed.gpu_node_clusters`), and on each device series (`SeriesTicks.cluster`); 13: a
-# free GPU's bare series holds its busy time (`measure._unheld_busy`).
-OBSERVATION_VERSION = 13
+# free GPU's bare series holds its busy time (`measure._unheld_busy`); 14: each interval holds
+# Kueue's admissions and their waits (`Observed.kueue_admitted`, `kueue_waited`).
+OBSERVATION_VERSION = 14
 
 Asked = TypeVar("Asked")
 

@@ -199,6 +199,10 @@ def shard_patterns_validate(patterns: object) -> list[str]:
     return patterns
 
 
+# The kind of a task whose priority class the source does not map: training's rates.
+DEFAULT_KIND = "training_batch"
+
+
 @dataclass(frozen=True)
 class QueryPlan:
     """Everything PromQL building needs from a source, validated once."""
@@ -232,6 +236,11 @@ class QueryPlan:
     # Whether the device meter reads its series' raw samples (see `reads_raw_samples`); None
     # decides by the scrape interval.
     raw_samples: bool | None = None
+
+    def kind_of(self, priority_class: str) -> str:
+        """The task kind of a priority class: a class the source does not map (or none) is
+        `DEFAULT_KIND`, the contract's default (measure.KINDS_UNMAPPED says which)."""
+        return self.priority_class_kinds.get(priority_class, DEFAULT_KIND)
 
     @property
     def range_ms(self) -> int:
@@ -899,17 +908,41 @@ def _kueue_evictions(plan: QueryPlan) -> str:
     return selector(plan, KUEUE_EVICTIONS, *matchers)
 
 
-def kueue_preemptions_query(plan: QueryPlan) -> str:
-    """Each series of Kueue's count of the workloads it evicted to preempt them (of the
-    source's cluster queues): its last reading in each interval (measure._kueue_preemptions
-    takes the increments)."""
-    return f"last_over_time({_kueue_evictions(plan)}{plan.window})"
+# Kueue's histogram of how long each workload it admitted waited, from its creation or its
+# requeue (after an eviction) until admission, by cluster queue and priority class
+# (pkg/metrics: `AdmittedWorkload`, observed once per admission). Under Kueue a Job is
+# suspended, with no pod, until admitted, so its pods' own waits (`kube_pod_created` to
+# scheduled) leave this wait out: measure._kueue_admissions adds it to the average wait.
+KUEUE_ADMISSION_WAIT = "kueue_admission_wait_time_seconds"
 
 
-def kueue_before_batch_query(plan: QueryPlan) -> str:
+def _kueue_admission_series(plan: QueryPlan, suffix: str) -> str:
+    matchers = []
+    if plan.kueue_cluster_queues:
+        matchers.append(label_matcher("cluster_queue", plan.kueue_cluster_queues, "=~"))
+    return selector(plan, f"{KUEUE_ADMISSION_WAIT}_{suffix}", *matchers)
+
+
+# Kueue's counts, as counters each read the same way (measure._kueue_increments): the
+# workloads it evicted to preempt them; those it admitted (the histogram's count) and the
+# seconds they had waited (its sum).
+KUEUE_COUNTERS: dict[str, Callable[[QueryPlan], str]] = {
+    "evicted": _kueue_evictions,
+    "admitted": lambda plan: _kueue_admission_series(plan, "count"),
+    "waited": lambda plan: _kueue_admission_series(plan, "sum"),
+}
+
+
+def kueue_counter_query(plan: QueryPlan, counter: str) -> str:
+    """Each series of one of Kueue's counts (of the source's cluster queues): its last
+    reading in each interval (measure._kueue_increments takes the increments)."""
+    return f"last_over_time({KUEUE_COUNTERS[counter](plan)}{plan.window})"
+
+
+def kueue_before_batch_query(plan: QueryPlan, counter: str) -> str:
     """The same series' last reading in the COUNTER_LOOKBACK_SECONDS up to the batch's start
     (evaluated there), from which the batch's first increments count."""
-    return f"last_over_time({_kueue_evictions(plan)}{BEFORE_BATCH})"
+    return f"last_over_time({KUEUE_COUNTERS[counter](plan)}{BEFORE_BATCH})"
 
 
 def kueue_targets_before_batch_query(plan: QueryPlan, instances: Iterable[str]) -> str:

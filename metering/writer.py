@@ -25,7 +25,7 @@ from django.utils import timezone
 from audit.services import audit_record
 from kernel.collector import collector_paused
 from kernel.histogram import stored_p99
-from kernel.money import half_up_rational_text
+from kernel.money import half_up_rational_text, round_places
 from kernel.numbers import exact_sum
 from metering import sources
 from metering.identity import TaskIds, _chunked, _moment, _pod_identity
@@ -77,8 +77,27 @@ WINDOW_FINDINGS: tuple[tuple[str, str, Callable[[IntervalFacts], object]], ...] 
     ),
     # Written here, a window's GPUs are in its sightings (`_sightings_replace`).
     ("gpus_sighted", "boolean", lambda facts: True),
+    ("kueue_admissions", "jsonb", lambda facts: _admissions_json(facts)),
 )
 FINDING_COLUMNS = tuple(column for column, _, _ in WINDOW_FINDINGS)
+
+
+def _admissions_json(facts: IntervalFacts) -> str:
+    """`IngestWindow.kueue_admissions`: Kueue's seconds are a float's sum, kept to 6 places."""
+    return json.dumps(
+        {
+            kind: {
+                "workloads": admitted.workloads,
+                "seconds": str(round_places(admitted.seconds, 6)),
+            }
+            for kind, admitted in facts.kueue_admissions.items()
+        }
+    )
+
+
+def _finding_stored(value: object) -> object:
+    """A stored finding as the UPDATE's parameter: a JSON column's value as its text."""
+    return json.dumps(value) if isinstance(value, dict | list) else value
 
 
 def _six_places(value: Fraction | int) -> str:
@@ -550,7 +569,7 @@ def _kept_result(
         before["content_hash"],
         before["first_written"],
         before["changed_after_first_write"],
-        *(before[column] for column in FINDING_COLUMNS),
+        *(_finding_stored(before[column]) for column in FINDING_COLUMNS),
     )
 
 

@@ -245,6 +245,22 @@ class MeanWaitOutput(serializers.Serializer):
 
 class KindWaitOutput(MeanWaitOutput):
     kind = serializers.CharField()
+    scheduling_mean_seconds = amount_field(
+        3,
+        allow_null=True,
+        source="scheduling.mean_seconds",
+        help_text="The pods' mean wait to be scheduled.",
+    )
+    admitted_workloads = serializers.IntegerField(
+        source="admission.waits",
+        help_text="Workloads Kueue admitted (0 where Kueue is not read, or for a team's view).",
+    )
+    admission_mean_seconds = amount_field(
+        3,
+        allow_null=True,
+        source="admission.mean_seconds",
+        help_text="Their mean wait in Kueue's queue; mean_seconds adds it to the pods'.",
+    )
 
 
 class HealthNumbersOutput(serializers.Serializer):

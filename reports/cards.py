@@ -93,6 +93,14 @@ def health_cards(
             shown=formatting.minutes(wait, empty=empty),
             shown_previous=formatting.minutes(previous_wait, empty=empty),
             status=str(verdict.wait),
-            explanation=f"{after.waits.overall.waits} scheduling attempts",
+            explanation=_wait_explanation(after.waits),
         ),
     ]
+
+
+def _wait_explanation(waits: health.Waits) -> str:
+    said = f"{waits.overall.waits} scheduling attempts"
+    admitted = sum(a.waits for a in waits.admissions.values())
+    if admitted:
+        said += f", with the wait of {admitted} workloads Kueue admitted"
+    return said

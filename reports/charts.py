@@ -337,19 +337,34 @@ def usage_by_day_chart(rows: Sequence[Row], *, timezone: str) -> go.Figure:
 
 def waits_chart(rows: Sequence[Row]) -> go.Figure:
     """Average and longest wait before running, per task kind. Rows: `kind`, `average_seconds`,
-    `longest_seconds`, `attempts`."""
+    `longest_seconds`, `attempts`; and, where Kueue admits workloads, `admission_seconds` (the
+    part of the average spent in Kueue's queue, None for a kind it did not admit) and
+    `admitted`: the average is then drawn as its two parts."""
     kinds = [KIND_LABELS.get(row["kind"], row["kind"]) for row in rows]
+    queued = [row.get("admission_seconds") or 0 for row in rows]
     figure = go.Figure()
     figure.add_trace(
         go.Bar(
             x=kinds,
-            y=[row["average_seconds"] / 60 for row in rows],
-            name="Average wait",
+            y=[(row["average_seconds"] - q) / 60 for row, q in zip(rows, queued, strict=True)],
+            name="Average wait to be scheduled" if any(queued) else "Average wait",
             marker_color=[KIND_COLOURS.get(row["kind"], "#6b7280") for row in rows],
             customdata=[row["attempts"] for row in rows],
             hovertemplate="%{y:.1f} min over %{customdata} scheduling attempts<extra></extra>",
         )
     )
+    if any(queued):
+        figure.add_trace(
+            go.Bar(
+                x=kinds,
+                y=[q / 60 for q in queued],
+                name="Average wait in Kueue's queue",
+                marker_color="#9ca3af",
+                customdata=[row.get("admitted", 0) for row in rows],
+                hovertemplate="%{y:.1f} min over %{customdata} admissions<extra></extra>",
+            )
+        )
+        figure.update_layout(barmode="stack")
     figure.add_trace(
         go.Scatter(
             x=kinds,

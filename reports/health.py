@@ -10,7 +10,9 @@ the same way, and tests can check the arithmetic on hand-made inputs.
   semantics (`kernel.histogram`, docs/pricing.md rule 4). Averaging per-interval P99s is wrong
   and never done.
 - Mean wait = mean of per-pod waits (one per scheduling attempt) whose pod was scheduled in the
-  period, per task kind and overall (a mean of all waits, not a mean of the kinds' means).
+  period, plus, where Kueue admits the kind's workloads, the mean wait of those it admitted in
+  the period; per task kind and overall (the kinds weighted by their attempts, not a mean of
+  the kinds' means).
 
 Everything is `Decimal`: latencies and ratios are not money, but the breach rule compares a P99
 with an SLO exactly as the pricing engine does, and a float could land on the other side.
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 # A "real" change between two periods, below which a number counts as unchanged. Utilization is
@@ -78,27 +80,57 @@ class MeanWait:
         return ratio(self.total_seconds, Decimal(self.waits))
 
 
+NO_WAIT = MeanWait(waits=0, total_seconds=Decimal(0))
+
+
 @dataclass(frozen=True)
 class KindWait(MeanWait):
+    """A kind's wait before running: its pods' mean wait to be scheduled plus its workloads'
+    mean wait for Kueue's admission (`Waits`). `waits` and `total_seconds` are the pods'
+    attempts and those seconds with each attempt given the mean admission wait too (the
+    admissions where no pod of the kind was scheduled): what `Waits.overall` adds up."""
+
     kind: str = ""
+    scheduling: MeanWait = NO_WAIT
+    admission: MeanWait = NO_WAIT
+
+    @classmethod
+    def of(cls, kind: str, scheduling: MeanWait, admission: MeanWait) -> KindWait:
+        attempts = scheduling.waits or admission.waits
+        queued = admission.mean_seconds or Decimal(0)
+        return cls(
+            waits=attempts,
+            total_seconds=scheduling.total_seconds + attempts * queued,
+            kind=kind,
+            scheduling=scheduling,
+            admission=admission,
+        )
 
 
 @dataclass(frozen=True)
 class Waits:
+    """Pods' waits to be scheduled (`PodWait`), and Kueue's admissions with the seconds they
+    waited (`IngestWindow.kueue_admissions`), per kind. Under Kueue a Job waits suspended, with
+    no pod, until admitted: its pods' waits start only then, so a kind's wait before running
+    is the two means added (`KindWait`)."""
+
     per_kind: dict[str, MeanWait]
+    admissions: dict[str, MeanWait] = field(default_factory=dict)
 
     @property
     def kinds(self) -> list[KindWait]:
         return [
-            KindWait(kind=kind, waits=w.waits, total_seconds=w.total_seconds)
-            for kind, w in sorted(self.per_kind.items())
+            KindWait.of(kind, self.per_kind.get(kind, NO_WAIT), self.admissions.get(kind, NO_WAIT))
+            for kind in sorted(self.per_kind.keys() | self.admissions.keys())
         ]
 
     @property
     def overall(self) -> MeanWait:
+        """The kinds' waits weighted by their attempts (not a mean of the kinds' means)."""
+        kinds = self.kinds
         return MeanWait(
-            waits=sum(w.waits for w in self.per_kind.values()),
-            total_seconds=sum((w.total_seconds for w in self.per_kind.values()), Decimal(0)),
+            waits=sum(w.waits for w in kinds),
+            total_seconds=sum((w.total_seconds for w in kinds), Decimal(0)),
         )
 
 

@@ -29,6 +29,7 @@ from billing.models import PeriodClose, PriceBook
 from billing.selectors import PeriodBounds, period_bounds, period_previous
 from kernel.money import ROUNDING
 from metering.models import PodWait, Preemption
+from metering.selectors import kueue_admissions
 from reports import health
 from reports import selectors as health_selectors
 from reports.formatting import CENT, gpu_hours
@@ -93,21 +94,38 @@ def top_preempted_tasks(
 
 
 def wait_rows(*, start: dt.datetime, end: dt.datetime) -> list[dict]:
-    rows = (
-        PodWait.objects.filter(scheduled__gte=start, scheduled__lt=end)
+    """Per kind: the pods' scheduling attempts, the average wait before running (with Kueue's
+    admission wait where it admitted the kind's workloads, as the health numbers take it), the
+    average admission wait (None without any) and the longest pod's wait (Kueue's histogram
+    holds no longest)."""
+    rows = {
+        row["task__kind"]: row
+        for row in PodWait.objects.filter(scheduled__gte=start, scheduled__lt=end)
         .values("task__kind")
         .annotate(attempts=Count("id"), total=Sum("seconds"), longest=Max("seconds"))
-        .order_by("task__kind")
-    )
-    return [
-        {
-            "kind": row["task__kind"],
-            "attempts": row["attempts"],
-            "average_seconds": Decimal(row["total"]) / row["attempts"],
-            "longest_seconds": Decimal(row["longest"]),
-        }
-        for row in rows
-    ]
+    }
+    admitted = {a.kind: a for a in kueue_admissions(start=start, end=end)}
+    found = []
+    for kind in sorted(rows.keys() | admitted.keys()):
+        row, admissions = rows.get(kind), admitted.get(kind)
+        wait = health.KindWait.of(
+            kind,
+            health.MeanWait(row["attempts"], Decimal(row["total"])) if row else health.NO_WAIT,
+            health.MeanWait(admissions.workloads, admissions.seconds)
+            if admissions
+            else health.NO_WAIT,
+        )
+        found.append(
+            {
+                "kind": kind,
+                "attempts": wait.scheduling.waits,
+                "average_seconds": wait.mean_seconds,
+                "admission_seconds": wait.admission.mean_seconds,
+                "admitted": wait.admission.waits,
+                "longest_seconds": Decimal(row["longest"]) if row else Decimal(0),
+            }
+        )
+    return found
 
 
 def period_health_read(*, period: Range, previous: Range, cap_seconds: int) -> PeriodHealth:
@@ -202,6 +220,10 @@ def _numbers_record(numbers: health.HealthNumbers) -> dict:
             [kind, wait.waits, str(wait.total_seconds)]
             for kind, wait in numbers.waits.per_kind.items()
         ],
+        "admissions": [
+            [kind, admitted.waits, str(admitted.total_seconds)]
+            for kind, admitted in numbers.waits.admissions.items()
+        ],
     }
 
 
@@ -221,7 +243,12 @@ def _numbers_from_record(record: dict) -> health.HealthNumbers:
             per_kind={
                 kind: health.MeanWait(waits=waits, total_seconds=Decimal(total))
                 for kind, waits, total in record["waits"]
-            }
+            },
+            # Snapshots stored before Kueue's admissions were read hold none.
+            admissions={
+                kind: health.MeanWait(waits=workloads, total_seconds=Decimal(total))
+                for kind, workloads, total in record.get("admissions", [])
+            },
         ),
     )
 
@@ -280,6 +307,8 @@ def period_health_record(numbers: PeriodHealth) -> dict:
                 "kind": row["kind"],
                 "attempts": row["attempts"],
                 "average_seconds": str(row["average_seconds"]),
+                "admission_seconds": _text(row["admission_seconds"]),
+                "admitted": row["admitted"],
                 "longest_seconds": str(row["longest_seconds"]),
             }
             for row in numbers.wait_rows
@@ -303,6 +332,9 @@ def period_health_from_record(record: dict) -> PeriodHealth:
                 "kind": row["kind"],
                 "attempts": row["attempts"],
                 "average_seconds": Decimal(row["average_seconds"]),
+                # Snapshots stored before Kueue's admissions were read hold none.
+                "admission_seconds": _decimal(row.get("admission_seconds")),
+                "admitted": row.get("admitted", 0),
                 "longest_seconds": Decimal(row["longest_seconds"]),
             }
             for row in record["wait_rows"]

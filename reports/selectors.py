@@ -59,6 +59,7 @@ from metering.models import (
 from metering.selectors import (
     capacity_parts,
     enough_requests_condition,
+    kueue_admissions,
     range_split,
     team_usage_parts,
     usage_parts,
@@ -321,18 +322,24 @@ def _merged_buckets(
 def waits(
     *, start: dt.datetime, end: dt.datetime, teams: QuerySet[Team] | None = None
 ) -> health.Waits:
-    """Waits of pods scheduled in the range, per task kind."""
+    """Waits of pods scheduled in the range, per task kind; and, for the whole pool, Kueue's
+    admissions in the range with their waits. Kueue counts those per cluster queue, not per
+    team: narrowed to `teams`, the waits are the pods' only."""
     rows = (
         PodWait.objects.filter(_team_filter(teams), scheduled__gte=start, scheduled__lt=end)
         .values("task__kind")
         .annotate(n=Count("id"), total=Sum("seconds"))
         .order_by("task__kind")
     )
+    admissions = [] if teams is not None else kueue_admissions(start=start, end=end)
     return health.Waits(
         per_kind={
             row["task__kind"]: health.MeanWait(waits=row["n"], total_seconds=Decimal(row["total"]))
             for row in rows
-        }
+        },
+        admissions={
+            a.kind: health.MeanWait(waits=a.workloads, total_seconds=a.seconds) for a in admissions
+        },
     )
 
 

@@ -169,10 +169,19 @@ def expected_waits(api_pool, teams: set[str] | None = None) -> tuple[dict, list]
         "waits": len(every),
         "mean_seconds": expected.places(Decimal(sum(every)) / len(every), 3),
     }
-    kinds = [
-        {"kind": k, "waits": len(w), "mean_seconds": expected.places(Decimal(sum(w)) / len(w), 3)}
-        for k, w in sorted(per_kind.items())
-    ]
+    kinds = []
+    for kind, waits in sorted(per_kind.items()):
+        mean = expected.places(Decimal(sum(waits)) / len(waits), 3)
+        kinds.append(
+            {
+                "kind": kind,
+                "waits": len(waits),
+                "mean_seconds": mean,
+                "scheduling_mean_seconds": mean,  # no Kueue in this pool
+                "admitted_workloads": 0,
+                "admission_mean_seconds": None,
+            }
+        )
     return overall, kinds
 
 

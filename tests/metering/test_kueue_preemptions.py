@@ -159,11 +159,16 @@ def test_it_says_nothing_where_kueue_preempted_nothing() -> None:
 
 def test_it_reads_kueue_preemptions_with_the_source_matchers_over_each_interval() -> None:
     plan = sources.QueryPlan(scrape_seconds=60, step_seconds=300, matchers=(("cluster", "a"),))
-    assert sources.kueue_preemptions_query(plan) == (
+    assert sources.kueue_counter_query(plan, "evicted") == (
         'last_over_time(kueue_evicted_workloads_total{reason="Preempted",cluster="a"}'
         "[299999ms] offset 1ms)"
     )
-    assert sources.kueue_before_batch_query(plan).endswith("[86400s] offset 1ms)")
+    assert sources.kueue_counter_query(plan, "admitted") == (
+        'last_over_time(kueue_admission_wait_time_seconds_count{cluster="a"}[299999ms] offset 1ms)'
+    )
+    assert sources.kueue_before_batch_query(plan, "waited") == (
+        'last_over_time(kueue_admission_wait_time_seconds_sum{cluster="a"}[86400s] offset 1ms)'
+    )
     assert sources.kueue_targets_before_batch_query(plan, ["10.96.0.50:8443"]) == (
         r'max by (instance) (max_over_time(up{instance=~"10\\.96\\.0\\.50:8443",cluster="a"}'
         "[86400s] offset 1ms)) == 1"
@@ -177,7 +182,8 @@ def test_it_counts_only_the_source_cluster_queues_where_it_names_them() -> None:
         label_mapping={"kueue_cluster_queues": "train-.*"},
     )
     plan = sources.query_plan_for(source, step_seconds=300)
-    assert 'cluster_queue=~"train-.*"' in sources.kueue_preemptions_query(plan)
+    for counter in ("evicted", "admitted", "waited"):
+        assert 'cluster_queue=~"train-.*"' in sources.kueue_counter_query(plan, counter)
     with pytest.raises(SourceConfigurationError, match=r"label_mapping\.kueue_cluster_queues"):
         sources.query_plan_for(
             Source(name="bad", url="http://x", label_mapping={"kueue_cluster_queues": "("}),
