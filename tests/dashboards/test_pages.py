@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import html
 import io
 from decimal import Decimal
@@ -374,6 +375,23 @@ def test_it_names_the_silent_node_on_the_overview(client, people, closed_pool) -
     html = client.get("/").content.decode()
     assert "1 done with samples missing" in html
     assert missing in html and "io: series" not in html
+
+
+def test_it_adds_kueues_queue_to_the_overviews_waits(client, people, closed_pool) -> None:
+    client.force_login(people.finance)
+    html = client.get("/?month=2026-10").content.decode()
+    assert "In Kueue's queue" not in html  # no Kueue read: the table as it was
+    window = IngestWindow.objects.filter(start__gte=closed_pool.start).order_by("start").first()
+    IngestWindow.objects.filter(pk=window.pk).update(
+        kueue_admissions={"training_batch": {"workloads": 4, "seconds": "14400.000000"}},
+        updated=window.updated + dt.timedelta(seconds=1),  # as a re-ingest moves it
+    )
+    html = client.get("/?month=2026-10").content.decode()
+    table = html.split('data-table="waits"', 1)[1].split("</table>", 1)[0]
+    row = table.split('data-kind="training_batch"', 1)[1].split("</tr>", 1)[0]
+    assert "In Kueue's queue" in table
+    assert '60.0 min</td><td class="num">4</td>' in row  # 14,400 s over 4 workloads
+    assert "its pods' wait to be scheduled plus its workloads' wait in Kueue's queue" in html
 
 
 def test_it_compares_the_month_with_the_one_before(client, people) -> None:
