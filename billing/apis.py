@@ -31,7 +31,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from access.api import MonthFilter, VisibleTeamField, VisibleTeamFilter, validated_query
+from access.api import (
+    GpuHoursField,
+    MonthFilter,
+    VisibleTeamField,
+    VisibleTeamFilter,
+    validated_query,
+)
 from access.models import SCOPE_QUOTA_READ
 from access.schema import ApiSchema
 from access.selectors import visible_teams
@@ -47,10 +53,12 @@ from billing.selectors import (
     BASIS_MONTH_TO_DATE,
     QuotaStatus,
     price_books_with_classes,
+    quota_metered_twice,
     quota_statuses,
 )
 from kernel.period import PERIOD_REGEX
 from kernel.price_book_fields import GPU_CLASS_FIELDS, PRICE_BOOK_FIELDS
+from metering.selectors import MeteredTwice
 
 # --- Statements -------------------------------------------------------------------------
 
@@ -256,6 +264,15 @@ class QuotaStatusOutput(serializers.Serializer):
     price_book_version = serializers.IntegerField(allow_null=True)
 
 
+class MeteredTwiceOutput(serializers.Serializer):
+    sources = serializers.ListField(child=serializers.CharField())
+    gpus = serializers.IntegerField(help_text="GPUs both sources count present")
+    gpu_hours = GpuHoursField(source="gpu_seconds", help_text="Their capacity counted twice")
+    first = serializers.DateTimeField()
+    last = serializers.DateTimeField()
+    message = serializers.CharField(help_text="What happened and how to end it")
+
+
 class QuotaQuery(serializers.Serializer):
     """What both quota endpoints accept; a bad value answers 400 naming the parameter."""
 
@@ -279,13 +296,14 @@ def visible_quota_statuses(request: Request) -> list[QuotaStatus]:
     return quota_statuses(teams=list(teams), active_only=True)
 
 
-def quota_etag(statuses: list[dict]) -> str:
+def quota_etag(body: dict) -> str:
     """A weak validator over everything but `lag_seconds`, which grows every second by itself.
 
     Weak (W/): a 304 means "the same quota numbers", not byte-identical bodies, since a fresh
     body would carry a larger lag.
     """
-    stable = [{k: v for k, v in s.items() if k != "lag_seconds"} for s in statuses]
+    teams = [{k: v for k, v in s.items() if k != "lag_seconds"} for s in body["teams"]]
+    stable = {**body, "teams": teams}
     digest = hashlib.sha256(json.dumps(stable, sort_keys=True, default=str).encode()).hexdigest()
     return f'W/"{digest[:40]}"'
 
@@ -308,14 +326,21 @@ class QuotaExportApi(APIView):
     @extend_schema_serializer(component_name="QuotaExport")
     class Output(serializers.Serializer):
         teams = QuotaStatusOutput(many=True)
+        metered_twice = MeteredTwiceOutput(
+            many=True,
+            help_text="Pairs of sources that meter the same GPUs this month: every `used` "
+            "figure counts those GPUs' pods twice until one source is narrowed. Empty when "
+            "the numbers can be enforced as they are.",
+        )
 
     @extend_schema(
         parameters=[QuotaQuery],
         responses={200: Output, 304: OpenApiResponse(description="Unchanged since the ETag")},
     )
     def get(self, request: Request) -> Response:
-        body = self.Output({"teams": visible_quota_statuses(request)}).data
-        etag = quota_etag(body["teams"])
+        found = {"teams": visible_quota_statuses(request), "metered_twice": quota_metered_twice()}
+        body = self.Output(found).data
+        etag = quota_etag(body)
         headers = {"ETag": etag, "Cache-Control": "private, no-cache"}
         if if_none_match(request, etag):
             return Response(status=304, headers=headers)
@@ -412,9 +437,20 @@ QUOTA_METRICS = [
 ]
 
 
-def quota_metrics_text(statuses: list[QuotaStatus]) -> str:
-    """Prometheus text exposition format 0.0.4: one gauge family per number, a sample per team."""
-    lines: list[str] = []
+def quota_metrics_text(statuses: list[QuotaStatus], metered_twice: list[MeteredTwice]) -> str:
+    """Prometheus text exposition format 0.0.4: one gauge family per number, a sample per team;
+    and the GPUs two sources both meter this month, a sample per pair (none: 0)."""
+    name = "tandem_quota_gpus_metered_twice"
+    lines: list[str] = [
+        f"# HELP {name} GPUs two sources both meter this month: the teams' used GPU time"
+        " counts their pods twice.",
+        f"# TYPE {name} gauge",
+    ]
+    for twice in metered_twice:
+        first, second = (escape_label(source) for source in twice.sources)
+        lines.append(f'{name}{{source="{first}",other_source="{second}"}} {twice.gpus}')
+    if not metered_twice:
+        lines.append(f"{name} 0")
     for name, help_text, attribute, factor in QUOTA_METRICS:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
         for status in statuses:
@@ -472,5 +508,5 @@ class QuotaMetricsApi(APIView):
 
     @extend_schema(parameters=[QuotaQuery], responses={(200, "text/plain"): OpenApiTypes.STR})
     def get(self, request: Request) -> HttpResponse:
-        text = quota_metrics_text(visible_quota_statuses(request))
+        text = quota_metrics_text(visible_quota_statuses(request), quota_metered_twice())
         return HttpResponse(text, content_type="text/plain; version=0.0.4; charset=utf-8")

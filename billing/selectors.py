@@ -33,7 +33,13 @@ from kernel.period import first_day, period_of, period_utc_range, previous_perio
 from kernel.tasks import TRAINING_KINDS
 from metering import partitions
 from metering.models import CapacityInterval, IngestWindow, Source, Team
-from metering.selectors import range_split, windows_missing, windows_unsighted
+from metering.selectors import (
+    MeteredTwice,
+    gpus_metered_twice,
+    range_split,
+    windows_missing,
+    windows_unsighted,
+)
 
 ZERO = Decimal(0)
 CENT = Decimal("0.01")
@@ -429,6 +435,14 @@ def month_to_date_state(at: dt.datetime) -> MonthToDateState:
 
 def month_to_date_draft_of(period: str) -> MonthToDateDraft | None:
     return MonthToDateDraft.objects.filter(period=period).first()
+
+
+def quota_metered_twice(at: dt.datetime | None = None) -> list[MeteredTwice]:
+    """Pairs of sources that meter the same GPUs in the month containing `at` (default now):
+    the month's usage, and the quota's `used`, count those GPUs' pods twice until one source
+    is narrowed and ingested again (docs/telemetry.md, "One GPU, two sources")."""
+    bounds = period_bounds(period_containing(at or timezone.now()))
+    return gpus_metered_twice(start=bounds.start, end=bounds.end)
 
 
 def quota_status(team: Team, at: dt.datetime | None = None) -> QuotaStatus:

@@ -286,13 +286,37 @@ def test_it_changes_the_etag_when_usage_changes(api_pool, callers):
     assert response.headers["ETag"] != etag
 
 
+def test_it_says_when_two_sources_meter_the_same_gpus_this_month(api_pool, callers):
+    """A scheduler enforcing `used` would hold a team back for GPU time counted twice: the
+    export says so, with the pair, while it lasts."""
+    client = callers["token_quota"].client
+    first = client.get(reverse("api-quota-export"))
+    assert first.json()["metered_twice"] == []
+    one, other = f.SourceFactory(name="prom-a"), f.SourceFactory(name="thanos")
+    span = (api_pool.month_start, api_pool.month_start + dt.timedelta(hours=2))
+    for source in (one, other):
+        f.gpu_sighting(source, "GPU-1", span)
+    response = client.get(reverse("api-quota-export"), HTTP_IF_NONE_MATCH=first.headers["ETag"])
+    assert response.status_code == 200  # the same teams' numbers, but not the same answer
+    (twice,) = response.json()["metered_twice"]
+    assert twice["sources"] == ["prom-a", "thanos"]
+    assert (twice["gpus"], twice["gpu_hours"]) == (1, "2.00")
+    assert twice["message"].startswith("sources prom-a and thanos both meter 1 GPU(s)")
+    text = client.get(reverse("api-quota-metrics")).content.decode()
+    assert 'tandem_quota_gpus_metered_twice{source="prom-a",other_source="thanos"} 1\n' in text
+    lint = subprocess.run(
+        ["promtool", "check", "metrics"], input=text, capture_output=True, text=True
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
 # --- Prometheus text --------------------------------------------------------------------
 
 
 def parse_metrics(text: str) -> dict[tuple[str, str], str]:
     samples = {}
     for line in text.splitlines():
-        if line and not line.startswith("#"):
+        if line and not line.startswith("#") and 'team="' in line:
             series, value = line.rsplit(" ", 1)
             name, labels = series.split("{", 1)
             team = labels.split('team="', 1)[1].split('"', 1)[0]
@@ -328,6 +352,7 @@ def test_it_serves_the_same_numbers_as_valid_prometheus_text(api_pool, callers):
             assert f"tandem_quota_month_to_date_line_money{{{labels}}} {amount}\n" in text
         assert samples[("tandem_quota_over", team)] == ("1" if row["over_quota"] else "0")
     assert ("tandem_quota_allowance_money", "bravo") not in samples  # no allowance, no sample
+    assert "\ntandem_quota_gpus_metered_twice 0\n" in text  # no two sources meter one GPU
     assert samples[("tandem_quota_io_cap_operations_per_second", "bravo")] in ("5000", "250.5")
 
 
@@ -344,7 +369,8 @@ def test_it_escapes_label_values_in_prometheus_text(api_pool, callers):
 
 
 def test_it_exports_in_a_fixed_number_of_queries(api_pool, callers, django_assert_num_queries):
-    # What a scheduler polls: the same queries however many teams, and never the pricing.
+    # What a scheduler polls: the same queries however many teams, and never the pricing;
+    # one of them asks whether two sources meter the same GPUs.
     for number in range(5):
         UsageInterval.objects.create(
             task=f.TaskFactory(team=f.TeamFactory(name=f"extra{number}"), kind="inference"),
@@ -353,6 +379,6 @@ def test_it_exports_in_a_fixed_number_of_queries(api_pool, callers, django_asser
         )
     month_to_date_draft_refresh()
     client = callers["token_quota"].client
-    with django_assert_num_queries(9):
+    with django_assert_num_queries(10):
         response = client.get(reverse("api-quota-export"))
     assert len(response.json()["teams"]) == 7
