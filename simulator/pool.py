@@ -96,6 +96,13 @@ STARVATION_SECONDS = 3 * 3600
 # series exists only from its first increment on).
 KUEUE_TARGET = 'job="kueue",instance="10.96.0.50:8443"'
 KUEUE_UP = f"up{{{KUEUE_TARGET}}} "
+# Kueue's admission wait histogram (pkg/metrics: `generateExponentialBuckets(16)`, i.e. 1, then
+# 2.5 doubling 15 times up to 40960 s), its `le` strings as client_golang's text format writes
+# them (shortest 'g': "1", "2.5", ..., "40960"). A HistogramVec too: a label set's series
+# exist only from its first observation on.
+KUEUE_WAIT_BOUNDS = (1.0, *(2.5 * 2**i for i in range(15)))
+KUEUE_WAIT_LE = (*(f"{b:g}" for b in KUEUE_WAIT_BOUNDS), "+Inf")
+KUEUE_WAIT = "kueue_admission_wait_time_seconds"
 
 
 @dataclass(frozen=True)
@@ -198,6 +205,13 @@ class Pool:
         self.kueue_evictions: dict[str, int] = {}
         self._evicted_tick: int | None = None
         self._evicted_tasks: set[Task] = set()
+        # Kueue's admission waits: per label set, its line prefixes (a bucket per bound, _sum,
+        # _count) and their values, in the order the label sets appeared; the admissions for
+        # truth.json (`kueue_admissions`); and this tick's pods bound while their workload
+        # waited for admission, admitted together once the scheduler's pass is over.
+        self.kueue_waits: dict[str, tuple[list[str], list[int]]] = {}
+        self.kueue_admissions: list[dict] = []
+        self._admitting: list[Pod] = []
         self._create_services()
         served = {service.model_name for service in self.services}
         for model in config.vllm_without_stats:
@@ -267,6 +281,7 @@ class Pool:
         self.tasks = {task_id: task for task_id, task in self.tasks.items() if task in live}
         self.capacity_gpu_seconds.clear()
         self.capacity_by_model.clear()
+        self.kueue_admissions.clear()
         for service in self.services:
             service.increments.clear()
         for task in self.tasks.values():
@@ -597,16 +612,25 @@ class Pool:
             name = f"{task.owner_name}-0"
         else:
             name = f"{task.owner_name}-{name_suffix(rng)}"
+        uid = fake_uuid(rng)  # before `created`: the same random numbers, in the same order
+        created = t - rng.randrange(0, self.s)
         pod = Pod(
             name=name,
-            uid=fake_uuid(rng),
+            uid=uid,
             task=task,
             seq=seq,
-            created=t - rng.randrange(0, self.s),
+            created=created,
             created_tick=t,
             pod_ip=f"10.244.{(seq // 250) % 250}.{seq % 250 + 2}",
             ksm_version=self.config.kube_state_metrics,
+            queued=created,
         )
+        if self._kueue_managed(task):
+            task.live_pods += 1
+            if not task.admitted:
+                # Kueue holds the Job suspended until it admits the workload: no pod yet.
+                pod.hidden, pod.awaiting_since = True, created
+                task.awaiting.append(pod)
         pod.rebuild_ksm_lines()
         task.pods.append(name)
         if task.service is not None:
@@ -632,6 +656,13 @@ class Pool:
         pod.preempted = preempted
         pod.telemetry = telemetry
         pod.rebuild_ksm_lines()
+        task = pod.task
+        if self._kueue_managed(task):
+            task.live_pods -= 1
+            if not task.live_pods:
+                # Kueue releases a finished workload's quota; a pod re-created after it (a node
+                # lost) is a new admission.
+                task.admitted = False
         service = pod.task.service
         if service is not None and pod in service.pods:
             service.pods.remove(pod)
@@ -674,11 +705,13 @@ class Pool:
     # -- scheduler ---------------------------------------------------------------------------
 
     def _schedule(self, t: int) -> None:
-        order = sorted(self.pending, key=lambda p: (-p.task.priority, p.created, p.seq))
+        order = sorted(self.pending, key=lambda p: (-p.task.priority, p.queued, p.seq))
         draining: Node | None = None
         for pod in order:
             if pod.created_tick >= t:
                 continue  # the scheduler sees a pod from the tick after its creation
+            if pod.hidden and pod.awaiting_since >= t:
+                continue  # its workload was evicted at this tick: Kueue admits it later
             whole_training = pod.task.request_mode == "whole" and pod.task.service is None
             avoid = draining if whole_training else None
             if pod.task.gang:  # beside its running sibling, never on the same node
@@ -694,11 +727,13 @@ class Pool:
                 and not self.separate  # its own pool is sized for its peak: nothing to evict
             ):
                 self._preempt_for(pod, t)
-            elif whole_training and draining is None and t - pod.created > STARVATION_SECONDS:
+            elif whole_training and draining is None and t - pod.queued > STARVATION_SECONDS:
                 # A large Job has waited long: keep smaller training pods off the node that
                 # can free up most GPUs for it, so it cannot starve behind them.
                 draining = max(self.nodes, key=self._drainable_gpus)
         self.pending = [p for p in self.pending if p.phase == "Pending"]
+        if self._admitting:
+            self._admit_bound(t)
 
     def _drainable_gpus(self, node: Node) -> int:
         if not node.present or node.serves == "inference":
@@ -797,7 +832,16 @@ class Pool:
         pod.rebuild_ksm_lines()
         self._set_dynamics(pod)
         self._build_prefixes(pod)
-        task.waits.append(
+        if pod.hidden:
+            # Kueue admits its workload just before this bind; _admit_bound sets `created`
+            # (after the pass: a gang Job's pods may bind at this tick too) and the wait.
+            self._admitting.append(pod)
+        else:
+            self._record_wait(pod)
+        self.running.append(pod)
+
+    def _record_wait(self, pod: Pod) -> None:
+        pod.task.waits.append(
             {
                 "pod": pod.name,
                 "created": iso(pod.created),
@@ -805,7 +849,6 @@ class Pool:
                 "seconds": pod.scheduled - pod.created,
             }
         )
-        self.running.append(pod)
 
     def _preempt_for(self, pod: Pod, t: int) -> None:
         """Free one whole GPU for an inference pod: reuse a GPU already being freed, else evict
@@ -842,6 +885,8 @@ class Pool:
         self._end(victim, t, "Failed", preempted=not self.kueue)
         if self.kueue:
             self._count_eviction(task, t)
+        if self._kueue_managed(task):
+            self._requeue(task, t)
         lost = self._after_interruption(victim, ran)
         task.preemptions.append(
             {
@@ -850,6 +895,81 @@ class Pool:
                 "gpus": task.request_gpus,
                 "seconds_since_start": ran,
                 "lost_gpu_seconds": f"{lost * task.request_gpus}.000000",
+            }
+        )
+
+    def _kueue_managed(self, task: Task) -> bool:
+        """Whether Kueue queues `task`'s workload (--preemptions-by kueue): its Jobs (batch
+        training, gang and preprocessing Jobs, whatever GPUs they ask for: Kueue's batch/Job
+        integration queues every Job of the namespaces it manages), the workloads whose
+        evictions `_preempt` counts. Not the inference services (ReplicaSets, which must not
+        wait for quota) nor the notebooks (StatefulSets): those pods exist from submission."""
+        return self.kueue and task.owner_kind == "Job"
+
+    def _requeue(self, task: Task, t: int) -> None:
+        """Kueue evicted `task`'s workload at `t`: the next pod bound is a new admission. A pod
+        of it still pending after the last admission (a gang Job's sibling) goes with its
+        suspended Job and waits for that admission again, from `t`."""
+        task.admitted = False
+        for pod in self.pending:
+            if pod.task is task and pod.phase == "Pending" and not pod.hidden:
+                pod.hidden, pod.awaiting_since = True, t
+                pod.rebuild_ksm_lines()
+                task.awaiting.append(pod)
+
+    def _admit_bound(self, t: int) -> None:
+        """Kueue admits the workloads whose pods this tick's pass bound while they waited for
+        it: their pods are created then, and kube-scheduler binds them a second later."""
+        bound, self._admitting = self._admitting, []
+        by_task: dict[Task, list[Pod]] = {}
+        for pod in bound:
+            by_task.setdefault(pod.task, []).append(pod)
+        # In the order of their first binds, so that truth.json lists admissions in time order.
+        for task, pods in sorted(by_task.items(), key=lambda item: _first_bind(item[1])):
+            first = _first_bind(pods)
+            # A second before the first bind, so that the pod's own wait is that second; but
+            # after the previous tick (whose sample saw no pod), or at the bind itself when the
+            # bind is the first second after it.
+            admitted = min(first, max(first - 1, t - self.s + 1))
+            # From the workload's creation or requeue: the earliest of its waiting pods.
+            seconds = admitted - min(pod.awaiting_since for pod in task.awaiting)
+            for pod in task.awaiting:
+                pod.created, pod.hidden = admitted, False
+                pod.rebuild_ksm_lines()
+            task.awaiting = []
+            task.admitted = True
+            for pod in pods:
+                self._record_wait(pod)
+            self._observe_admission(task, admitted, t, seconds)
+
+    def _observe_admission(self, task: Task, admitted: int, t: int, seconds: int) -> None:
+        """Kueue's `kueue_admission_wait_time_seconds` observes `seconds` (written at `t`
+        already, as the pods' series are), and truth.json's `kueue_admissions` records it."""
+        base = (
+            f'{KUEUE_TARGET},cluster_queue="{task.namespace}",'
+            f'priority_class="{task.priority_class}",replica_role="leader"'
+        )
+        series = self.kueue_waits.get(base)
+        if series is None:
+            prefixes = [f'{KUEUE_WAIT}_bucket{{{base},le="{le}"}} ' for le in KUEUE_WAIT_LE]
+            prefixes += [f"{KUEUE_WAIT}_sum{{{base}}} ", f"{KUEUE_WAIT}_count{{{base}}} "]
+            series = self.kueue_waits[base] = (prefixes, [0] * len(prefixes))
+        values = series[1]
+        for index, bound in enumerate(KUEUE_WAIT_BOUNDS):
+            if seconds <= bound:
+                values[index] += 1
+        values[-3] += 1  # +Inf
+        values[-2] += seconds  # waits are whole seconds: the sum stays an integer
+        values[-1] += 1
+        self.kueue_admissions.append(
+            {
+                "task": task.id,
+                "cluster_queue": task.namespace,
+                "priority_class": task.priority_class,
+                "kind": task.kind,
+                "admitted": iso(admitted),
+                "at": iso(t),
+                "seconds": seconds,
             }
         )
 
@@ -994,6 +1114,8 @@ class Pool:
         if self.kueue:
             lines.append(KUEUE_UP + "1")
             lines += [prefix + str(count) for prefix, count in self.kueue_evictions.items()]
+            for prefixes, values in self.kueue_waits.values():
+                lines += map(add, prefixes, map(str, values))
         return lines
 
     def _read_device(self, device: Device) -> tuple[int, int, list[str]]:
@@ -1114,6 +1236,10 @@ class Pool:
         pod.latency_sum += count * median * math.exp(service.sigma**2 / 2)
         values = [*map(str, counts), f"{pod.latency_sum:.3f}", str(counts[-1])]
         lines += map(add, pod.vllm_prefixes, values)
+
+
+def _first_bind(pods: list[Pod]) -> int:
+    return min(pod.scheduled for pod in pods)
 
 
 def _free(device: Device) -> bool:

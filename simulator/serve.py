@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from simulator.config import PoolConfig
 from simulator.pool import Pool
 
-HISTOGRAM_FAMILIES = ("vllm:e2e_request_latency_seconds",)
+HISTOGRAM_FAMILIES = ("vllm:e2e_request_latency_seconds", "kueue_admission_wait_time_seconds")
 COUNTER_FAMILIES = {
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
     "container_fs_reads_total",

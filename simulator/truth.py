@@ -56,6 +56,8 @@ Top level
  "capacity": {"<interval>": "<gpu_seconds>"},   physical GPUs present x s, summed over the
                                                 interval's ticks (a MIG GPU's instances sum to 1)
  "capacity_by_model": {"<modelName>": {"<interval>": "<gpu_seconds>"}},  the same per model
+ "kueue_admissions": [{"task", "cluster_queue", "priority_class", "kind", "admitted", "at",
+          "seconds"}],  only with "preemptions_by": "kueue", in admission order (see below)
  "tasks": {"<task id>": {
      "team", "kind", "namespace", "priority_class", "owner", "pods": ["<pod>", ...],
      "alloc_gpu_seconds": {"<interval>": "<decimal>"},  sum over the task's pod-labelled
@@ -84,7 +86,8 @@ Top level
           exporters cannot tell this)
      "waits": [{"pod", "created", "scheduled", "seconds"}],  one per pod that got
           scheduled: kube_pod_created and kube_pod_status_scheduled_time as ISO Z, and their
-          difference in seconds
+          difference in seconds (a Kueue-managed pod's created is its workload's admission,
+          see below: its wait is that of kube-scheduler only)
      "checkpoint_seconds": int | null}},  (extra, for invariant checks) how often a Job's
           pods checkpoint; null for services and notebooks
  "services": {"<namespace>/<model_name>": {"team", "slo_p99_ms",
@@ -99,14 +102,39 @@ priority_class="<task priority_class>",replica_role="leader"}` counts the worklo
 written from the tick of its first eviction on (first value 1, or more if several at that tick;
 never 0) at every tick, the increment at the preemption's `at`.
 
+Kueue also queues the Jobs (batch training, gang and preprocessing Jobs; not the inference
+services, nor the notebooks): it holds a Job suspended until it admits its workload, and only
+then are the pods created, so kube-state-metrics writes no series of such a pod before the
+admission. A workload is admitted one second before its first pod is bound, or at the bind when
+the bind falls in the first second after the previous tick (`admitted`, ISO Z, always after the
+previous tick); the Job's pods then pending are created at `admitted` (their
+kube_pod_created), so the first pod waits one second or none, and a sibling bound later (a gang
+Job's) waits from `admitted` to its bind. The wait until then is Kueue's:
+`kueue_admission_wait_time_seconds{job="kueue",instance="10.96.0.50:8443",
+cluster_queue="<task namespace>",priority_class="<task priority_class>",replica_role="leader"}`
+observes, per admission, `seconds` = `admitted` - the workload's creation or requeue (the
+earliest queued time of its pods then waiting: a pod's submission, or its re-creation after the
+workload's eviction; a pod still pending when its workload is evicted waits again from the
+eviction's tick), so seconds + the first pod's wait = its bind - that queued time. Written as
+client_golang writes a HistogramVec's label set: from the tick of its first observation on, at
+every tick, `_bucket` lines with `le` = "1", "2.5", "5", "10", "20", ..., "40960", "+Inf"
+(cumulative; +Inf = `_count`), `_sum` (whole seconds) and `_count`; the increment at the
+admission's `at` (ISO Z: the first tick whose samples include it, the tick of the bind; its
+pods' series appear at that tick too). A workload stays admitted while a pod of it runs or is
+pending after the admission; after Kueue evicts it, or once all its pods have ended (a node
+lost under its only pod), its next pod bound is a new admission, listed and observed again.
+Entries: "task" (its id), "cluster_queue" (its namespace), "priority_class", "kind" (as the
+task's), "admitted", "at", "seconds" (int).
+
 Counter increments per interval = value at the last sample in the interval - value at the last
 sample before it (0 if the series had none: counters start at 0 when the pod starts, so its
 first sample counts whole). A replica's counters never reset while it lives.
 Per-interval maps omit zero entries (an interval whose increments are all 0 is left out).
 
-Other facts a reader may rely on: a pod's series appear when it is created (kube-state-metrics)
-or scheduled (dcgm-exporter, cAdvisor, vLLM) and disappear when it ends; kube-state-metrics keeps
-an ended pod one more tick with its final phase. A pod preempted at tick `t` still reports its
+Other facts a reader may rely on: a pod's series appear when it is created (kube-state-metrics;
+a Kueue-managed pod's at its workload's admission) or scheduled (dcgm-exporter, cAdvisor, vLLM)
+and disappear when it ends; kube-state-metrics keeps an ended pod one more tick with its final
+phase. A pod preempted at tick `t` still reports its
 GPU at `t` (it held it during (t - s, t]); the Job re-creates a new pod (new name, same owner and
 labels) that waits in Pending and resumes from the last checkpoint. Pending pods hold no device.
 """
@@ -177,6 +205,8 @@ def build_truth(pool: Pool, *, samples_written: int) -> dict:
             model: _interval_map(values, 1)
             for model, values in sorted(pool.capacity_by_model.items())
         },
+        # Only with Kueue; before "tasks", where write_streamed_truth writes the head's keys.
+        **({"kueue_admissions": list(pool.kueue_admissions)} if pool.kueue else {}),
         "tasks": {task.id: _task_truth(task) for task in pool.tasks.values()},
         "services": {service.key: _service_truth(service) for service in pool.services},
     }

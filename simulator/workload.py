@@ -110,6 +110,12 @@ class Task:
     service: Service | None = None
     gang: bool = False  # a multi-node Job: its pods run at once, each on another node
     pods: list[str] = field(default_factory=list)
+    # --preemptions-by kueue, a Job (see Pool._kueue_managed): whether Kueue has admitted its
+    # workload, its pods not ended yet, and its pods waiting for the admission (no Kueue-held
+    # Job has pods yet, so kube-state-metrics shows none of them: see Pod.hidden).
+    admitted: bool = False
+    live_pods: int = 0
+    awaiting: list[Pod] = field(default_factory=list)
     alloc_units: defaultdict[int, int] = field(default_factory=lambda: defaultdict(int))
     busy_units: defaultdict[int, int] = field(default_factory=lambda: defaultdict(int))
     # The same allocation by GPU model (dcgm-exporter's modelName) -> interval -> units.
@@ -148,6 +154,14 @@ class Pod:
     created: int
     created_tick: int
     pod_ip: str
+    # When the pod joined the scheduler's queue: its creation, except that Kueue holds a
+    # workload's Job suspended until admitted, so kube-state-metrics' `created` moves to the
+    # admission while the scheduler model keeps ordering and starving by this one.
+    queued: int = 0
+    # Waiting for Kueue's admission: kube-state-metrics writes nothing of it; and since when
+    # it waits (its queued time, or its workload's eviction).
+    hidden: bool = False
+    awaiting_since: int = 0
     phase: str = "Pending"
     scheduled: int | None = None
     node: Node | None = None
@@ -181,7 +195,11 @@ class Pod:
 
     def rebuild_ksm_lines(self) -> None:
         """kube-state-metrics' series for this pod in its current state (label sets change when
-        the pod is scheduled, as kube_pod_info's node/host_ip do in reality)."""
+        the pod is scheduled, as kube_pod_info's node/host_ip do in reality); none while it
+        waits for Kueue's admission (its Job suspended, the pod does not exist yet)."""
+        if self.hidden:
+            self.ksm_lines = []
+            return
         task, base = self.task, self.ksm_base()
         node = self.node.name if self.node else ""
         host_ip = self.node.ip if self.node else ""
