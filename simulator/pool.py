@@ -881,11 +881,12 @@ class Pool:
         task = victim.task
         ran = t - victim.scheduled
         # Kueue evicts the workload (suspends its Job, whose pods are deleted): kube-scheduler
-        # preempted nothing, so the pod carries no PreemptionByScheduler reason.
-        self._end(victim, t, "Failed", preempted=not self.kueue)
-        if self.kueue:
+        # preempted nothing, so the pod carries no PreemptionByScheduler reason. A workload
+        # Kueue does not queue (a notebook on a whole GPU) kube-scheduler preempts, as without.
+        by_kueue = self._kueue_managed(task)
+        self._end(victim, t, "Failed", preempted=not by_kueue)
+        if by_kueue:
             self._count_eviction(task, t)
-        if self._kueue_managed(task):
             self._requeue(task, t)
         lost = self._after_interruption(victim, ran)
         task.preemptions.append(

@@ -77,9 +77,10 @@ Top level
                                       same numbers: use one level per pod, never both
      "preemptions": [{"pod", "at", "gpus", "seconds_since_start", "lost_gpu_seconds"}],
           at = ISO time of the first tick with kube_pod_status_reason{reason=
-          "PreemptionByScheduler"} = 1 (with "preemptions_by": "kueue", never 1: at = the
-          first tick of the pod's phase Failed, where its task's
-          kueue_evicted_workloads_total counts the eviction; see below);
+          "PreemptionByScheduler"} = 1 (with "preemptions_by": "kueue", never 1 for a
+          Job's pod: at = the first tick of the pod's phase Failed, where its task's
+          kueue_evicted_workloads_total counts the eviction; see below; a notebook, which
+          Kueue does not queue, is preempted by kube-scheduler as without Kueue);
           gpus = the pod's nvidia_com_gpu request;
           seconds_since_start = at - the pod's kube_pod_status_scheduled_time;
           lost_gpu_seconds = work since the pod's last checkpoint x gpus (decimal string;
@@ -98,7 +99,7 @@ With "preemptions_by": "kueue", Prometheus' `up{job="kueue",instance="10.96.0.50
 at every tick, and `kueue_evicted_workloads_total{job="kueue",instance="10.96.0.50:8443",
 cluster_queue="<task namespace>",reason="Preempted",underlying_cause="",
 priority_class="<task priority_class>",replica_role="leader"}` counts the workloads evicted so far
-(one per task and tick in "preemptions": a gang Job's pods preempted at one tick count once),
+(one per Job task and tick in "preemptions": a gang Job's pods preempted at one tick count once),
 written from the tick of its first eviction on (first value 1, or more if several at that tick;
 never 0) at every tick, the increment at the preemption's `at`.
 

@@ -342,3 +342,34 @@ def test_it_stamps_the_histogram_at_kueues_scrape_offset(tmp_path: Path) -> None
     # One target, one offset: the histogram's samples are stamped as Kueue's `up` is.
     assert stamps["histogram"] and stamps["histogram"] <= stamps["up"]
     assert all(not stamp.endswith(".000") for stamp in stamps["up"])
+
+
+def test_it_leaves_a_notebooks_preemption_to_kube_scheduler() -> None:
+    # Two GPUs: no MIG or time-sliced GPU, so notebooks take a whole one, which inference may
+    # preempt. Kueue does not queue notebooks (StatefulSets): it neither evicts nor counts them.
+    config = PoolConfig(
+        gpus=2, days=3, start=dt.date(2026, 10, 5), seed=1, scrape_interval_seconds=300
+    )
+    pool = Pool(replace(config, preemptions_by="kueue"))
+    reasons: set[str] = set()
+    for tick in config.ticks():
+        reasons.update(
+            line.split(',pod="', 1)[1].split('"', 1)[0]
+            for line in pool.step(tick)
+            if line.endswith('reason="PreemptionByScheduler"} 1')
+        )
+    preempted = {
+        kind: {
+            p["pod"] for task in pool.tasks.values() if task.kind == kind for p in task.preemptions
+        }
+        for kind in ("training_interactive", "training_batch")
+    }
+    assert preempted["training_interactive"] and preempted["training_batch"]
+    assert reasons == preempted["training_interactive"]
+    evicted = {
+        (task.id, p["at"])
+        for task in pool.tasks.values()
+        if task.owner_kind == "Job"
+        for p in task.preemptions
+    }
+    assert sum(pool.kueue_evictions.values()) == len(evicted)
