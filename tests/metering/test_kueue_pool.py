@@ -15,12 +15,14 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, date, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
 from metering.models import IngestWindow, Preemption, Source
 from metering.selectors import usage_report, window_blind_spots
+from reports import selectors as health_selectors
 from simulator.config import PoolConfig
 from simulator.prometheus import PrometheusProcess
 from tests.metering.conftest import (
@@ -40,6 +42,10 @@ ISO = "%Y-%m-%dT%H:%M:%SZ"
 
 def at(epoch: int) -> datetime:
     return datetime.fromtimestamp(epoch, UTC)
+
+
+def epoch_of(iso: str) -> int:
+    return int(datetime.strptime(iso, ISO).replace(tzinfo=UTC).timestamp())
 
 
 # Kueue's scrapes missing over [00:55, 01:05) UTC, across the two batches' boundary (01:00)
@@ -130,6 +136,66 @@ def test_it_counts_the_workloads_kueue_preempted_in_each_window(kueue_pool, shar
         report = usage_report(start=at(SPAN[0]), end=at(SPAN[1]), group_by="team")
         assert report["windows_with_kueue_preemptions"] == 2
         assert report["kueue_preempted_workloads"] == 3
+    finally:
+        source_remove(source.pk)
+
+
+def admissions_by_window(truth: dict) -> dict[str, dict[str, list]]:
+    """The truth's admissions in the span, by window start and task kind: [workloads,
+    seconds waited] (Kueue's histogram takes each at its `at` tick)."""
+    windows: dict[str, dict[str, list]] = {}
+    for admitted in truth["kueue_admissions"]:
+        epoch = epoch_of(admitted["at"])
+        if SPAN[0] <= epoch < SPAN[1]:
+            start = at(epoch - epoch % 300).strftime(ISO)
+            entry = windows.setdefault(start, {}).setdefault(admitted["kind"], [0, 0])
+            entry[0] += 1
+            entry[1] += admitted["seconds"]
+    return windows
+
+
+@pytest.mark.parametrize("shards", [[], ["gpu-node-0[01]"]], ids=["whole", "sharded"])
+@pytest.mark.django_db(transaction=True)
+def test_it_adds_the_wait_in_kueues_queue_to_the_average_wait(kueue_pool, shards) -> None:
+    """Under Kueue a Job's pods exist only once it is admitted: they wait a second to be
+    scheduled, and the hours before are Kueue's admission wait. Each window keeps the truth's
+    admissions and their seconds, and the average wait is the pods' plus the queue's."""
+    truth, prometheus = kueue_pool
+    expected = admissions_by_window(truth)
+    workloads = sum(n for kinds in expected.values() for n, _ in kinds.values())
+    queued = sum(s for kinds in expected.values() for _, s in kinds.values())
+    assert workloads >= 5 and queued > 3600 * workloads // 10  # the span queues, visibly
+    source = metered(prometheus, "kueue-admissions", shards)
+    try:
+        windows = IngestWindow.objects.filter(source=source).order_by("start")
+        found = {
+            w.start.strftime(ISO): {
+                kind: [a["workloads"], Decimal(a["seconds"])]
+                for kind, a in w.kueue_admissions.items()
+            }
+            for w in windows
+            if w.kueue_admissions
+        }
+        assert found == expected
+        waits = health_selectors.waits(start=at(SPAN[0]), end=at(SPAN[1]))
+        for kind, scheduling in waits.per_kind.items():
+            if kind in waits.admissions:  # Kueue's Jobs: created at admission, bound after
+                assert scheduling.mean_seconds < 60, kind
+        (training,) = [k for k in waits.kinds if k.kind == "training_batch"]
+        pods = [
+            w["seconds"]
+            for task in truth["tasks"].values()
+            if task["kind"] == "training_batch"
+            for w in task["waits"]
+            if SPAN[0] <= epoch_of(w["scheduled"]) < SPAN[1]
+        ]
+        assert training.scheduling.waits == len(pods)
+        held = [kinds["training_batch"] for kinds in expected.values() if "training_batch" in kinds]
+        admitted_seconds = Decimal(sum(s for _, s in held)) / sum(n for n, _ in held)
+        assert training.mean_seconds == Decimal(sum(pods)) / len(pods) + admitted_seconds
+        assert waits.overall.mean_seconds > 10 * max(
+            w.mean_seconds for w in waits.per_kind.values()
+        )  # the pods' waits alone said seconds
     finally:
         source_remove(source.pk)
 
