@@ -22,6 +22,9 @@ from django.db.models import Model, QuerySet
 
 T = TypeVar("T")
 TIMEOUT_SECONDS = 6 * 3600
+# Part of every key: raise it when the shape of what is remembered changes (a field added to
+# a cached dataclass), so that a deploy never unpickles an answer of the old shape.
+SHAPE_VERSION = 2
 _MISSING = object()
 
 FINGERPRINT_SQL = """
@@ -62,7 +65,12 @@ def key_part(value: object) -> object:
 
 def remembered(name: str, compute: Callable[[], T], *arguments: object) -> T:
     """`compute()`, or its answer from the cache while the data has not changed since."""
-    parts: Iterable[object] = (name, data_fingerprint(), *(key_part(a) for a in arguments))
+    parts: Iterable[object] = (
+        name,
+        SHAPE_VERSION,
+        data_fingerprint(),
+        *(key_part(a) for a in arguments),
+    )
     key = "tandem:dashboards:" + hashlib.sha256(repr(tuple(parts)).encode()).hexdigest()
     found = cache.get(key, _MISSING)
     if found is _MISSING:

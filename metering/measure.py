@@ -721,17 +721,30 @@ def _kueue_admissions(
     the average wait leaves the queue out unless these are added (reports' `waits`).
 
     Read as Kueue's other counts (`_kueue_increments`), the histogram's count and sum of one
-    series together: a reset of the count is one of both. A series first read with no place
+    series together: a reset of either is one of both. A series first read with no place
     in time is not counted, and the interval says so."""
     increments = _kueue_increments(observed, plan, first, sorted(intervals), ("admitted", "waited"))
     for start, (counted, unplaced) in increments.items():
         facts = intervals[start]
         by_kind: dict[str, list] = {}
+        unmapped: dict[str, int] = defaultdict(int)
         for count, (admitted, waited) in counted.items():
-            kind = plan.kind_of(count[KUEUE_COUNT_LABELS.index("priority_class")])
+            priority_class = count[KUEUE_COUNT_LABELS.index("priority_class")]
+            kind = plan.kind_of(priority_class)
             entry = by_kind.setdefault(kind, [0, Decimal(0)])
             entry[0] += int(admitted)
             entry[1] += waited
+            if priority_class not in plan.priority_class_kinds and admitted:
+                unmapped[priority_class] += int(admitted)
+        for priority_class, workloads in sorted(unmapped.items()):
+            # Kueue releases before its priority_class label, and workloads under a
+            # WorkloadPriorityClass named otherwise than the pods' classes, land here.
+            named = f'priority class "{priority_class}"' if priority_class else "no priority class"
+            facts.warnings.append(
+                f"waits: Kueue admitted {workloads} workload(s) under {named}, which the"
+                f" source's priority_class_kinds does not map: their wait counts as"
+                f" {sources.DEFAULT_KIND}'s"
+            )
         facts.kueue_admissions = {
             kind: KueueAdmissions(workloads, seconds)
             for kind, (workloads, seconds) in sorted(by_kind.items())
@@ -772,7 +785,8 @@ def _kueue_increments(
     - A count is a series' KUEUE_COUNT_LABELS: Kueue scraped by two jobs, or relabelled,
       is one count.
     - Each counts from its last earlier reading (in the batch, else the look-back before it);
-      one whose first counter went down counts from zero (Kueue restarted in place).
+      one any of whose counters went down counts from zero (Kueue restarted in place: its
+      count may have climbed back past the old one before the next reading, its sum not).
     - A count with no earlier reading whose target (`instance`) answered a scrape before
       (in the batch or its look-back) was created by its first event (a client_golang
       CounterVec or HistogramVec writes no 0 before), and counts its value.
@@ -805,7 +819,7 @@ def _kueue_increments(
             if last is None and count[0] not in answered:
                 unplaced.append((count, values))
                 continue
-            if last is not None and values[0] >= last[0]:
+            if last is not None and all(v >= was for v, was in zip(values, last, strict=True)):
                 values = tuple(value - was for value, was in zip(values, last, strict=True))
             if any(values):
                 counted[count] = values

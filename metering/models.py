@@ -361,9 +361,10 @@ class IngestWindow(models.Model):
     gpus_sighted = models.BooleanField(default=False, db_default=False)
     # Workloads Kueue admitted in the window and the seconds they had waited for it, by task
     # kind: {"training_batch": {"workloads": 3, "seconds": "5400.000000"}}
-    # (measure._kueue_admissions). Their pods' waits start after it. {} for windows written
-    # before migration 0028, and where Kueue is not scraped.
-    kueue_admissions = models.JSONField(default=dict, db_default={}, blank=True)
+    # (measure._kueue_admissions). Their pods' waits start after it. {} where Kueue is not
+    # scraped; null for windows written before migration 0028, which did not read it (a wait
+    # compared across them cannot be told from the queue's: reports' `waits`).
+    kueue_admissions = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
     content_hash = models.CharField(max_length=64, blank=True)
     first_written = models.DateTimeField(null=True, blank=True)

@@ -322,27 +322,35 @@ class KindAdmissions:
     seconds: Decimal
 
 
-def kueue_admissions(*, start: datetime, end: datetime) -> list[KindAdmissions]:
+@dataclass(frozen=True)
+class KueueAdmissions:
+    per_kind: list[KindAdmissions]
+    # Done windows of the range written before Kueue's admissions were read (metering 0028).
+    windows_unread: int
+
+
+def kueue_admissions(*, start: datetime, end: datetime) -> KueueAdmissions:
     """Workloads Kueue admitted in windows starting in the range, and the seconds they had
-    waited for it, per task kind (`IngestWindow.kueue_admissions`). Two sources reading one
-    Kueue count its admissions twice, and their waits: a mean of them does not move."""
+    waited for it, per task kind (`IngestWindow.kueue_admissions`); and how many of the
+    range's done windows predate the reading. Two sources reading one Kueue count its
+    admissions twice, and their waits: a mean of them does not move."""
     found: dict[str, list] = {}
-    stored = (
-        IngestWindow.objects.filter(
-            status=IngestWindow.Status.DONE, start__gte=start, start__lt=end
-        )
-        .exclude(kueue_admissions={})
-        .values_list("kueue_admissions", flat=True)
+    windows = IngestWindow.objects.filter(
+        status=IngestWindow.Status.DONE, start__gte=start, start__lt=end
     )
-    for admissions in stored.iterator():
+    stored = windows.exclude(kueue_admissions={}).exclude(kueue_admissions__isnull=True)
+    for admissions in stored.values_list("kueue_admissions", flat=True).iterator():
         for kind, admitted in admissions.items():
             entry = found.setdefault(kind, [0, Decimal(0)])
             entry[0] += admitted["workloads"]
             entry[1] += Decimal(admitted["seconds"])
-    return [
-        KindAdmissions(kind, workloads, seconds)
-        for kind, (workloads, seconds) in sorted(found.items())
-    ]
+    return KueueAdmissions(
+        per_kind=[
+            KindAdmissions(kind, workloads, seconds)
+            for kind, (workloads, seconds) in sorted(found.items())
+        ],
+        windows_unread=windows.filter(kueue_admissions__isnull=True).count(),
+    )
 
 
 def enough_requests_condition(min_requests: int) -> GreaterThanOrEqual:

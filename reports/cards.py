@@ -93,14 +93,16 @@ def health_cards(
             shown=formatting.minutes(wait, empty=empty),
             shown_previous=formatting.minutes(previous_wait, empty=empty),
             status=str(verdict.wait),
-            explanation=_wait_explanation(after.waits),
+            explanation=_wait_explanation(before.waits, after.waits),
         ),
     ]
 
 
-def _wait_explanation(waits: health.Waits) -> str:
-    said = f"{waits.overall.waits} scheduling attempts"
-    admitted = sum(a.waits for a in waits.admissions.values())
+def _wait_explanation(before: health.Waits, after: health.Waits) -> str:
+    said = f"{after.overall.waits} scheduling attempts"
+    admitted = sum(a.waits for a in after.admissions.values())
     if admitted:
         said += f", with the wait of {admitted} workloads Kueue admitted"
+    if not health.comparable_waits(before, after):
+        said += "; not compared: Kueue's queue was not read in all of both periods"
     return said

@@ -116,6 +116,9 @@ class Waits:
 
     per_kind: dict[str, MeanWait]
     admissions: dict[str, MeanWait] = field(default_factory=dict)
+    # Some windows of the range were written before Kueue's admissions were read: where Kueue
+    # runs, their queue is missing from the wait (`comparable_waits`).
+    admissions_unread: bool = False
 
     @property
     def kinds(self) -> list[KindWait]:
@@ -230,11 +233,24 @@ def wait_direction(before: MeanWait, after: MeanWait) -> Direction:
     )
 
 
+def comparable_waits(before: Waits, after: Waits) -> bool:
+    """Whether two periods' waits can be compared: Kueue's queue is in both or in neither. A
+    period whose windows predate its reading shows no queue where Kueue ran, and the other
+    period's queue would read as the wait getting worse (or better) when nothing changed."""
+    if not (before.admissions or after.admissions):
+        return True
+    return not (before.admissions_unread or after.admissions_unread)
+
+
 def verdict(before: HealthNumbers, after: HealthNumbers) -> Verdict:
     """The before/after reading management asks for (ARCHITECTURE.md, the three numbers)."""
     u = utilization_direction(before.utilization.effective, after.utilization.effective)
     lat = latency_direction(before.services, after.services)
-    w = wait_direction(before.waits.overall, after.waits.overall)
+    w = (
+        wait_direction(before.waits.overall, after.waits.overall)
+        if comparable_waits(before.waits, after.waits)
+        else Direction.UNKNOWN
+    )
     if u is Direction.UNKNOWN:
         code = VerdictCode.INSUFFICIENT_DATA
     elif u is lat is w is Direction.BETTER:

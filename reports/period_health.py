@@ -104,7 +104,7 @@ def wait_rows(*, start: dt.datetime, end: dt.datetime) -> list[dict]:
         .values("task__kind")
         .annotate(attempts=Count("id"), total=Sum("seconds"), longest=Max("seconds"))
     }
-    admitted = {a.kind: a for a in kueue_admissions(start=start, end=end)}
+    admitted = {a.kind: a for a in kueue_admissions(start=start, end=end).per_kind}
     found = []
     for kind in sorted(rows.keys() | admitted.keys()):
         row, admissions = rows.get(kind), admitted.get(kind)
@@ -224,6 +224,7 @@ def _numbers_record(numbers: health.HealthNumbers) -> dict:
             [kind, admitted.waits, str(admitted.total_seconds)]
             for kind, admitted in numbers.waits.admissions.items()
         ],
+        "admissions_unread": numbers.waits.admissions_unread,
     }
 
 
@@ -244,11 +245,13 @@ def _numbers_from_record(record: dict) -> health.HealthNumbers:
                 kind: health.MeanWait(waits=waits, total_seconds=Decimal(total))
                 for kind, waits, total in record["waits"]
             },
-            # Snapshots stored before Kueue's admissions were read hold none.
+            # Snapshots stored before Kueue's admissions were read hold none: their months'
+            # windows did not read them either.
             admissions={
                 kind: health.MeanWait(waits=workloads, total_seconds=Decimal(total))
                 for kind, workloads, total in record.get("admissions", [])
             },
+            admissions_unread=record.get("admissions_unread", True),
         ),
     )
 

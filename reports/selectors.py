@@ -331,15 +331,20 @@ def waits(
         .annotate(n=Count("id"), total=Sum("seconds"))
         .order_by("task__kind")
     )
-    admissions = [] if teams is not None else kueue_admissions(start=start, end=end)
+    per_kind = {
+        row["task__kind"]: health.MeanWait(waits=row["n"], total_seconds=Decimal(row["total"]))
+        for row in rows
+    }
+    if teams is not None:
+        return health.Waits(per_kind=per_kind)
+    admissions = kueue_admissions(start=start, end=end)
     return health.Waits(
-        per_kind={
-            row["task__kind"]: health.MeanWait(waits=row["n"], total_seconds=Decimal(row["total"]))
-            for row in rows
-        },
+        per_kind=per_kind,
         admissions={
-            a.kind: health.MeanWait(waits=a.workloads, total_seconds=a.seconds) for a in admissions
+            a.kind: health.MeanWait(waits=a.workloads, total_seconds=a.seconds)
+            for a in admissions.per_kind
         },
+        admissions_unread=bool(admissions.windows_unread),
     )
 
 

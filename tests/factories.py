@@ -181,6 +181,7 @@ class IngestWindowFactory(DjangoModelFactory):
     completeness = Decimal(1)
     first_written = factory.LazyAttribute(lambda window: window.end)
     gpus_sighted = True  # as ingest writes it
+    kueue_admissions = factory.LazyFunction(dict)  # read, and Kueue admitted nothing
 
 
 def gpu_sighting(

@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='ingestwindow',
             name='kueue_admissions',
-            field=models.JSONField(blank=True, db_default={}, default=dict),
+            field=models.JSONField(blank=True, null=True),
         ),
     ]

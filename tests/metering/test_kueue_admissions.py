@@ -84,6 +84,21 @@ def test_it_gives_each_admission_the_kind_of_its_priority_class() -> None:
         "inference": KueueAdmissions(1, Decimal("3")),
         "training_batch": KueueAdmissions(4, Decimal("310")),
     }
+    assert facts[0].warnings == [
+        'waits: Kueue admitted 3 workload(s) under priority class "nightly", which the'
+        " source's priority_class_kinds does not map: their wait counts as training_batch's"
+    ]
+
+
+def test_it_says_which_admissions_carry_no_priority_class() -> None:
+    """Kueue releases before the label write none: every wait then counts as training's."""
+    research = tuple((k, v) for k, v in series("research") if k != "priority_class")
+    facts = admitted([{research: (2, "20")}], before={research: (1, "10")})
+    assert facts[0].kueue_admissions == {"training_batch": KueueAdmissions(1, Decimal("10"))}
+    assert facts[0].warnings == [
+        "waits: Kueue admitted 1 workload(s) under no priority class, which the source's"
+        " priority_class_kinds does not map: their wait counts as training_batch's"
+    ]
 
 
 def test_it_counts_a_restarted_kueue_from_zero_for_the_count_and_the_sum_together() -> None:
@@ -137,6 +152,26 @@ def test_it_reads_one_count_where_two_scrape_jobs_copy_kueue() -> None:
     copy = series("research", job="kueue-copy")
     facts = admitted(
         [{research: (3, "300"), copy: (3, "300")}],
+        before={research: (1, "100"), copy: (1, "100")},
+    )
+    assert facts[0].kueue_admissions == {"training_batch": KueueAdmissions(2, Decimal("200"))}
+
+
+def test_it_reads_a_restart_its_count_climbed_back_over_by_its_sum_going_down() -> None:
+    """Kueue restarted in place after two long waits and admitted three short ones before the
+    next reading: the count (2 -> 3) did not go down, the sum (7,200 -> 30) did. Read from the
+    count alone, the interval held one admission of -7,170 s (a review's finding)."""
+    research = series("research")
+    facts = admitted([{research: (3, "30")}], before={research: (2, "7200")})
+    assert facts[0].kueue_admissions == {"training_batch": KueueAdmissions(3, Decimal("30"))}
+
+
+def test_it_takes_one_scrape_of_two_jobs_copying_kueue_one_scrape_apart() -> None:
+    """The larger count and the larger sum are both the newer scrape's: the pair stays whole."""
+    research = series("research")
+    copy = series("research", job="kueue-copy")
+    facts = admitted(
+        [{research: (3, "300"), copy: (2, "200")}],
         before={research: (1, "100"), copy: (1, "100")},
     )
     assert facts[0].kueue_admissions == {"training_batch": KueueAdmissions(2, Decimal("200"))}

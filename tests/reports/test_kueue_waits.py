@@ -170,6 +170,41 @@ def test_it_stores_the_admissions_in_a_snapshot_and_reads_old_snapshots_without(
         ["training_batch", 3, "1800.000000"],
     ]
     assert period_health._numbers_from_record(record).waits == numbers.waits
-    del record["admissions"]  # a snapshot stored before Kueue's admissions were read
+    del record["admissions"], record["admissions_unread"]  # stored before they were read
     old = period_health._numbers_from_record(record).waits
     assert old.admissions == {} and old.overall.mean_seconds == Decimal(60)
+    assert old.admissions_unread  # its month's windows did not read them either
+
+
+def test_it_does_not_compare_a_wait_with_kueues_queue_against_one_that_could_not_read_it():
+    """The month before the deploy: its windows predate metering 0028 and show no queue where
+    Kueue ran. The month after holds the same pods' waits and, now read, the queue's: nothing
+    changed in the pool, and the wait read 900 times worse (a review's finding)."""
+    pods = {"training_batch": health.MeanWait(waits=100, total_seconds=Decimal(200))}
+    before = health.Waits(per_kind=pods, admissions_unread=True)
+    after = health.Waits(
+        per_kind=pods,
+        admissions={"training_batch": health.MeanWait(waits=10, total_seconds=Decimal(18000))},
+    )
+    assert (before.overall.mean_seconds, after.overall.mean_seconds) == (2, 1802)
+    assert not health.comparable_waits(before, after)
+
+    def numbers(waits: health.Waits) -> health.HealthNumbers:
+        return health.HealthNumbers(health.Utilization(Decimal(1), Decimal(2)), [], waits)
+
+    verdict = health.verdict(numbers(before), numbers(after))
+    assert verdict.wait == health.Direction.UNKNOWN
+    card = health_cards(before=numbers(before), after=numbers(after), verdict=verdict)[2]
+    assert card.explanation.endswith(
+        "; not compared: Kueue's queue was not read in all of both periods"
+    )
+    # Read in both (or Kueue in neither): compared as before.
+    assert health.comparable_waits(health.Waits(per_kind=pods), after)
+    assert health.comparable_waits(before, health.Waits(per_kind=pods))
+
+
+def test_it_says_a_range_holds_windows_written_before_kueue_was_read(kueue_month):
+    assert not health_selectors.waits(start=T0, end=T0 + 2 * HOUR).admissions_unread
+    IngestWindowFactory(source=IngestWindow.objects.first().source, start=T0 - 2 * HOUR)
+    IngestWindow.objects.filter(start=T0 - 2 * HOUR).update(kueue_admissions=None)
+    assert health_selectors.waits(start=T0 - 2 * HOUR, end=T0).admissions_unread
