@@ -726,6 +726,17 @@ def _kueue_admissions(
     increments = _kueue_increments(observed, plan, first, sorted(intervals), ("admitted", "waited"))
     for start, (counted, unplaced) in increments.items():
         facts = intervals[start]
+        now = observed[start]
+        for count in sorted(
+            _kueue_counts(now.kueue_admitted).keys() - _kueue_counts(now.kueue_waited).keys()
+        ):
+            # Read only with its sum: a relabelling or a recording rule that keeps the count
+            # alone would otherwise leave every admission out, silently.
+            facts.warnings.append(
+                f"waits: Kueue's count of admissions {_kueue_text(count)} has no"
+                f" {sources.KUEUE_ADMISSION_WAIT}_sum beside it here: its admissions are not"
+                " counted until both are read"
+            )
         by_kind: dict[str, list] = {}
         unmapped: dict[str, int] = defaultdict(int)
         for count, (admitted, waited) in counted.items():

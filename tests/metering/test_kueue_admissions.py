@@ -142,9 +142,16 @@ def test_it_waits_for_both_series_of_a_count_before_reading_it() -> None:
     intervals = {FIRST: IntervalFacts(), FIRST + step: IntervalFacts()}
     measure._kueue_admissions(intervals, observed, PLAN, FIRST)
     assert intervals[FIRST].kueue_admissions == {}
+    (said,) = intervals[FIRST].warnings
+    assert said.startswith("waits: Kueue's count of admissions")
+    assert said.endswith(
+        "has no kueue_admission_wait_time_seconds_sum beside it here: its admissions are not"
+        " counted until both are read"
+    )
     assert intervals[FIRST + step].kueue_admissions == {
         "training_batch": KueueAdmissions(2, Decimal("60"))
     }
+    assert not intervals[FIRST + step].warnings
 
 
 def test_it_reads_one_count_where_two_scrape_jobs_copy_kueue() -> None:
