@@ -335,11 +335,15 @@ def kueue_admissions(*, start: datetime, end: datetime) -> KueueAdmissions:
     range's done windows predate the reading. Two sources reading one Kueue count its
     admissions twice, and their waits: a mean of them does not move."""
     found: dict[str, list] = {}
-    windows = IngestWindow.objects.filter(
+    unread = 0
+    # One read: the windows with admissions, and those written before they were read (null).
+    stored = IngestWindow.objects.filter(
         status=IngestWindow.Status.DONE, start__gte=start, start__lt=end
-    )
-    stored = windows.exclude(kueue_admissions={}).exclude(kueue_admissions__isnull=True)
+    ).exclude(kueue_admissions={})
     for admissions in stored.values_list("kueue_admissions", flat=True).iterator():
+        if admissions is None:
+            unread += 1
+            continue
         for kind, admitted in admissions.items():
             entry = found.setdefault(kind, [0, Decimal(0)])
             entry[0] += admitted["workloads"]
@@ -349,7 +353,7 @@ def kueue_admissions(*, start: datetime, end: datetime) -> KueueAdmissions:
             KindAdmissions(kind, workloads, seconds)
             for kind, (workloads, seconds) in sorted(found.items())
         ],
-        windows_unread=windows.filter(kueue_admissions__isnull=True).count(),
+        windows_unread=unread,
     )
 
 

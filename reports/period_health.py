@@ -29,7 +29,6 @@ from billing.models import PeriodClose, PriceBook
 from billing.selectors import PeriodBounds, period_bounds, period_previous
 from kernel.money import ROUNDING
 from metering.models import PodWait, Preemption
-from metering.selectors import kueue_admissions
 from reports import health
 from reports import selectors as health_selectors
 from reports.formatting import CENT, gpu_hours
@@ -93,39 +92,28 @@ def top_preempted_tasks(
     ]
 
 
-def wait_rows(*, start: dt.datetime, end: dt.datetime) -> list[dict]:
-    """Per kind: the pods' scheduling attempts, the average wait before running (with Kueue's
-    admission wait where it admitted the kind's workloads, as the health numbers take it), the
-    average admission wait (None without any) and the longest pod's wait (Kueue's histogram
-    holds no longest)."""
-    rows = {
-        row["task__kind"]: row
-        for row in PodWait.objects.filter(scheduled__gte=start, scheduled__lt=end)
+def wait_rows(waits: health.Waits, *, start: dt.datetime, end: dt.datetime) -> list[dict]:
+    """Per kind of the range's `waits` (the health numbers'): the pods' scheduling attempts, the
+    average wait before running (with Kueue's admission wait where it admitted the kind's
+    workloads), the average admission wait (None without any) and the longest pod's wait
+    (Kueue's histogram holds no longest), the one thing read here."""
+    longest = dict(
+        PodWait.objects.filter(scheduled__gte=start, scheduled__lt=end)
         .values("task__kind")
-        .annotate(attempts=Count("id"), total=Sum("seconds"), longest=Max("seconds"))
-    }
-    admitted = {a.kind: a for a in kueue_admissions(start=start, end=end).per_kind}
-    found = []
-    for kind in sorted(rows.keys() | admitted.keys()):
-        row, admissions = rows.get(kind), admitted.get(kind)
-        wait = health.KindWait.of(
-            kind,
-            health.MeanWait(row["attempts"], Decimal(row["total"])) if row else health.NO_WAIT,
-            health.MeanWait(admissions.workloads, admissions.seconds)
-            if admissions
-            else health.NO_WAIT,
-        )
-        found.append(
-            {
-                "kind": kind,
-                "attempts": wait.scheduling.waits,
-                "average_seconds": wait.mean_seconds,
-                "admission_seconds": wait.admission.mean_seconds,
-                "admitted": wait.admission.waits,
-                "longest_seconds": Decimal(row["longest"]) if row else Decimal(0),
-            }
-        )
-    return found
+        .annotate(longest=Max("seconds"))
+        .values_list("task__kind", "longest")
+    )
+    return [
+        {
+            "kind": wait.kind,
+            "attempts": wait.scheduling.waits,
+            "average_seconds": wait.mean_seconds,
+            "admission_seconds": wait.admission.mean_seconds,
+            "admitted": wait.admission.waits,
+            "longest_seconds": Decimal(longest.get(wait.kind, 0)),
+        }
+        for wait in waits.kinds
+    ]
 
 
 def period_health_read(*, period: Range, previous: Range, cap_seconds: int) -> PeriodHealth:
@@ -136,7 +124,7 @@ def period_health_read(*, period: Range, previous: Range, cap_seconds: int) -> P
         after=after,
         sharing=health_selectors.sharing_analytics(start=period[0], end=period[1]),
         top_preempted=top_preempted_tasks(start=period[0], end=period[1], cap_seconds=cap_seconds),
-        wait_rows=wait_rows(start=period[0], end=period[1]),
+        wait_rows=wait_rows(after.waits, start=period[0], end=period[1]),
     )
 
 

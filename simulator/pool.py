@@ -20,6 +20,7 @@ import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from operator import add
 from pathlib import Path
 
@@ -100,8 +101,8 @@ KUEUE_UP = f"up{{{KUEUE_TARGET}}} "
 # 2.5 doubling 15 times up to 40960 s), its `le` strings as client_golang's text format writes
 # them (shortest 'g': "1", "2.5", ..., "40960"). A HistogramVec too: a label set's series
 # exist only from its first observation on.
-KUEUE_WAIT_BOUNDS = (1.0, *(2.5 * 2**i for i in range(15)))
-KUEUE_WAIT_LE = (*(f"{b:g}" for b in KUEUE_WAIT_BOUNDS), "+Inf")
+KUEUE_WAIT_LE = ("1", "2.5", *(str(5 * 2**i) for i in range(14)), "+Inf")
+KUEUE_WAIT_BOUNDS = tuple(Decimal(le) for le in KUEUE_WAIT_LE[:-1])  # exact, as written
 KUEUE_WAIT = "kueue_admission_wait_time_seconds"
 
 

@@ -141,7 +141,8 @@ def test_it_leaves_kueue_out_of_a_teams_waits(kueue_month):
 
 
 def test_it_gives_the_reports_wait_rows_the_queue_apart(kueue_month):
-    rows = period_health.wait_rows(start=T0, end=T0 + 2 * HOUR)
+    waits = health_selectors.waits(start=T0, end=T0 + 2 * HOUR)
+    rows = period_health.wait_rows(waits, start=T0, end=T0 + 2 * HOUR)
     assert rows == [
         {
             "kind": "inference",

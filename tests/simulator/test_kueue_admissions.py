@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -29,7 +31,16 @@ S = POOL.scrape_interval_seconds
 WAIT = "kueue_admission_wait_time_seconds"
 LE = ("1", "2.5", "5", "10", "20", "40", "80", "160", "320", "640", "1280", "2560", "5120")
 LE += ("10240", "20480", "40960", "+Inf")
-BOUNDS = tuple(float(le) for le in LE)
+BOUNDS = tuple(Decimal(le) for le in LE)  # +Inf too
+
+
+def step_until(pool: Pool, ticks: Iterator[int], done: Callable[[], bool]) -> None:
+    """Run the pool tick by tick until `done()` holds after a tick."""
+    for tick in ticks:
+        pool.step(tick)
+        if done():
+            return
+    raise AssertionError("the day ended first")
 
 
 @dataclass
@@ -246,12 +257,8 @@ def test_it_admits_a_gang_again_with_its_pending_sibling_after_an_eviction() -> 
     config = replace(GANGS, preemptions_by="kueue")
     pool = Pool(config)
     ticks = iter(config.ticks())
-    for tick in ticks:
-        pool.step(tick)
-        pending = [p for p in pool.pending if p.task.gang and not p.hidden]
-        if pending:
-            break
-    (sibling,) = pending
+    step_until(pool, ticks, lambda: any(p.task.gang and not p.hidden for p in pool.pending))
+    (sibling,) = [p for p in pool.pending if p.task.gang and not p.hidden]
     gang = sibling.task
     (running,) = [p for p in pool.running if p.task is gang]
     assert f'pod="{sibling.name}"' in "".join(sibling.ksm_lines)
@@ -260,13 +267,12 @@ def test_it_admits_a_gang_again_with_its_pending_sibling_after_an_eviction() -> 
     lines = pool.step(evicted)
     # Kueue suspends the Job: its pending pod goes too, and waits for the next admission.
     assert sibling.hidden and not [line for line in lines if f'pod="{sibling.name}"' in line]
-    admissions = [a for a in pool.kueue_admissions if a["task"] == gang.id]
-    for tick in ticks:
-        pool.step(tick)
-        admissions = [a for a in pool.kueue_admissions if a["task"] == gang.id]
-        if len(admissions) == 2:
-            break
-    again = admissions[1]
+
+    def admissions() -> list[dict]:
+        return [a for a in pool.kueue_admissions if a["task"] == gang.id]
+
+    step_until(pool, ticks, lambda: len(admissions()) == 2)
+    again = admissions()[1]
     assert epoch(again["at"]) > evicted
     # From the eviction, or the re-created pod's creation if earlier (preempted here before the
     # tick's controllers run, the Job re-creates its pod at this tick, not the next).
@@ -281,10 +287,7 @@ def test_it_admits_a_job_again_when_its_only_pod_is_lost() -> None:
     config = replace(POOL, preemptions_by="kueue")
     pool = Pool(config)
     ticks = iter(config.ticks())
-    for tick in ticks:
-        pool.step(tick)
-        if pool.kueue_admissions:
-            break
+    step_until(pool, ticks, lambda: bool(pool.kueue_admissions))
     job = next(p for p in pool.running if p.task.owner_kind == "Job" and p.task.live_pods == 1)
     lost = next(ticks)
     pool._lose_node(job.node, lost, lost + 3600)
@@ -292,10 +295,7 @@ def test_it_admits_a_job_again_when_its_only_pod_is_lost() -> None:
     assert not job.task.admitted
     (again,) = [p for p in pool.pending if p.task is job.task]
     assert again.hidden and not again.ksm_lines
-    for tick in ticks:
-        pool.step(tick)
-        if not again.hidden:
-            break
+    step_until(pool, ticks, lambda: not again.hidden)
     last = [a for a in pool.kueue_admissions if a["task"] == job.task.id][-1]
     assert last["admitted"] == iso(again.created)
     assert last["seconds"] == again.created - again.queued > 0
