@@ -185,6 +185,14 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 # --- Telemetry ------------------------------------------------------------------------
 PROMETHEUS_URL = os.environ.get("PROMETHEUS_URL", "")
 TANDEM_STEP_SECONDS = env_int("TANDEM_STEP_SECONDS", 300)
+# Windows tile the hour, so no window crosses an hour's, a day's or a month's end (the hourly
+# rollup, peak hours and the month's close take whole windows). Fixed once windows are stored
+# (metering.selectors.OffStep).
+if not 0 < TANDEM_STEP_SECONDS <= 3600 or 3600 % TANDEM_STEP_SECONDS:
+    raise ImproperlyConfigured(
+        f"TANDEM_STEP_SECONDS must divide an hour (60, 300, 600, 900, 3600, ...), got"
+        f" {TANDEM_STEP_SECONDS}"
+    )
 # Longest one HTTP request to Prometheus may take, headers and body together (the per-read
 # time-out alone lets a server trickling bytes hold a worker forever).
 TANDEM_PROMETHEUS_DEADLINE_SECONDS = env_int("TANDEM_PROMETHEUS_DEADLINE_SECONDS", 300)

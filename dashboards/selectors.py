@@ -57,6 +57,7 @@ from metering.models import (
 )
 from metering.selectors import (
     MeteredTwice,
+    OffStep,
     blind_spot_counts,
     capacity_parts,
     gpus_metered_twice,
@@ -65,6 +66,7 @@ from metering.selectors import (
     services_slo_unstated,
     team_usage_parts,
     usage_parts,
+    windows_off_step,
 )
 from metering.services import latency_p99
 from reports import health
@@ -219,6 +221,8 @@ class WindowProblems:
     slo_unstated: list[str] = field(default_factory=list)
     # Pairs of sources that both meter some GPU at the same time: the month cannot close.
     metered_twice: list[MeteredTwice] = field(default_factory=list)
+    # Windows written under another TANDEM_STEP_SECONDS: the source is metered no more.
+    off_step: list[OffStep] = field(default_factory=list)
 
     @property
     def any(self) -> bool:
@@ -248,6 +252,7 @@ def window_problems(
         examples=examples,
         slo_unstated=sorted(set(unstated)),
         metered_twice=gpus_metered_twice(start=start, end=end),
+        off_step=windows_off_step(start=start, end=end),
         **counts,
     )
 

@@ -161,8 +161,14 @@ def _run_ingest(
     step = settings.TANDEM_STEP_SECONDS
     ids = [w.pk for w in run]
     for window in run:
-        if (window.end - window.start).total_seconds() != step or window.start.timestamp() % step:
-            _windows_mark(ids, IngestWindow.Status.FAILED, f"window {window} is not one step")
+        length = int((window.end - window.start).total_seconds())
+        if length != step or window.start.timestamp() % step:
+            # Measured on this step's grid, such a window would be rewritten with part of its
+            # span. Failed, or, holding rows, kept with them (windows_fail): a window written
+            # under another TANDEM_STEP_SECONDS never loses its rows to the new one.
+            windows_fail(
+                ids, f"window {window} is not one step: {length} s long, TANDEM_STEP_SECONDS {step}"
+            )
             return
     IngestWindow.objects.filter(pk__in=ids).update(
         status=IngestWindow.Status.RUNNING, attempts=F("attempts") + 1, updated=timezone.now()

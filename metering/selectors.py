@@ -129,6 +129,65 @@ def windows_missing(
 
 
 @dataclass(frozen=True)
+class OffStep:
+    """A source's windows whose bounds are off the grid of the metering step: written while
+    TANDEM_STEP_SECONDS was another, which does not divide the present one. The present step's
+    windows cannot tile the time around them without overlapping them (their GPU-seconds
+    billed twice) or leaving a gap, and the month's scenario would not align, so no new
+    window of the source is created and the month does not close until the step is set back.
+    (Windows of a coarser step lie on a finer one's grid: they stay, and the finer windows
+    start where they end; `windows.windows_create`.)"""
+
+    source: str
+    seconds: int  # the windows' length
+    windows: int
+    first: datetime
+    last: datetime  # the last one's end
+    step: int  # TANDEM_STEP_SECONDS now
+
+    @property
+    def message(self) -> str:
+        return (
+            f"source {self.source} holds {self.windows} window(s) of {self.seconds} s between"
+            f" {self.first:%Y-%m-%dT%H:%M:%SZ} and {self.last:%Y-%m-%dT%H:%M:%SZ} that are off"
+            f" the grid of TANDEM_STEP_SECONDS {self.step}: they were written under another"
+            " step, and this one cannot tile the time around them, so the source is metered no"
+            f" more. Set TANDEM_STEP_SECONDS back to {self.seconds} (or to a step that divides"
+            " it), or meter on with a new source (docs/telemetry.md, 'The metering step')"
+        )
+
+
+OFF_STEP_SQL = """
+SELECT s.name, extract(epoch FROM w."end" - w.start)::bigint, count(*), min(w.start), max(w."end")
+FROM metering_ingestwindow w JOIN metering_source s ON s.id = w.source_id
+WHERE (mod(extract(epoch FROM w.start)::bigint, %(step)s) <> 0
+       OR mod(extract(epoch FROM w."end")::bigint, %(step)s) <> 0)
+  AND (%(sources)s::bigint[] IS NULL OR w.source_id = ANY(%(sources)s::bigint[]))
+  AND (%(start)s::timestamptz IS NULL
+       OR (w."end" > %(start)s AND w.start < %(end)s) OR s.enabled)
+GROUP BY 1, 2 ORDER BY 1, 4
+"""
+
+
+def windows_off_step(
+    *,
+    source_ids: list[int] | None = None,
+    start: datetime | None = None,
+    end: datetime | None = None,
+) -> list[OffStep]:
+    """The windows whose bounds are off the grid of TANDEM_STEP_SECONDS, per source and
+    length, in one query: none, unless the setting changed under stored windows. Of these
+    sources; with a range, those overlapping it and every enabled source's wherever they are
+    (no new window is created for such a source: the range's missing ones need the reason)."""
+    step = settings.TANDEM_STEP_SECONDS
+    with connection.cursor() as cursor:
+        cursor.execute(
+            OFF_STEP_SQL, {"step": step, "sources": source_ids, "start": start, "end": end}
+        )
+        return [OffStep(*row, step) for row in cursor.fetchall()]
+
+
+@dataclass(frozen=True)
 class BlindSpots:
     """Done windows of a range whose rows cannot show all that pricing reads, though every GPU
     sample is there: kube-state-metrics wrote no preemption reason (rule 5's credits unseen),

@@ -8,6 +8,7 @@ from metering.ingest import window_ingest, windows_ingest
 from metering.querying import QUERIES_IN_FLIGHT_PER_BATCH, QUERY_SLOT_LOCK_CLASS
 from metering.shards import shard_ingest, shards_combine
 from metering.windows import (
+    StepChanged,
     WindowError,
     source_default_ensure,
     window_newest_closed_create,
@@ -28,6 +29,7 @@ __all__ = [
     "QUERIES_IN_FLIGHT_PER_BATCH",
     "QUERY_SLOT_LOCK_CLASS",
     "LossAcceptance",
+    "StepChanged",
     "WindowError",
     "Withdrawn",
     "_legacy_tasks_adopt",

@@ -122,8 +122,15 @@ def ingest_newest_windows(now: str | None = None) -> list[int]:
     services.source_default_ensure()
     window_ids = []
     for source in Source.objects.filter(enabled=True):
-        newest, *backlog = services.windows_due_create(source=source, now=moment)
-        ingest_window.delay_on_commit(newest[0].pk)
+        try:
+            newest, *backlog = services.windows_due_create(source=source, now=moment)
+        except services.StepChanged as error:
+            # Every tick says it (the overview and the close say it too) until the setting
+            # is set back; the other sources are metered meanwhile.
+            logger.error("source %s not metered: %s", source.name, error)
+            continue
+        if newest:  # none while a coarser step's window covers it
+            ingest_window.delay_on_commit(newest[0].pk)
         for batch in backlog:
             ingest_windows.delay_on_commit([window.pk for window in batch])
         window_ids += [window.pk for batch in [newest, *backlog] for window in batch]

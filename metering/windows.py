@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from audit.services import audit_record
@@ -22,6 +22,37 @@ from metering.models import (
 
 class WindowError(ValueError):
     """A window that cannot be ingested as asked (not aligned, wrong length); names the window."""
+
+
+class StepChanged(WindowError):
+    """TANDEM_STEP_SECONDS is not the length of the source's stored windows (selectors.OffStep
+    says why nothing is metered beside them); names the source, the lengths and the fix."""
+
+
+def _step_unchanged(source: Source) -> None:
+    """Refuse to create windows for a source holding windows off the present step's grid."""
+    off = selectors.windows_off_step(source_ids=[source.pk])
+    if off:
+        raise StepChanged("; ".join(found.message for found in off))
+
+
+def _one_step(step: int) -> Q:
+    return Q(end=F("start") + timedelta(seconds=step))
+
+
+def _untaken(source: Source, starts: list[datetime]) -> list[datetime]:
+    """Those of `starts` (in order) whose step overlaps no window of another length: a coarser
+    step's, kept where TANDEM_STEP_SECONDS became finer. Its span is metered; a window of
+    the present step beside it would bill its GPU-seconds twice."""
+    if not starts:
+        return starts
+    step = timedelta(seconds=settings.TANDEM_STEP_SECONDS)
+    longer = list(
+        IngestWindow.objects.filter(source=source, start__lt=starts[-1] + step, end__gt=starts[0])
+        .exclude(_one_step(settings.TANDEM_STEP_SECONDS))
+        .values_list("start", "end")
+    )
+    return [s for s in starts if not any(a < s + step and s < b for a, b in longer)]
 
 
 def source_default_ensure() -> Source | None:
@@ -55,24 +86,30 @@ def source_default_ensure() -> Source | None:
 def windows_create(*, source: Source, start: datetime, end: datetime) -> list[IngestWindow]:
     """The source's windows covering [start, end), one per step, created where missing.
 
-    `start` is rounded down and `end` up to the step grid (UTC, aligned to the epoch).
+    `start` is rounded down and `end` up to the step grid (UTC, aligned to the epoch). Where
+    windows of a coarser step cover part of the span, theirs are left as they are (not
+    returned); raises `StepChanged` where the source holds windows off this step's grid.
     """
     step = settings.TANDEM_STEP_SECONDS
     if start.tzinfo is None or end.tzinfo is None:
         raise WindowError("start and end must carry a time zone (ISO 8601 with Z or an offset)")
+    _step_unchanged(source)
     first = int(start.timestamp()) // step * step
     last = -(-int(end.timestamp()) // step) * step
     if last <= first:
         raise WindowError(f"end {end.isoformat()} must be after start {start.isoformat()}")
     starts = [datetime.fromtimestamp(t, UTC) for t in range(first, last, step)]
     IngestWindow.objects.bulk_create(
-        [IngestWindow(source=source, start=s, end=s + timedelta(seconds=step)) for s in starts],
+        [
+            IngestWindow(source=source, start=s, end=s + timedelta(seconds=step))
+            for s in _untaken(source, starts)
+        ],
         ignore_conflicts=True,
         batch_size=2000,
     )
     return list(
         IngestWindow.objects.filter(source=source, start__gte=starts[0], start__lte=starts[-1])
-        .filter(end=F("start") + timedelta(seconds=step))
+        .filter(_one_step(step))
         .order_by("start")
     )
 
@@ -94,17 +131,24 @@ def windows_fail(window_ids: list[int], error: str) -> None:
     )
 
 
-def window_newest_closed_create(*, source: Source, now: datetime | None = None) -> IngestWindow:
-    """The newest window whose end is older than the ingest lag (created if missing)."""
-    step = settings.TANDEM_STEP_SECONDS
-    now = now or timezone.now()
-    lag = settings.TANDEM_INGEST_LAG_SECONDS
-    end = (int(now.timestamp()) - lag) // step * step
-    start = datetime.fromtimestamp(end - step, UTC)
+def window_newest_closed_create(
+    *, source: Source, now: datetime | None = None
+) -> IngestWindow | None:
+    """The newest window whose end is older than the ingest lag (created if missing); None
+    while a window of a coarser step covers it (`_untaken`)."""
+    start = _newest_closed_start(now or timezone.now())
+    if not _untaken(source, [start]):
+        return None
     window, _ = IngestWindow.objects.get_or_create(
-        source=source, start=start, end=start + timedelta(seconds=step)
+        source=source, start=start, end=start + timedelta(seconds=settings.TANDEM_STEP_SECONDS)
     )
     return window
+
+
+def _newest_closed_start(now: datetime) -> datetime:
+    step = settings.TANDEM_STEP_SECONDS
+    end = (int(now.timestamp()) - settings.TANDEM_INGEST_LAG_SECONDS) // step * step
+    return datetime.fromtimestamp(end - step, UTC)
 
 
 def windows_due_create(*, source: Source, now: datetime | None = None) -> list[list[IngestWindow]]:
@@ -125,27 +169,38 @@ def windows_due_create(*, source: Source, now: datetime | None = None) -> list[l
     earlier ticks and not done yet count), split into at most `max_concurrent_queries` tasks,
     the source's cap on queries in flight. Repeated ticks converge: each one tops the backlog
     in flight up again as the workers finish.
+
+    Only windows one step long are queued (the first list is empty while a coarser step's
+    window covers the newest); raises `StepChanged`, creating nothing, where the source holds
+    windows off this step's grid (selectors.OffStep).
     """
     now = now or timezone.now()
-    newest = window_newest_closed_create(source=source, now=now)
-    budget = _backlog_budget(source, newest, now)
+    _step_unchanged(source)
+    found = window_newest_closed_create(source=source, now=now)
+    newest = [found] if found else []
+    newest_pk = found.pk if found else None
+    budget = _backlog_budget(source, newest_pk, now)
     if not budget:
-        return [[newest]]
+        return [newest]
     lost = list(
         IngestWindow.objects.filter(
-            source=source, status__in=_IN_FLIGHT, updated__lt=_stale_before(now)
+            _one_step(settings.TANDEM_STEP_SECONDS),
+            source=source,
+            status__in=_IN_FLIGHT,
+            updated__lt=_stale_before(now),
         )
-        .exclude(pk=newest.pk)
+        .exclude(pk=newest_pk)
         .order_by("start")[:budget]
     )
-    late = _late_windows(source, newest, now, limit=budget - len(lost))
+    late = _late_windows(source, newest_pk, now, limit=budget - len(lost))
     # Only windows queued now are created: one left pending unqueued would count as in flight.
-    missing = _missing_starts(source, before=newest.start, limit=budget - len(lost) - len(late))
+    before = found.start if found else _newest_closed_start(now)
+    missing = _missing_starts(source, before=before, limit=budget - len(lost) - len(late))
     backlog = sorted([*lost, *late, *_windows_add(source, missing)], key=lambda w: w.start)
     # Touched now: until the retry horizon passes they count as in flight, not lost again.
     IngestWindow.objects.filter(pk__in=[w.pk for w in backlog]).update(updated=now)
     per_task = catchup_windows_per_task(source)
-    return [[newest]] + [backlog[i : i + per_task] for i in range(0, len(backlog), per_task)]
+    return [newest] + [backlog[i : i + per_task] for i in range(0, len(backlog), per_task)]
 
 
 def catchup_windows_per_task(source: Source) -> int:
@@ -167,19 +222,19 @@ def _stale_before(now: datetime) -> datetime:
     return now - backoff - 2 * step
 
 
-def _backlog_budget(source: Source, newest: IngestWindow, now: datetime) -> int:
+def _backlog_budget(source: Source, newest_pk: int | None, now: datetime) -> int:
     in_flight = (
         IngestWindow.objects.filter(
             source=source, status__in=_IN_FLIGHT, updated__gte=_stale_before(now)
         )
-        .exclude(pk=newest.pk)
+        .exclude(pk=newest_pk)
         .count()
     )
     return max(0, settings.TANDEM_INGEST_CATCHUP_WINDOWS - in_flight)
 
 
 def _late_windows(
-    source: Source, newest: IngestWindow, now: datetime, *, limit: int
+    source: Source, newest_pk: int | None, now: datetime, *, limit: int
 ) -> list[IngestWindow]:
     """Done windows below TANDEM_MIN_COMPLETENESS that ended less than
     TANDEM_INGEST_LATE_SECONDS ago, untouched for a quarter of that span: a second look at
@@ -193,13 +248,14 @@ def _late_windows(
     late = timedelta(seconds=settings.TANDEM_INGEST_LATE_SECONDS)
     return list(
         IngestWindow.objects.filter(
+            _one_step(settings.TANDEM_STEP_SECONDS),  # a coarser step's is not measured again
             source=source,
             status=IngestWindow.Status.DONE,
             completeness__lt=settings.TANDEM_MIN_COMPLETENESS,
             end__gte=now - late,
             updated__lt=now - late / 4,
         )
-        .exclude(pk=newest.pk)
+        .exclude(pk=newest_pk)
         .order_by("start")[:limit]
     )
 
@@ -229,5 +285,5 @@ def _windows_add(source: Source, starts: list[datetime]) -> list[IngestWindow]:
     IngestWindow.objects.bulk_create(
         [IngestWindow(source=source, start=start, end=start + step) for start in starts],
         ignore_conflicts=True,
-    )
+    )  # the gaps no window covers: nothing of a coarser step overlaps them
     return list(IngestWindow.objects.filter(source=source, start__in=starts, end=F("start") + step))

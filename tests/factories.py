@@ -318,3 +318,17 @@ def windows_complete(*, periods: Iterable[str], sources: Iterable[Source] = ()) 
                 start = end
     IngestWindow.objects.bulk_create(windows, batch_size=2000)
     return len(windows)
+
+
+def window_split(window: IngestWindow, seconds: int) -> list[IngestWindow]:
+    """The window replaced by done, complete windows of `seconds` covering its span, as a
+    metering step of that length writes them."""
+    IngestWindow.objects.filter(pk=window.pk).delete()
+    length = dt.timedelta(seconds=seconds)
+    count = int((window.end - window.start) / length)
+    return IngestWindowFactory.create_batch(
+        count,
+        source=window.source,
+        start=factory.Iterator([window.start + length * index for index in range(count)]),
+        end=factory.LazyAttribute(lambda made: made.start + length),
+    )

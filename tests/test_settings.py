@@ -43,6 +43,9 @@ def start_django(**overrides: str) -> subprocess.CompletedProcess:
         ({"TANDEM_DEBUG": "0", "SECRET_KEY": ""}, "SECRET_KEY"),
         ({"TANDEM_DEBUG": "maybe"}, "TANDEM_DEBUG"),
         ({"TANDEM_STEP_SECONDS": "five"}, "TANDEM_STEP_SECONDS"),
+        ({"TANDEM_STEP_SECONDS": "420"}, "TANDEM_STEP_SECONDS"),  # 3600 / 420 is not whole
+        ({"TANDEM_STEP_SECONDS": "0"}, "TANDEM_STEP_SECONDS"),
+        ({"TANDEM_STEP_SECONDS": "7200"}, "TANDEM_STEP_SECONDS"),
         ({"TANDEM_PROMETHEUS_DEADLINE_SECONDS": "0"}, "TANDEM_PROMETHEUS_DEADLINE_SECONDS"),
         ({"TANDEM_TRUSTED_PROXIES": "10.0.0.0/33"}, "TANDEM_TRUSTED_PROXIES"),
         ({"TANDEM_TRUSTED_PROXIES": "10.0.0.1, proxy.internal"}, "TANDEM_TRUSTED_PROXIES"),

@@ -73,6 +73,7 @@ from metering.selectors import (
     BlindSpots,
     gpus_metered_twice,
     window_blind_spots,
+    windows_off_step,
     windows_unsighted,
 )
 
@@ -302,6 +303,9 @@ def _ready_to_close(
     incomplete = period_window_problems(bounds)
     # Never accepted with the incomplete ranges: nothing is missing, the pool is counted twice.
     reasons += [twice.message for twice in gpus_metered_twice(start=bounds.start, end=bounds.end)]
+    # Nor windows of another step: priced beside this step's, a span would count twice (and
+    # an enabled source holding them is metered no more: the month's missing ranges say where).
+    reasons += [off.message for off in windows_off_step(start=bounds.start, end=bounds.end)]
     book = None
     try:
         book = price_book_in_force(bounds.first_day)
@@ -411,6 +415,12 @@ def _corrections_due(period: str, recheck: set[str]) -> tuple[list[_Correction],
             continue
         if windows.filter(completeness__lt=min_completeness()).exists():
             logger.warning("corrections of %s withheld: windows below completeness", close.period)
+            withheld.append(close.period)
+            continue
+        if windows_off_step(start=bounds.start, end=bounds.end):
+            # Rebuilt on the present step, its rows would misalign or regroup its preemptions:
+            # withheld until the step is set back.
+            logger.warning("corrections of %s withheld: windows of another step", close.period)
             withheld.append(close.period)
             continue
         if gpus_metered_twice(start=bounds.start, end=bounds.end) or windows_unsighted(

@@ -9,11 +9,12 @@ import io
 from decimal import Decimal
 
 import pytest
+from django.test import override_settings
 from django.urls import reverse
 
 from billing.models import PeriodClose, Statement, StatementLine
 from metering.models import IngestWindow, Service, Task, Team
-from tests.factories import SourceFactory, gpu_sighting
+from tests.factories import SourceFactory, gpu_sighting, window_split
 from tests.helpers import off_site_urls
 from tests.pools.pages import MONTH
 
@@ -363,6 +364,22 @@ def test_it_says_on_the_overview_which_sources_meter_one_gpu_twice(
     assert 'data-banner="metered-twice"' in html
     assert "Some GPUs of" in html and "are metered by two sources" in html
     assert f"sources {closed_pool.source.name} and thanos both meter 1 GPU(s) (GPU-a on" in html
+
+
+def test_it_says_on_the_overview_that_the_step_changed_under_stored_windows(
+    client, people, closed_pool
+) -> None:
+    client.force_login(people.finance)
+    window = IngestWindow.objects.filter(start__gte=closed_pool.start).order_by("start").first()
+    window_split(window, 300)
+    assert 'data-banner="off-step"' not in client.get("/").content.decode()
+    with override_settings(TANDEM_STEP_SECONDS=900):
+        html = client.get("/").content.decode()
+    assert 'data-banner="off-step"' in html
+    assert "The metering step changed under stored windows" in html
+    assert f"source {closed_pool.source.name} holds " in html
+    assert "window(s) of 300 s between" in html
+    assert "off the grid of TANDEM_STEP_SECONDS 900" in html
 
 
 def test_it_names_the_silent_node_on_the_overview(client, people, closed_pool) -> None:
