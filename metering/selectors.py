@@ -424,7 +424,9 @@ def enough_requests_condition(min_requests: int) -> GreaterThanOrEqual:
 
 def completeness(*, start: datetime, end: datetime) -> Decimal:
     """Mean window completeness over [start, end) for every enabled source; a window that was
-    never ingested (or does not exist) counts as 0, so a gap is visible, not averaged away."""
+    never ingested (or does not exist) counts as 0, so a gap is visible, not averaged away.
+    Each window counts as the steps it is long: one of a coarser step, kept where the step
+    became finer (docs/telemetry.md, "The metering step"), is that many steps."""
     step = settings.TANDEM_STEP_SECONDS
     expected_per_source = max(0, int((end - start).total_seconds()) // step)
     sources = Source.objects.filter(enabled=True).count()
@@ -432,10 +434,10 @@ def completeness(*, start: datetime, end: datetime) -> Decimal:
         return Decimal(0)
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT COALESCE(sum(w.completeness), 0) FROM metering_ingestwindow w"
-            " JOIN metering_source s ON s.id = w.source_id"
+            'SELECT COALESCE(sum(w.completeness * extract(epoch FROM w."end" - w.start)), 0) / %s'
+            " FROM metering_ingestwindow w JOIN metering_source s ON s.id = w.source_id"
             " WHERE s.enabled AND w.status = 'done' AND w.start >= %s AND w.start < %s",
-            [start, end],
+            [step, start, end],
         )
         total = cursor.fetchone()[0]
     return (Decimal(total) / (expected_per_source * sources)).quantize(

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from metering import services, tasks
 from metering.models import IngestWindow, Source, UsageInterval
-from metering.selectors import windows_off_step
+from metering.selectors import completeness, windows_off_step
 from tests.factories import SourceFactory, TaskFactory, UsageIntervalFactory
 
 pytestmark = pytest.mark.django_db
@@ -75,6 +75,8 @@ def test_it_starts_a_finer_step_where_the_coarser_windows_end() -> None:
         ("12:15", "12:20"),
     ]  # fmt: skip
     assert windows_off_step() == []  # a coarser step's windows lie on the finer grid
+    # The usage report's completeness counts a 600 s window as two steps of 300 s.
+    assert completeness(start=ELEVEN, end=ELEVEN + timedelta(minutes=70)) == 1
 
 
 @override_settings(TANDEM_STEP_SECONDS=600, TANDEM_INGEST_LAG_SECONDS=60)
