@@ -1276,20 +1276,20 @@ def _unheld_busy(
         ]
         named = {key[3:] for key in pods} if suspects else set()
         mapping_off = {node for pod, node in suspects if pod not in named}
-        sevenths: dict[str, Decimal | Fraction] = defaultdict(Decimal)  # busy x sevenths
+        parts: dict[str, Decimal | Fraction] = defaultdict(Decimal)  # busy x SHARE_PARTS
         nodes: dict[str, str] = {}
         with decimal.localcontext(EXACT):
             for (uuid, _, profile, _, _), series in busy:
                 if series.node in mapping_off:
                     continue
                 try:
-                    sevenths[uuid] += series.busy * mig_sevenths(profile)
+                    parts[uuid] += series.busy * mig_parts(profile, series.model)
                 except ValueError:
                     continue  # an unknown MIG profile: the devices' check says so
                 nodes[uuid] = series.node
-        if not sevenths:
+        if not parts:
             continue
-        found = {uuid: Fraction(sevenths[uuid]) * seconds / 7 for uuid in sorted(sevenths)}
+        found = {uuid: Fraction(parts[uuid]) * seconds / SHARE_PARTS for uuid in sorted(parts)}
         facts.unheld_busy = found
         example = max(found, key=lambda uuid: (found[uuid], uuid))
         facts.warnings.append(
@@ -2506,21 +2506,50 @@ def _newly_preempted(observed: dict[int, Observed]) -> set[str]:
 # --- Deriving an interval's facts ---------------------------------------------------------
 
 
+# A MIG instance's `Ng` is N compute slices of its GPU, and the GPU's slices depend on its
+# model: seven on the A100, H100, H200, B200 and GB200, fewer on these (NVIDIA's MIG user
+# guide, "Supported GPUs" and "Supported MIG Profiles": the A30's `4g.24gb` is the whole
+# GPU). Matched in dcgm-exporter's `modelName` ("NVIDIA A30"), which a MIG instance's
+# series carries from its physical GPU. Read as sevenths, an A30's slices were billed at 4/7
+# of what they held, with every window complete.
+MIG_SLICES_BY_MODEL = (
+    (re.compile(r"\bA30X?\b"), 4),
+    (re.compile(r"\bRTX PRO 6000 Blackwell\b"), 4),
+    (re.compile(r"\bRTX PRO (?:5000|4500) Blackwell\b"), 2),
+)
+MIG_SLICES = 7  # any other model, and a series that names none
+# The unit of a pod's GPU time before it is turned into a rational (`_PodSums`): every MIG
+# share above is a whole number of 28ths of a GPU (28 = lcm(7, 4, 2)).
+SHARE_PARTS = 28
+
+
 @cache
-def mig_share(profile: str) -> Fraction:
-    """A MIG instance is slices/7 of a GPU ("3g.40gb" -> 3/7); a whole device is 1."""
+def mig_slices(model: str) -> int:
+    """The compute slices a GPU of `model` is cut into by MIG."""
+    for pattern, slices in MIG_SLICES_BY_MODEL:
+        if pattern.search(model):
+            return slices
+    return MIG_SLICES
+
+
+@cache
+def mig_share(profile: str, model: str = "") -> Fraction:
+    """A MIG instance is its slices over its GPU's (`mig_slices`): "3g.40gb" of an H100 is
+    3/7, "1g.6gb" of an A30 1/4; a whole device is 1. A profile with more slices than its
+    GPU has is unknown (ValueError)."""
     if not profile:
         return Fraction(1)
-    slices = whole_number(profile.split("g.", 1)[0], max_digits=1)
-    if slices is None or not 1 <= slices <= 7:
+    slices, whole = whole_number(profile.split("g.", 1)[0], max_digits=1), mig_slices(model)
+    if slices is None or not 1 <= slices <= whole:
         raise ValueError(profile)
-    return Fraction(slices, 7)
+    return Fraction(slices, whole)
 
 
 @cache
-def mig_sevenths(profile: str) -> int:
-    """`mig_share` in sevenths of a GPU: 3 for "3g.40gb", 7 for a whole device."""
-    return int(mig_share(profile) * 7)
+def mig_parts(profile: str, model: str = "") -> int:
+    """`mig_share` in SHARE_PARTS of a GPU: 12 for an H100's "3g.40gb", 28 for a whole
+    device."""
+    return int(mig_share(profile, model) * SHARE_PARTS)
 
 
 def _derive(
@@ -2594,7 +2623,8 @@ def _held_gpus(
     observed: Observed, pods: set[PodKey], plan: sources.QueryPlan, shared: set[str]
 ) -> dict[PodKey, tuple[Fraction, str]]:
     """GPUs each of `pods` held while it was there: its allocated GPU-seconds over the
-    seconds it was seen (a MIG slice counts slices/7, a time-sliced replica its share), and
+    seconds it was seen (a MIG slice its slices over its GPU's, a time-sliced replica its
+    share), and
     the GPU model that held most of them (ties: the first name), which prices its
     compensation (docs/pricing.md "GPU classes", rule 5)."""
     seconds: dict[PodKey, Fraction] = defaultdict(Fraction)
@@ -2607,14 +2637,15 @@ def _held_gpus(
         if key not in pods or series.bad or not series.ticks:
             continue
         held = series.shared_alloc if uuid in shared else Fraction(series.ticks)
+        gpu = observed.gpus.get(uuid)
+        model = series.model or (gpu.model if gpu else "")
         try:
-            share = mig_share(profile)
+            share = mig_share(profile, model)
         except ValueError:
             continue  # _derive_gpus warns about the profile
         if held is not None:
             seconds[key] += held * share
-            gpu = observed.gpus.get(uuid)
-            by_model[key][series.model or (gpu.model if gpu else "")] += held * share
+            by_model[key][model] += held * share
             ticks[key] = max(ticks[key], series.ticks)
     return {
         key: (seconds[key] / ticks[key], _largest(by_model[key])) for key in seconds if ticks[key]
@@ -2637,23 +2668,23 @@ EXACT = decimal.Context(
 
 @dataclass
 class _PodSums:
-    """One pod's (or pod and model's) GPU time in an interval, in sevenths of a GPU-second
-    (a MIG slice is 1/7 of a GPU, `mig_share`): integers and exact Decimals as the samples
-    come, rationals only where a time-sliced GPU splits a tick 1/k. Turned into rationals
-    once, by `_sevenths`."""
+    """One pod's (or pod and model's) GPU time in an interval, in SHARE_PARTS of a GPU-second
+    (a MIG slice is a whole number of them, `mig_parts`): integers and exact Decimals as the
+    samples come, rationals only where a time-sliced GPU splits a tick 1/k. Turned into
+    rationals once, by `_from_parts`."""
 
     alloc: int | Fraction = 0
     busy: Decimal | None = None
     split_busy: Fraction | None = None
 
 
-def _sevenths(whole: int | Decimal | Fraction, split: Fraction | None = None) -> Fraction:
+def _from_parts(whole: int | Decimal | Fraction, split: Fraction | None = None) -> Fraction:
     if isinstance(whole, Decimal):
         numerator, denominator = whole.as_integer_ratio()
-        value = Fraction(numerator, denominator * 7)
+        value = Fraction(numerator, denominator * SHARE_PARTS)
     else:
-        value = Fraction(whole, 7)
-    return value if split is None else value + split / 7
+        value = Fraction(whole, SHARE_PARTS)
+    return value if split is None else value + split / SHARE_PARTS
 
 
 def _derive_gpus(
@@ -2674,10 +2705,16 @@ def _derive_gpus(
                     f'devices: series {{UUID="{uuid}",pod="{pod}"}} has no namespace label'
                 )
                 continue
+            # A pod series without the label (a partial scrape) takes its GPU's model.
+            gpu = now.gpus.get(uuid)
+            model = series.model or (gpu.model if gpu else "")
             try:
-                share = mig_sevenths(profile) * seconds
+                share = mig_parts(profile, model) * seconds
             except ValueError:
-                facts.warnings.append(f"devices: {uuid} has an unknown MIG profile {profile}")
+                facts.warnings.append(
+                    f"devices: {uuid} has an unknown MIG profile {profile}"
+                    + (f" for its model {model}" if model else "")
+                )
                 continue
             if uuid in shared:
                 ticks, busy = series.shared_alloc, series.shared_busy
@@ -2689,21 +2726,17 @@ def _derive_gpus(
             else:
                 ticks, busy = series.ticks, series.busy
             key = (namespace, pod)
-            # A pod series without the label (a partial scrape) takes its GPU's model.
-            gpu = now.gpus.get(uuid)
-            model_key = (namespace, pod, series.model or (gpu.model if gpu else ""))
+            model_key = (namespace, pod, model)
             allocated = ticks * share
-            busy_sevenths = None if busy is None else busy * share
+            busy_parts = None if busy is None else busy * share
             for summed in (_sums(sums, key), _sums(model_sums, model_key)):
                 summed.alloc += allocated
-                if busy_sevenths is None:
+                if busy_parts is None:
                     continue
-                if isinstance(busy_sevenths, Decimal):
-                    summed.busy = (
-                        busy_sevenths if summed.busy is None else summed.busy + busy_sevenths
-                    )
+                if isinstance(busy_parts, Decimal):
+                    summed.busy = busy_parts if summed.busy is None else summed.busy + busy_parts
                 else:
-                    summed.split_busy = (summed.split_busy or 0) + busy_sevenths
+                    summed.split_busy = (summed.split_busy or 0) + busy_parts
             if series.memory_peak is not None:
                 peak = round(series.memory_peak * sources.MIB)
                 facts.memory_peak[key] = max(facts.memory_peak.get(key, 0), peak)
@@ -2718,9 +2751,9 @@ def _derive_gpus(
         (model_sums, facts.alloc_by_model, facts.busy_by_model),
     ):
         for key, summed in found.items():
-            alloc[key] = _sevenths(summed.alloc)
+            alloc[key] = _from_parts(summed.alloc)
             if summed.busy is not None or summed.split_busy is not None:
-                busy[key] = _sevenths(summed.busy or 0, summed.split_busy)
+                busy[key] = _from_parts(summed.busy or 0, summed.split_busy)
     # Per GPU: the mean over the pod's devices (a sum would count a time-sliced GPU's memory
     # once per pod).
     for key, values in averages.items():

@@ -110,6 +110,29 @@ def test_it_refuses_an_unusable_mapping_naming_the_field(fields, named) -> None:
 )
 def test_it_counts_a_mig_instance_as_slices_of_seven(profile, share) -> None:
     assert measure.mig_share(profile) == share
+    assert measure.mig_share(profile, "NVIDIA H100 80GB HBM3") == share
+
+
+@pytest.mark.parametrize(
+    ("profile", "model", "share"),
+    [
+        ("1g.6gb", "NVIDIA A30", Fraction(1, 4)),
+        ("1g.6gb+me", "NVIDIA A30", Fraction(1, 4)),
+        ("4g.24gb", "NVIDIA A30", 1),
+        ("2g.48gb", "NVIDIA RTX PRO 6000 Blackwell Server Edition", Fraction(1, 2)),
+        ("2g.48gb", "NVIDIA RTX PRO 5000 Blackwell", 1),
+        ("", "NVIDIA A30", 1),
+    ],
+)
+def test_it_counts_a_mig_instance_as_slices_of_its_models_gpu(profile, model, share) -> None:
+    # NVIDIA's MIG user guide: an A30 and an RTX PRO 6000 Blackwell have four slices.
+    assert measure.mig_share(profile, model) == share
+    assert measure.mig_parts(profile, model) == share * measure.SHARE_PARTS
+
+
+def test_it_refuses_a_mig_profile_larger_than_its_models_gpu() -> None:
+    with pytest.raises(ValueError, match=re.escape("7g.80gb")):
+        measure.mig_share("7g.80gb", "NVIDIA A30")
 
 
 @pytest.mark.parametrize(
