@@ -511,8 +511,15 @@ def devices_parts(plan: QueryPlan) -> dict[str, Part]:
         MODEL_LABEL,
         *_cluster(plan),
     )
+    # Ticks are summed over the series of one target that share these labels: an exporter
+    # upgraded in place (an `instance` that stays: host network, or relabelled to the node)
+    # writes each GPU's series under a new label set from its restart on (a `pci_bus_id` or
+    # `DCGM_FI_DRIVER_VERSION` label added), and the two series' ticks are the GPU's, one
+    # after the other. Their max counted only the longer part of the window, with every
+    # window complete. Series of one target that overlap add up past the ticks an interval
+    # holds, so the per-tick query counts them (measure._time_sliced_devices).
     return {
-        "ticks": _gpu_part("count_over_time", frame_buffers, by_target, samples=samples),
+        "ticks": _gpu_part("count_over_time", frame_buffers, by_target, how="sum", samples=samples),
         "memory_peak": _gpu_part(
             "max_over_time", frame_buffers, by, pods_only=True, samples=samples
         ),
