@@ -28,7 +28,7 @@ from billing.models import (
     StatementLine,
 )
 from billing.scenarios import judged_slos, scenario_build, scenario_sha256
-from kernel.money import ROUNDING
+from kernel.money import ROUNDING, round_money
 from kernel.period import first_day, period_of, period_utc_range, previous_period, time_zone
 from kernel.tasks import TRAINING_KINDS
 from metering import partitions
@@ -42,7 +42,6 @@ from metering.selectors import (
 )
 
 ZERO = Decimal(0)
-CENT = Decimal("0.01")
 HUNDREDTH = Decimal("0.01")
 DEFAULT_MIN_COMPLETENESS = Decimal("0.99")
 
@@ -361,7 +360,8 @@ class QuotaStatus:
 
     `remaining_money` and the money side of `over_quota` count the draft's amount when there
     is one, else the list estimate; `remaining_money_basis` names the figure used. Amounts are
-    rounded to the cent, GPU-hours to two places, both ROUND_HALF_UP.
+    rounded to the currency's minor unit (the cent; the yen in JPY), GPU-hours to two places,
+    both ROUND_HALF_UP.
     """
 
     team: str
@@ -679,7 +679,8 @@ def _quota_status(
     if book is not None:
         with localcontext(prec=50):
             money = usage.gpu_seconds_times_rate / 3600 if usage else Decimal(0)
-            list_price = money.quantize(CENT, ROUNDING)
+            # The book's minor unit, as the statement will round it: whole yen in JPY.
+            list_price = round_money(money, book.currency)
     allowance_hours = quota.allowance_gpu_hours if quota else None
     allowance_money = quota.allowance_money if quota else None
     remaining_hours = allowance_hours - used_gpu_hours if allowance_hours is not None else None

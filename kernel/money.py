@@ -36,9 +36,14 @@ def minor_unit(currency: str) -> int:
     return _MINOR_UNITS.get(currency, 2)
 
 
+def money_quantum(currency: str) -> Decimal:
+    """The smallest amount of the currency: 0.01 CNY, 1 JPY, 0.001 KWD (its minor unit)."""
+    return Decimal(1).scaleb(-minor_unit(currency))
+
+
 def round_money(amount: Decimal, currency: str) -> Decimal:
     """Round once to the currency's minor unit with ROUNDING; never shows a negative zero."""
-    rounded = amount.quantize(Decimal(1).scaleb(-minor_unit(currency)), context=_ROUNDING_CONTEXT)
+    rounded = amount.quantize(money_quantum(currency), context=_ROUNDING_CONTEXT)
     return rounded.copy_abs() if rounded.is_zero() else rounded
 
 

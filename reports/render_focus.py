@@ -11,13 +11,14 @@ Column by column, what the spec asks and what Tandem writes:
   a line priced in several GPU classes (docs/pricing.md "GPU classes") has one row per class
   and contributing task instead, naming the task (each contribution's parts per class are
   stored, billing migration 0008; a close made before has one row per class naming no task).
-  A line's rounded amount is shared among its rows to the cent (rows.apportion): first among
+  A line's rounded amount is shared among its rows to the currency's minor unit, the cent
+  (whole yen in JPY: a row of 311.91 JPY bills no real amount; rows.apportion): first among
   its classes, then each class's share among that class's tasks, so Σ BilledCost by SkuId is
   what each class was billed and Σ BilledCost = Σ statement totals exactly. Nothing is
   prepaid, so EffectiveCost = BilledCost, and the price book is the contract, so
   ContractedCost = BilledCost.
 - ListCost: the same charge at list price. The list price is the standard rate R; off-peak
-  training is billed at R_off, so its ListCost is GPU-hours * R (rounded to the cent) and the
+  training is billed at R_off, so its ListCost is GPU-hours * R (rounded to the minor unit) and the
   difference is the off-peak discount. Every other charge: ListCost = BilledCost.
 - BillingPeriodStart/End, ChargePeriodStart/End: the month in the pool's time zone as UTC
   instants, 'YYYY-MM-DDTHH:mm:ssZ', end exclusive. A correction's charge period is the month

@@ -7,8 +7,8 @@ same run gives the same CSV and FOCUS bytes every time. Everything here reads; n
   any but `default`) and the tasks (or services) that contributed to it, and a total row.
 - `focus_charges`: every charge of the period in FOCUS 1.2 columns, one row per statement line
   and contributing task, or per GPU class for a line priced in several; a line's rounded
-  amount is shared among its tasks (or classes) to the cent so that BilledCost sums exactly
-  to the statements.
+  amount is shared among its tasks (or classes) to the currency's minor unit (the cent; the
+  yen in JPY) so that BilledCost sums exactly to the statements.
 - `report_page`: the numbers on the management page (and so in the PDF).
 """
 
@@ -36,7 +36,7 @@ from billing.models import (
 )
 from billing.pricing.money import per_hour
 from billing.selectors import rates_per_gpu_class
-from kernel.money import round_money, round_places
+from kernel.money import money_quantum, round_money, round_places
 from kernel.period import PeriodError, period_utc_range, previous_period, time_zone
 from kernel.tasks import TASK_KIND_LABELS as KIND_LABELS
 from reports import health
@@ -224,28 +224,32 @@ class FocusCharge:
     sku: FocusSku | None = None
 
 
-def apportion(total: Decimal, weights: Sequence[Decimal]) -> list[Decimal]:
-    """Split `total` (whole cents) in proportion to `weights`, to the cent, summing exactly.
+def apportion(
+    total: Decimal, weights: Sequence[Decimal], *, quantum: Decimal = CENT
+) -> list[Decimal]:
+    """Split `total` (a whole number of `quantum`s, the currency's minor unit: the cent, or
+    the yen for JPY) in proportion to `weights`, to that unit, summing exactly.
 
-    Largest remainder: each share is rounded toward zero, then the cents left over go to the
+    Largest remainder: each share is rounded toward zero, then the units left over go to the
     shares that lost most, earliest first on ties, so the result is deterministic. Weights
     must all have the sign of `total` (or be zero); with no usable weight, None is returned.
     """
-    cents = int((total / CENT).to_integral_value())
-    if Decimal(cents) * CENT != total:
-        raise ValueError(f"{total} is not a whole number of cents")
-    sign = -1 if cents < 0 else 1
+    units = int((total / quantum).to_integral_value())
+    if Decimal(units) * quantum != total:
+        unit = "cents" if quantum == CENT else f"units of {quantum}"
+        raise ValueError(f"{total} is not a whole number of {unit}")
+    sign = -1 if units < 0 else 1
     magnitudes = [abs(Decimal(w)) for w in weights]
     weight_sum = sum(magnitudes, Decimal(0))
     if weight_sum == 0:
         raise ValueError("cannot apportion over weights that are all zero")
-    exact = [Decimal(abs(cents)) * w / weight_sum for w in magnitudes]
+    exact = [Decimal(abs(units)) * w / weight_sum for w in magnitudes]
     floors = [int(e.to_integral_value(ROUND_DOWN)) for e in exact]
-    left = abs(cents) - sum(floors)
+    left = abs(units) - sum(floors)
     order = sorted(range(len(exact)), key=lambda i: (-(exact[i] - floors[i]), i))
     for i in order[:left]:
         floors[i] += 1
-    return [Decimal(sign * f) * CENT for f in floors]
+    return [Decimal(sign * f) * quantum for f in floors]
 
 
 def _single_sign(values: Sequence[Decimal], total: Decimal) -> bool:
@@ -322,12 +326,12 @@ def _class_charges(
 ) -> list[FocusCharge] | None:
     """One charge per GPU class and contributing task of a line priced in several classes
     (or one besides `default`), by class then task. The line's rounded amount is shared among
-    its classes to the cent (apportion), then each class's share among that class's tasks, so
-    the rows of a class sum to what the class alone was always billed and all rows to the
-    line, exactly. A class whose tasks cannot be apportioned (mixed signs, all zero), and
-    every class of a close made before contributions were stored per class (billing
-    migration 0008), has one charge naming no task. None when the classes themselves cannot
-    be apportioned."""
+    its classes to the currency's minor unit (the cent; the yen in JPY: apportion), then each
+    class's share among that class's tasks, so the rows of a class sum to what the class
+    alone was always billed and all rows to the line, exactly. A class whose tasks cannot be
+    apportioned (mixed signs, all zero), and every class of a close made before contributions
+    were stored per class (billing migration 0008), has one charge naming no task. None when
+    the classes themselves cannot be apportioned."""
     weights = [part.amount_unrounded for part in parts]
     if line.amount == 0 or not any(weights) or not _single_sign(weights, line.amount_unrounded):
         return None
@@ -336,7 +340,9 @@ def _class_charges(
         for item in contribution.classes.all():
             tasks_by_class.setdefault(item.gpu_class, []).append((contribution, item))
     charges = []
-    for part, class_billed in zip(parts, apportion(line.amount, weights), strict=True):
+    unit = money_quantum(close.currency)  # shares are whole units of the billed currency
+    class_shares = apportion(line.amount, weights, quantum=unit)
+    for part, class_billed in zip(parts, class_shares, strict=True):
         standard = catalog.standard_rates.get(part.gpu_class)
         shares = tasks_by_class.get(part.gpu_class, [])
         task_weights = [item.amount_unrounded for _, item in shares]
@@ -358,7 +364,7 @@ def _class_charges(
             )  # fmt: skip
             continue
         for (contribution, item), billed in zip(
-            shares, apportion(class_billed, task_weights), strict=True
+            shares, apportion(class_billed, task_weights, quantum=unit), strict=True
         ):
             task, kind, service = _contributor(contribution)
             charges.append(
@@ -401,7 +407,9 @@ def _line_charges(
             )
         ]  # fmt: skip
     charges = []
-    for contribution, billed in zip(contributions, apportion(line.amount, weights), strict=True):
+    unit = money_quantum(close.currency)  # shares are whole units of the billed currency
+    shares = apportion(line.amount, weights, quantum=unit)
+    for contribution, billed in zip(contributions, shares, strict=True):
         task, kind, service = _contributor(contribution)
         charges.append(
             FocusCharge(
