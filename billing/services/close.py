@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import Decimal, localcontext
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -40,7 +40,7 @@ from billing.models import (
     StatementLineTaskClass,
 )
 from billing.pricing import ENGINE_VERSION, Line, ScenarioError
-from billing.pricing.money import hours
+from billing.pricing.money import CONTEXT, hours
 from billing.scenarios import (
     SCENARIO_BUILDER_VERSION,
     BuiltScenario,
@@ -444,6 +444,16 @@ def _corrections_due(period: str, recheck: set[str]) -> tuple[list[_Correction],
 
 
 def _correction(close: PeriodClose, latest: PeriodScenario, priced: PricedScenario) -> _Correction:
+    # The engine's exact context: stored unrounded amounts have 30 decimal places (33 digits
+    # for a line of hundreds), which Python's default 28-digit context would round while
+    # summing what was billed, leaving every line of every team a few 1E-26 "changed".
+    with localcontext(CONTEXT):
+        return _correction_exact(close, latest, priced)
+
+
+def _correction_exact(
+    close: PeriodClose, latest: PeriodScenario, priced: PricedScenario
+) -> _Correction:
     result = priced.result
     billed_lines, billed_contributions = _billed_team_lines(close.period)
     keys = {(team.team, line.kind) for team in result.teams for line in team.lines}
