@@ -38,6 +38,7 @@ from dashboards.tables import (
     text,
 )
 from kernel.lost_work import lost_gpu_seconds
+from kernel.money import exact_total
 from kernel.numbers import whole_number
 from kernel.period import period_of_day
 from kernel.tasks import TASK_KIND_CHOICES, TASK_KINDS
@@ -566,7 +567,7 @@ def task_detail(request: HttpRequest, task_id: int) -> HttpResponse:
         lost_total=sum((lost for _, lost in preemptions), Decimal(0)),
         waits=pages.task_waits(task=task),
         charges=charges,
-        charges_total=sum((c.amount_unrounded for c in charges), Decimal(0)),
+        charges_total=exact_total(c.amount_unrounded for c in charges),
         currency=charges[0].line.statement.currency if charges else None,
     )
 
@@ -840,7 +841,7 @@ def statement_line(request: HttpRequest, line_id: int) -> HttpResponse:
         pages.statement_lines_of(teams=visible_teams(request.user)), pk=line_id
     )
     contributions = pages.line_contributions(line=line)
-    total = sum((c.amount_unrounded for c in contributions), Decimal(0))
+    total = exact_total(c.amount_unrounded for c in contributions)
     for contribution in contributions:
         contribution.share = health.ratio(contribution.amount_unrounded, total)
     return page(
@@ -851,7 +852,7 @@ def statement_line(request: HttpRequest, line_id: int) -> HttpResponse:
         line=line,
         contributions=contributions,
         contributions_sum=total,
-        # Contributions are stored to 20 places; their sum equals the line at that precision.
+        # Contributions are stored to 30 places, summed exactly: they add up to the line.
         contributions_match=bool(contributions) and total == line.amount_unrounded,
         explain_url=download_url("reports:explain", line.pk),
     )

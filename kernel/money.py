@@ -7,7 +7,8 @@ alike.
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_UP, Context, Decimal, DivisionByZero, InvalidOperation
+from collections.abc import Iterable
+from decimal import ROUND_HALF_UP, Context, Decimal, DivisionByZero, Inexact, InvalidOperation
 from fractions import Fraction
 
 ROUNDING = ROUND_HALF_UP
@@ -20,6 +21,8 @@ CENT = Decimal("0.01")
 # Wide enough that rounding any engine figure (60 significant digits) loses nothing but the
 # digits the rounding drops.
 _ROUNDING_CONTEXT = Context(prec=120, rounding=ROUNDING, traps=[InvalidOperation, DivisionByZero])
+# Sums of stored amounts: wide, and a lost digit is an error rather than a rounding.
+_EXACT_SUM_CONTEXT = Context(prec=120, rounding=ROUNDING, traps=[InvalidOperation, Inexact])
 
 # ISO 4217 currencies whose minor unit is not the cent; every other code rounds to 2 places.
 _MINOR_UNITS = {
@@ -34,6 +37,16 @@ _MINOR_UNITS = {
 def minor_unit(currency: str) -> int:
     """Decimal places of the currency's minor unit (2 unless ISO 4217 says otherwise)."""
     return _MINOR_UNITS.get(currency, 2)
+
+
+def exact_total(values: Iterable[Decimal]) -> Decimal:
+    """The values added with no digit lost (Decimal(0) for none). Stored unrounded amounts
+    keep 30 decimal places, 33 digits for an amount in the hundreds: Python's default context
+    (28 digits) rounds their sum, so it would not equal the line it adds up."""
+    total = Decimal(0)
+    for value in values:
+        total = _EXACT_SUM_CONTEXT.add(total, value)
+    return total
 
 
 def money_quantum(currency: str) -> Decimal:

@@ -27,6 +27,7 @@ from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 from django.db.models.functions import ExtractHour
 
 from billing.models import LineKind, SlaBreach, StatementLine, StatementLineTask
+from kernel.money import exact_total
 from kernel.period import time_zone
 from kernel.tasks import TRAINING_KINDS
 from metering import sources
@@ -122,7 +123,7 @@ class Explanation:
 
     @property
     def contributions_sum(self) -> Decimal:
-        return sum((c.amount_unrounded for c in self.contributors), Decimal(0))
+        return exact_total(c.amount_unrounded for c in self.contributors)
 
     def as_json(self) -> dict:
         """JSON-ready: decimals as strings, instants as ISO 8601 UTC."""

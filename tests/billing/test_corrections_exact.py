@@ -4,7 +4,8 @@ Stored unrounded amounts have 30 decimal places (a line of 210.82 CNY is 33 sign
 digits), more than Python's default context of 28 keeps. Summed there, what was billed loses
 its last digits, and every line of every team becomes "changed": late data about one task
 booked correction lines of 0.00 with amounts like -3.3333E-26 on the statements of teams it
-never touched.
+never touched. The explain file and the statement line page summed a line's contributions
+the same way, so they did not add up to the line they explain.
 """
 
 from __future__ import annotations
@@ -15,14 +16,19 @@ from decimal import Decimal, localcontext
 
 import pytest
 from django.db.models import F, Q
+from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 
+from access.models import Role
 from billing.models import PlatformLine, StatementLine, StatementLineTask
 from billing.pricing import price, scenario_from_dict
 from billing.pricing.money import CONTEXT
 from billing.selectors import period_scenario_text
 from billing.services import period_close
 from metering.models import IngestWindow, UsageInterval
+from reports.explain import statement_line_explain
+from tests.factories import RoleFactory
 
 pytestmark = pytest.mark.django_db
 SEPTEMBER, OCTOBER = "2026-09", "2026-10"
@@ -93,3 +99,34 @@ def test_it_adds_up_what_was_billed_to_the_re_priced_month_to_the_last_digit(bou
     }
     assert billed == expected
     assert platform == {line.kind: line.amount for line in repriced.platform.lines}
+
+
+def _nlp_standard_line() -> StatementLine:
+    return StatementLine.objects.get(
+        statement__period=SEPTEMBER, statement__team__name="nlp", kind="standard"
+    )
+
+
+def test_it_explains_a_line_with_contributions_that_sum_to_it_exactly(boundary_pool):
+    period_close(period=SEPTEMBER)
+    line = _nlp_standard_line()
+    # llm-sft 162.306416666666666666666666666667 + nlp-notebook 48.5122500…: 33 digits.
+    assert line.amount_unrounded == Decimal("210.818666666666666666666666666667")
+
+    explanation = statement_line_explain(line=line)
+
+    assert explanation.contributions_sum == line.amount_unrounded
+    assert explanation.as_json()["contributions_sum"] == "210.818666666666666666666666666667"
+
+
+def test_it_shows_the_contributions_of_a_statement_line_match_it(boundary_pool):
+    period_close(period=SEPTEMBER)
+    line = _nlp_standard_line()
+    client = Client()
+    client.force_login(RoleFactory(user__username="fiona", name=Role.Name.FINANCE).user)
+
+    response = client.get(reverse("dashboards:statement_line", args=[line.pk]))
+
+    assert response.status_code == 200
+    assert response.context["contributions_sum"] == line.amount_unrounded
+    assert response.context["contributions_match"] is True
