@@ -432,6 +432,13 @@ class PeriodScenario(ImmutableModel):
     # new to the rebuild takes its own, kept by the revision that prices it. Empty for rows
     # made before they were kept: read from the scenario's text (billing.scenarios.judged_slos).
     service_slos = models.JSONField(default=dict, blank=True)
+    # The kind each of its tasks was priced as, by the task's primary key: the month's kinds
+    # as of this revision. A task row holds one kind, the one its latest ingest saw, so a
+    # priority class changed in a later month (or on the admin's task page) would otherwise
+    # re-price the closed month's whole usage of the task once late data re-builds it. A
+    # task new to the rebuild takes its row's kind, kept by the revision that prices it.
+    # Empty for rows made before they were kept: those rebuild from the task rows' kinds.
+    task_kinds = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["period", "revision"]

@@ -246,10 +246,12 @@ def scenario_build(
     price_book: PriceBook,
     builder_version: int = SCENARIO_BUILDER_VERSION,
     slos: Mapping[int, int] | None = None,
+    kinds: Mapping[int, str] | None = None,
 ) -> BuiltScenario:
     """The validated engine input for intervals starting in [start, end), with `price_book`,
     as builder `builder_version` wrote it (a closed month's is stored on its close); each
-    service judged by its SLO in `slos` (by primary key: a closed month's), else its own.
+    service judged by its SLO in `slos` (by primary key: a closed month's), else its own;
+    each task priced as its kind in `kinds` (by primary key: a closed month's), else its row's.
 
     Tasks and services are those that appear in the period's usage, preemptions or latency.
     Raises the engine's ScenarioError, naming the record, when metering holds data the rules
@@ -281,7 +283,7 @@ def scenario_build(
         "step_seconds": settings.TANDEM_STEP_SECONDS,
         "price_book": price_book.to_scenario_dict(),
         "tasks": [
-            {"id": task_ids[pk], "team": team, "kind": kind}
+            {"id": task_ids[pk], "team": team, "kind": (kinds or {}).get(pk, kind)}
             | ({"preemptions_before": earlier[pk]} if earlier.get(pk) else {})
             for pk, _, _, team, kind, _ in all_tasks
             if task_ids[pk] in used
@@ -316,6 +318,19 @@ def service_slos_of(built: BuiltScenario) -> dict[str, str]:
         str(built.service_pks[service.id]): str(service.slo_p99_ms)
         for service in built.scenario.services
     }
+
+
+def task_kinds_of(built: BuiltScenario) -> dict[str, str]:
+    """The kind each task of `built` is priced as, by the task's primary key (as text:
+    `PeriodScenario.task_kinds`)."""
+    return {str(built.task_pks[task.id]): task.kind for task in built.scenario.tasks}
+
+
+def billed_kinds(revision: PeriodScenario) -> dict[int, str]:
+    """The kinds a stored revision of a month priced its tasks as, by task primary key: its
+    `task_kinds`. Empty for a revision stored before they were kept: its rebuild takes the
+    task rows' kinds, as it did."""
+    return {int(pk): kind for pk, kind in revision.task_kinds.items()}
 
 
 def judged_slos(revision: PeriodScenario) -> dict[int, int]:

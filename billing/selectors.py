@@ -27,7 +27,7 @@ from billing.models import (
     Quota,
     StatementLine,
 )
-from billing.scenarios import judged_slos, scenario_build, scenario_sha256
+from billing.scenarios import billed_kinds, judged_slos, scenario_build, scenario_sha256
 from kernel.money import ROUNDING, round_money
 from kernel.period import first_day, period_of, period_utc_range, previous_period, time_zone
 from kernel.tasks import TRAINING_KINDS
@@ -860,6 +860,7 @@ def _metering_differences(close: PeriodClose, notes: list[str]) -> list[str]:
             price_book=close.price_book,
             builder_version=close.scenario_builder_version,
             slos=judged_slos(latest),
+            kinds=billed_kinds(latest),
         )
     except pricing.ScenarioError as error:
         return [f"metering rows of {close.period} can no longer be priced: {error}"]

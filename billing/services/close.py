@@ -45,12 +45,14 @@ from billing.scenarios import (
     SCENARIO_BUILDER_VERSION,
     BuiltScenario,
     PricedScenario,
+    billed_kinds,
     judged_slos,
     scenario_build,
     scenario_digest,
     scenario_price,
     scenario_sha256,
     service_slos_of,
+    task_kinds_of,
 )
 from billing.selectors import (
     PeriodBounds,
@@ -331,13 +333,16 @@ def _close_rebuild(
     close: PeriodClose, bounds: PeriodBounds, latest: PeriodScenario
 ) -> BuiltScenario:
     """A closed month's scenario from today's metering, built as its close built it, with the
-    SLOs its latest revision `latest` judged by (`PeriodScenario.service_slos`)."""
+    SLOs its latest revision `latest` judged by (`PeriodScenario.service_slos`) and the
+    kinds it priced its tasks as (`PeriodScenario.task_kinds`): a kind a task row took since,
+    from a later month's pods, is not the kind it ran as in this one."""
     return scenario_build(
         start=bounds.start,
         end=bounds.end,
         price_book=close.price_book,
         builder_version=close.scenario_builder_version,
         slos=judged_slos(latest),
+        kinds=billed_kinds(latest),
     )
 
 
@@ -683,6 +688,7 @@ def _store_scenarios(
             scenario_zlib=priced.scenario_zlib,
             created=now,
             service_slos=service_slos_of(priced.built),
+            task_kinds=task_kinds_of(priced.built),
         )
     ]
     snapshots += [
@@ -696,6 +702,7 @@ def _store_scenarios(
             scenario_zlib=item.priced.scenario_zlib,
             created=now,
             service_slos=service_slos_of(item.priced.built),
+            task_kinds=task_kinds_of(item.priced.built),
         )
         for item in corrections
     ]

@@ -1,0 +1,82 @@
+"""A task whose kind changes after its month was closed (kube-state-metrics' priority class
+of a later month, or the admin's Task page) must not re-price that closed month.
+
+A task row has one kind, the one its latest ingest saw (docs/telemetry.md, "Priority classes
+the mapping does not name"). Late data for a closed month re-builds the whole month from the
+task rows as they are now, so a kind that changed in the next month moves the closed month's
+money between teams and lines, as correction lines nobody asked for.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+from django.db.models import F
+from django.utils import timezone
+
+from billing.models import PeriodScenario, StatementLine
+from billing.selectors import period_verification
+from billing.services import period_close
+from metering.models import IngestWindow, Task, UsageInterval
+
+pytestmark = pytest.mark.django_db
+SEPTEMBER, OCTOBER = "2026-09", "2026-10"
+
+
+def _late_chat_data_for_september(boundary_pool) -> None:
+    """One re-ingested September hour: chat-api held 75 GPU-seconds less in each interval."""
+    start = dt.datetime(2026, 9, 30, 2, tzinfo=dt.UTC)
+    end = start + dt.timedelta(hours=1)
+    UsageInterval.objects.filter(
+        task=boundary_pool.tasks["chat-api"],
+        interval_start__gte=start,
+        interval_start__lt=end,
+        alloc_gpu_seconds__gt=75,
+    ).update(alloc_gpu_seconds=F("alloc_gpu_seconds") - 75)
+    IngestWindow.objects.filter(start__gte=start, start__lt=end).update(
+        changed_after_first_write=timezone.now()
+    )
+
+
+def _corrections(team: str) -> dict[str, Decimal]:
+    return dict(
+        StatementLine.objects.filter(
+            is_correction=True, corrects_period=SEPTEMBER, statement__team__name=team
+        ).values_list("kind", "amount")
+    )
+
+
+def test_it_keeps_a_closed_months_kinds_when_a_task_changes_kind_later(boundary_pool):
+    period_close(period=SEPTEMBER)
+    billed = dict(
+        StatementLine.objects.filter(
+            statement__period=SEPTEMBER, statement__team__name="nlp", is_correction=False
+        ).values_list("kind", "amount")
+    )
+    # October: the notebook's pods run under inference-critical from now on; ingest writes
+    # the task row's kind (metering.identity: kind follows kube-state-metrics).
+    Task.objects.filter(pk=boundary_pool.tasks["nlp-notebook"].pk).update(kind="inference")
+    _late_chat_data_for_september(boundary_pool)
+
+    period_close(period=OCTOBER)
+
+    # The late data changed chat-api's usage only: nlp's September is as it was billed
+    # (on main: baseline +81.77, standard -35.23, offpeak -33.20, sla_penalty -57.19 CNY).
+    assert _corrections("nlp") == {}, billed
+    assert _corrections("chat") == {"baseline": Decimal("-2.23"), "standard": Decimal("-0.66")}
+    notebook = str(boundary_pool.tasks["nlp-notebook"].pk)
+    revision = PeriodScenario.objects.get(period=SEPTEMBER, revision=1)
+    assert revision.task_kinds[notebook] == "training_interactive"
+    assert period_verification(SEPTEMBER).ok
+
+
+def test_it_says_a_kind_changed_after_the_close_is_no_change_of_the_closed_month(
+    boundary_pool,
+):
+    period_close(period=SEPTEMBER)
+    Task.objects.filter(pk=boundary_pool.tasks["nlp-notebook"].pk).update(kind="inference")
+
+    assert period_close(period=SEPTEMBER).data_changed is False
+    assert period_verification(SEPTEMBER).ok
