@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal, localcontext
@@ -122,6 +122,7 @@ def period_close(
     period: str,
     corrections: bool = True,
     recheck: Iterable[str] = (),
+    retake_kinds: Iterable[str] = (),
     now: dt.datetime | None = None,
     accept_incomplete: str = "",
 ) -> PeriodCloseOutcome:
@@ -146,7 +147,11 @@ def period_close(
 
     With `corrections`, earlier closed months whose ingest windows changed after they were
     priced (plus those named in `recheck`) are re-priced with their own book; differences
-    become correction lines in this month's statements.
+    become correction lines in this month's statements. A re-priced month keeps the kinds it
+    priced its tasks as (`PeriodScenario.task_kinds`), except those named in `retake_kinds`
+    (re-checked too), which take each task's kind from its row as it is now: finance's
+    explicit call where a closed month's kind was a guess (a priority class the source did
+    not map, mapped since and ingested again), audited on the close.
     """
     now = now or timezone.now()
     bounds = period_bounds(period)
@@ -164,7 +169,10 @@ def period_close(
         blind = window_blind_spots(
             start=bounds.start, end=bounds.end, min_requests=book.sla_min_requests
         )
-        due, withheld = _corrections_due(period, set(recheck)) if corrections else ([], [])
+        retaken = set(retake_kinds)
+        due, withheld = (
+            _corrections_due(period, set(recheck) | retaken, retaken) if corrections else ([], [])
+        )
     for item in due:
         if item.book.currency != book.currency:
             raise PeriodCloseRefused(
@@ -193,6 +201,8 @@ def period_close(
             changes["incomplete_reason"] = close.incomplete_reason
             changes["incomplete_ranges"] = [item["message"] for item in close.incomplete_ranges]
         changes.update(_blind_spots_audited(blind))
+        if retaken:
+            changes["kinds_retaken"] = sorted(retaken)
         audit_record(action="close", obj=close, changes=changes)
     _blind_spots_say(period, blind)
     return PeriodCloseOutcome(
@@ -330,19 +340,20 @@ def _price_metering(bounds: PeriodBounds, book: PriceBook) -> PricedScenario:
 
 
 def _close_rebuild(
-    close: PeriodClose, bounds: PeriodBounds, latest: PeriodScenario
+    close: PeriodClose, bounds: PeriodBounds, latest: PeriodScenario, *, retake: bool = False
 ) -> BuiltScenario:
     """A closed month's scenario from today's metering, built as its close built it, with the
     SLOs its latest revision `latest` judged by (`PeriodScenario.service_slos`) and the
     kinds it priced its tasks as (`PeriodScenario.task_kinds`): a kind a task row took since,
-    from a later month's pods, is not the kind it ran as in this one."""
+    from a later month's pods, is not the kind it ran as in this one. With `retake`, the task
+    rows' kinds (`period_close`'s `retake_kinds`)."""
     return scenario_build(
         start=bounds.start,
         end=bounds.end,
         price_book=close.price_book,
         builder_version=close.scenario_builder_version,
         slos=judged_slos(latest),
-        kinds=billed_kinds(latest),
+        kinds=None if retake else billed_kinds(latest),
     )
 
 
@@ -396,7 +407,9 @@ class _Correction:
     pool_cost_delta: Decimal
 
 
-def _corrections_due(period: str, recheck: set[str]) -> tuple[list[_Correction], list[str]]:
+def _corrections_due(
+    period: str, recheck: set[str], retake: Collection[str] = ()
+) -> tuple[list[_Correction], list[str]]:
     """Earlier closed months whose metering changed since they were last priced, and those
     withheld: a correction only comes from windows at or above TANDEM_MIN_COMPLETENESS, so a
     month with a window below it (an operator accepted a loss of samples) waits until its
@@ -439,7 +452,7 @@ def _corrections_due(period: str, recheck: set[str]) -> tuple[list[_Correction],
             withheld.append(close.period)
             continue
         try:
-            built = _close_rebuild(close, bounds, latest)
+            built = _close_rebuild(close, bounds, latest, retake=close.period in retake)
             digest = scenario_digest(built)
             if digest[1] != latest.scenario_sha256:
                 due.append(_correction(close, latest, scenario_price(built, digest)))

@@ -10,13 +10,16 @@ money between teams and lines, as correction lines nobody asked for.
 from __future__ import annotations
 
 import datetime as dt
+import io
 from decimal import Decimal
 
 import pytest
+from django.core.management import call_command
 from django.db.models import F
 from django.utils import timezone
 
-from billing.models import PeriodScenario, StatementLine
+from audit.models import AuditEntry
+from billing.models import PeriodClose, PeriodScenario, StatementLine
 from billing.selectors import period_verification
 from billing.services import period_close
 from metering.models import IngestWindow, Task, UsageInterval
@@ -79,4 +82,34 @@ def test_it_says_a_kind_changed_after_the_close_is_no_change_of_the_closed_month
     Task.objects.filter(pk=boundary_pool.tasks["nlp-notebook"].pk).update(kind="inference")
 
     assert period_close(period=SEPTEMBER).data_changed is False
+    assert period_verification(SEPTEMBER).ok
+
+
+def test_it_retakes_a_closed_months_kinds_when_finance_asks(boundary_pool) -> None:
+    """The way back for a kind that was a guess at the close (a priority class the source did
+    not map, mapped since): `close_period --retake-kinds`, audited on the close."""
+    period_close(period=SEPTEMBER)
+    notebook = boundary_pool.tasks["nlp-notebook"]
+    Task.objects.filter(pk=notebook.pk).update(kind="inference")
+
+    call_command(
+        "close_period", "--period", OCTOBER, "--retake-kinds", SEPTEMBER, stdout=io.StringIO()
+    )
+
+    # The notebook's September re-priced as inference: nlp pays baseline for it, its SLA
+    # penalty goes (an inference team's breaches move no penalty to it), training lines shrink.
+    assert _corrections("nlp") == {
+        "baseline": Decimal("81.47"),
+        "standard": Decimal("-35.17"),
+        "offpeak": Decimal("-33.20"),
+        "sla_penalty": Decimal("-57.19"),
+    }
+    revisions = PeriodScenario.objects.filter(period=SEPTEMBER).order_by("revision")
+    assert [r.task_kinds[str(notebook.pk)] for r in revisions] == [
+        "training_interactive",
+        "inference",
+    ]
+    october = PeriodClose.objects.get(period=OCTOBER)
+    audited = AuditEntry.objects.get(action="close", object_id=str(october.pk))
+    assert audited.changes["kinds_retaken"] == [SEPTEMBER]
     assert period_verification(SEPTEMBER).ok

@@ -29,6 +29,15 @@ class Command(BaseCommand):
             help="re-build this earlier closed month even if no ingest window flags late data",
         )
         parser.add_argument(
+            "--retake-kinds",
+            action="append",
+            default=[],
+            metavar="YYYY-MM",
+            help="re-build this earlier closed month (as --recheck) taking each task's kind from"
+            " its row now, not the kind the month was priced with: where a priority class the"
+            " source did not map was mapped since and its windows ingested again (audited)",
+        )
+        parser.add_argument(
             "--accept-incomplete",
             default="",
             metavar="REASON",
@@ -43,6 +52,7 @@ class Command(BaseCommand):
         period: str,
         no_corrections: bool,
         recheck: list[str],
+        retake_kinds: list[str],
         accept_incomplete: str,
         **options,
     ):
@@ -51,6 +61,7 @@ class Command(BaseCommand):
                 period=period,
                 corrections=not no_corrections,
                 recheck=recheck,
+                retake_kinds=retake_kinds,
                 accept_incomplete=accept_incomplete,
             )
         except PeriodCloseRefused as error:
