@@ -263,7 +263,7 @@ def scenario_build(
         )
     )
     task_ids = _task_names(all_tasks)
-    classes = _classes_by_model(price_book)
+    classes = gpu_classes_by_model(price_book)
     usage = _usage_rows(start, end, task_ids, classes)
     preemptions = _preemption_rows(start, end, task_ids, classes if builder_version >= 3 else {})
     used = {row["task"] for row in preemptions}
@@ -356,7 +356,7 @@ def _interval_name(epoch: int) -> str:
     return dt.datetime.fromtimestamp(epoch, tz=dt.UTC).strftime(ISO_FORMAT)
 
 
-def _classes_by_model(price_book: PriceBook) -> dict[str, str]:
+def gpu_classes_by_model(price_book: PriceBook) -> dict[str, str]:
     """GPU model -> the book's class that lists it (a book refuses a model in two classes)."""
     return {
         model: gpu_class.name

@@ -27,7 +27,13 @@ from billing.models import (
     Quota,
     StatementLine,
 )
-from billing.scenarios import billed_kinds, judged_slos, scenario_build, scenario_sha256
+from billing.scenarios import (
+    billed_kinds,
+    gpu_classes_by_model,
+    judged_slos,
+    scenario_build,
+    scenario_sha256,
+)
 from kernel.money import ROUNDING, round_money
 from kernel.period import first_day, period_of, period_utc_range, previous_period, time_zone
 from kernel.tasks import TRAINING_KINDS
@@ -355,8 +361,9 @@ class QuotaStatus:
       earlier months that the close adds.
     - `list_price_estimate`: the book in force's rates applied to the month's usage rows
       (docs/pricing.md rule 3 without the baseline split): training kinds in off-peak hours at the
-      off-peak rate, all other usage at the standard rate. Live, but without the baseline,
-      penalties and credits: an inference team's statement is well above it.
+      off-peak rate, all other usage at the standard rate, each GPU model at its class's rates.
+      Live, but without the baseline, penalties and credits: an inference team's statement is
+      well above it.
 
     `remaining_money` and the money side of `over_quota` count the draft's amount when there
     is one, else the list estimate; `remaining_money_basis` names the figure used. Amounts are
@@ -626,41 +633,57 @@ class _TeamUsage:
 def _usage_by_team(
     *, team_ids: list[int], start: dt.datetime, end: dt.datetime, book: PriceBook | None
 ) -> dict[int, _TeamUsage]:
-    """Allocated GPU-seconds per team, kind class and local hour, priced in Python."""
+    """Allocated GPU-seconds per team, kind class and local hour, priced in Python at the
+    rates of each GPU model's class where the book has classes (docs/pricing.md "GPU
+    classes"): one team's H100 hours at the `default` class's rate were a third of their
+    price in `list_price_estimate`."""
     if not team_ids or end <= start:
         return {}
     zone = book.timezone if book else settings.TANDEM_TIMEZONE
-    # Whole hours from the team-hour rollup, the edges (the hour ingested so far) from the
-    # intervals; empty ranges stand in for a part the split does not have.
+    # Whole hours from a rollup, the edges (the hour ingested so far) from the intervals;
+    # empty ranges stand in for a part the split does not have.
     split = range_split(start=start, end=end, zone=zone)
     hours = split.hours or (start, start)
     edges = [*split.edges, *[(start, start)] * (2 - len(split.edges))]
+    classes = gpu_classes_by_model(book) if book else {}
+    # Without classes, the team-hour rollup (ten times fewer rows); with them, the task-hour
+    # one, which keeps the GPU model (joined to the task row, as the team-hour rollup
+    # follows its team and kind).
+    whole_hours = (
+        "SELECT t.team_id, t.kind, h.hour_start AS moment, h.gpu_model, h.alloc_gpu_seconds"
+        " FROM metering_usagehour h JOIN metering_task t ON t.id = h.task_id"
+        " WHERE h.hour_start >= %s AND h.hour_start < %s"
+        if classes
+        else "SELECT team_id, kind, hour_start AS moment, '' AS gpu_model, alloc_gpu_seconds"
+        " FROM metering_teamhour WHERE hour_start >= %s AND hour_start < %s"
+    )
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT u.team_id, u.kind = ANY(%s),"
-            " extract(hour FROM u.moment AT TIME ZONE %s)::int, sum(u.alloc_gpu_seconds)"
-            " FROM (SELECT team_id, kind, hour_start AS moment, alloc_gpu_seconds"
-            "       FROM metering_teamhour WHERE hour_start >= %s AND hour_start < %s"
+            " extract(hour FROM u.moment AT TIME ZONE %s)::int, u.gpu_model,"
+            " sum(u.alloc_gpu_seconds)"
+            f" FROM ({whole_hours}"
             "       UNION ALL"
-            "       SELECT t.team_id, t.kind, i.interval_start, i.alloc_gpu_seconds"
+            "       SELECT t.team_id, t.kind, i.interval_start, i.gpu_model, i.alloc_gpu_seconds"
             "       FROM metering_usageinterval i JOIN metering_task t ON t.id = i.task_id"
             "       WHERE (i.interval_start >= %s AND i.interval_start < %s)"
             "          OR (i.interval_start >= %s AND i.interval_start < %s)"
-            " ) u WHERE u.team_id = ANY(%s) GROUP BY 1, 2, 3",
+            " ) u WHERE u.team_id = ANY(%s) GROUP BY 1, 2, 3, 4",
             [list(TRAINING_KINDS), zone, *hours, *edges[0], *edges[1], team_ids],
         )
         grouped = cursor.fetchall()
-    rates = rates_per_gpu_hour(book) if book else None
+    rates = rates_per_gpu_class(book) if book else None
     engine_book = engine_price_book(book) if book else None
     usage: dict[int, _TeamUsage] = {}
-    for team_id, is_training, hour, gpu_seconds in grouped:
+    for team_id, is_training, hour, model, gpu_seconds in grouped:
         entry = usage.get(team_id)
         if entry is None:
             entry = usage[team_id] = _TeamUsage(Decimal(0), Decimal(0) if rates else None)
         entry.gpu_seconds += gpu_seconds
         if rates:
+            standard, offpeak_rate = rates[classes.get(model, pricing.DEFAULT_CLASS)]
             offpeak = is_training and not engine_book.is_peak_hour(hour)
-            entry.gpu_seconds_times_rate += gpu_seconds * (rates[1] if offpeak else rates[0])
+            entry.gpu_seconds_times_rate += gpu_seconds * (offpeak_rate if offpeak else standard)
     return usage
 
 

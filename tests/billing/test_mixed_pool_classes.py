@@ -15,6 +15,7 @@ import datetime as dt
 import io
 import json
 from decimal import Decimal, localcontext
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import IntegrityError, transaction
@@ -26,6 +27,7 @@ from billing.models import (
     PeriodClose,
     PlatformLine,
     PlatformLineClass,
+    PriceBook,
     Statement,
     StatementLine,
     StatementLineTaskClass,
@@ -33,9 +35,15 @@ from billing.models import (
 from billing.pricing import canonical_json
 from billing.pricing.money import round_money
 from billing.scenarios import SCENARIO_BUILDER_VERSION, scenario_build
-from billing.selectors import period_bounds, period_scenario_text, period_verification
+from billing.selectors import (
+    period_bounds,
+    period_scenario_text,
+    period_verification,
+    quota_statuses,
+    rates_per_gpu_class,
+)
 from billing.services import period_close
-from metering.models import CapacityInterval, Preemption, Task, UsageInterval
+from metering.models import CapacityInterval, Preemption, Task, Team, UsageInterval
 from reports.render_focus import focus_csv
 from reports.rows import apportion
 from tests.dashboards.conftest import make_user
@@ -44,6 +52,7 @@ from tests.helpers import run_sql
 
 pytestmark = pytest.mark.django_db
 OCTOBER = "2026-10"
+OCTOBER_1 = dt.date(2026, 10, 1)
 H100, L40S = "NVIDIA H100 80GB HBM3", "NVIDIA L40S"
 CLASSES = [
     {"name": "H100", "models": [H100], "depreciation_per_gpu_hour": "38.00",
@@ -339,3 +348,34 @@ def test_it_sums_a_tasks_models_of_one_class_in_an_interval(default_book):
     assert '{"alloc_gpu_seconds":"300","interval":"2026-10-30T16:00:00Z","task":"both"}' in text
     assert '{"alloc_gpu_seconds":"300.25","interval":"2026-10-30T16:00:00Z","task":"one"}' in text
     assert len(built.scenario.usage) == 2
+
+
+def test_it_prices_the_quota_list_estimate_at_each_gpu_classes_rates(mixed_pool) -> None:
+    """The quota export's `list_price_estimate` (the money a scheduler enforces against until
+    the month-to-date draft is priced) at each model's class rates: before, every GPU-hour
+    went at the `default` class's, and vision's H100 hours at about a third of their price."""
+    book = PriceBook.objects.get(status=PriceBook.Status.PUBLISHED, effective_from=OCTOBER_1)
+    rates = rates_per_gpu_class(book)
+    classes = {H100: "H100", L40S: "L40S"}
+    at = METERED_TO + dt.timedelta(hours=1)
+
+    found = {
+        status.team: status for status in quota_statuses(at=at, teams=list(Team.objects.all()))
+    }
+
+    for team in ("vision", "nlp", "chat"):
+        money = Decimal(0)
+        moment = METERED_FROM
+        while moment < METERED_TO:
+            peak = 9 <= moment.astimezone(ZoneInfo(book.timezone)).hour < 22
+            for _, owner, kind, held in TASKS:
+                for model, gpus in held.items() if owner == team else ():
+                    standard, offpeak = rates[classes[model]]
+                    training = kind != "inference"
+                    money += gpus * 300 * (standard if peak or not training else offpeak)
+            moment += STEP
+        with localcontext(prec=50):
+            wanted = round_money(money / 3600, book.currency)
+        assert found[team].list_price_estimate == wanted, team
+    default_only = rates["default"][0] * 2 * 3  # 3 peak hours of 2 H100 at the default rate
+    assert found["vision"].list_price_estimate > 2 * default_only  # the H100 rate, not default
