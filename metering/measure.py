@@ -2939,6 +2939,25 @@ def _derive_io(
             facts.io[pod][meter] = round(increment)
 
 
+def _histogram_restarted(now: dict[str, Decimal], earlier: dict[str, Decimal]) -> bool:
+    """Whether a replica's histogram started again from zero since its `earlier` reading.
+
+    A restart resets every bucket at once, so it is judged on the whole histogram, never bound
+    by bound: in the interval of a restart the fast buckets may have caught up with their old
+    counts while the slow ones have not, and counted apart (the rising bounds as increments,
+    the others from zero) they made requests that never were, a P99 of seconds for one under
+    a second (tests/metering/test_latency_restarts.py). A process writes one set of bounds all
+    its life, so a bound its last reading lacked is a new process too: vLLM upgraded in place
+    (a StatefulSet's pod keeps its name) to a release with more buckets, whose shared bounds
+    may all have risen. A bound gone is not: the interval of a rollback to fewer buckets still
+    reads the old process' last values of the others, which are gone from the next one.
+    What it cannot see is a restart after which every bucket passed its old count with no new
+    bound: the interval's increments then lack what the old process had counted."""
+    if not earlier:
+        return False  # a first reading counts from zero anyway
+    return any(bound not in earlier or value < earlier[bound] for bound, value in now.items())
+
+
 def _derive_latency(
     facts: IntervalFacts,
     now: Observed,
@@ -2960,9 +2979,9 @@ def _derive_latency(
             continue
         increments: dict[str, Decimal | int] = dict.fromkeys(common, 0)
         for buckets, earlier in replicas:
+            restarted = _histogram_restarted(buckets, earlier)
             for bound in common:
-                increment = buckets[bound] - earlier.get(bound, 0)
-                increments[bound] += buckets[bound] if increment < 0 else increment
+                increments[bound] += buckets[bound] - (0 if restarted else earlier.get(bound, 0))
         if increments["+Inf"]:
             facts.latency[service] = [
                 (bound, round(increments[bound])) for bound in sorted(common, key=_le_order)
