@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal, localcontext
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -82,6 +82,43 @@ def period_bounds(period: str) -> PeriodBounds:
         start=start,
         end=end,
     )
+
+
+def closed_period_bounds(close: PeriodClose) -> PeriodBounds:
+    """The bounds `close` priced its month on, as it stored them. A closed month is re-built
+    (corrections, `verify_period`, a close run again) on these, never on the pool's zone as
+    it is now: after a change of `TANDEM_TIMEZONE` the month re-computed on the new clock
+    would take in hours the next month bills, or drop hours it billed, and the difference
+    would be booked as late data (docs/pricing.md, "The pool's zone changed")."""
+    return PeriodBounds(
+        period=close.period,
+        timezone=close.timezone,
+        first_day=first_day(close.period),
+        start=close.period_start,
+        end=close.period_end,
+    )
+
+
+def period_bounds_billed(period: str) -> PeriodBounds:
+    """`period` on the bounds its close priced when it is closed, else on the pool's zone."""
+    close = PeriodClose.objects.filter(period=period).first()
+    return closed_period_bounds(close) if close is not None else period_bounds(period)
+
+
+def period_bounds_to_price(period: str) -> PeriodBounds:
+    """The bounds a close of `period` prices: `period_bounds`, except that the month starts
+    where the month before it, as closed, ended. The two differ only when `TANDEM_TIMEZONE`
+    changed after that close; starting on the new clock's midnight would leave the hours
+    between the two unbilled (a zone moved west) or bill them twice (east)."""
+    bounds = period_bounds(period)
+    ended = (
+        PeriodClose.objects.filter(period=previous_period(period))
+        .values_list("period_end", flat=True)
+        .first()
+    )
+    if ended is None or ended == bounds.start or ended >= bounds.end:
+        return bounds
+    return replace(bounds, start=ended)
 
 
 def period_containing(at: dt.datetime) -> str:
@@ -412,7 +449,8 @@ class MonthToDateState:
 
 
 def month_to_date_state(at: dt.datetime) -> MonthToDateState:
-    bounds = period_bounds(period_containing(at))
+    # The range the month's close will price, so that the draft is that close's figures.
+    bounds = period_bounds_to_price(period_containing(at))
     as_of = ingested_until(at)
     end = min(max(as_of, bounds.start), bounds.end) if as_of else bounds.start
     try:
@@ -875,7 +913,7 @@ def _metering_differences(close: PeriodClose, notes: list[str]) -> list[str]:
             f"late data was priced as corrections: revision {latest.revision}, carried by "
             f"the close of {latest.priced_in.period}"
         )
-    bounds = period_bounds(close.period)
+    bounds = closed_period_bounds(close)
     try:
         built = scenario_build(
             start=bounds.start,

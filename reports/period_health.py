@@ -26,7 +26,7 @@ from django.db.models import Count, Max, Sum
 
 from billing.close_hooks import PeriodCloseHook
 from billing.models import PeriodClose, PriceBook
-from billing.selectors import PeriodBounds, period_bounds, period_previous
+from billing.selectors import PeriodBounds, period_bounds_billed, period_previous
 from kernel.money import ROUNDING
 from metering.models import PodWait, Preemption
 from reports import health
@@ -153,7 +153,8 @@ def period_health(close: PeriodClose, *, previous: Range) -> PeriodHealth:
 
 def health_snapshot_read(bounds: PeriodBounds, book: PriceBook) -> dict:
     try:
-        before = period_bounds(period_previous(bounds.period))
+        # The month before as it was closed: its bounds stay when the pool's zone changes.
+        before = period_bounds_billed(period_previous(bounds.period))
         previous = (before.start, before.end)
     except ValueError:  # the first month Tandem can close has no month before it
         previous = (bounds.start, bounds.start)

@@ -58,9 +58,11 @@ from billing.selectors import (
     PeriodBounds,
     PriceBookNotFound,
     WindowProblem,
+    closed_period_bounds,
     ingested_until,
     min_completeness,
     period_bounds,
+    period_bounds_to_price,
     period_containing,
     period_label,
     period_previous,
@@ -154,11 +156,11 @@ def period_close(
     not map, mapped since and ingested again), audited on the close.
     """
     now = now or timezone.now()
-    bounds = period_bounds(period)
+    bounds = period_bounds_to_price(period)
     accepted = _accepted_reason(accept_incomplete)
     existing = PeriodClose.objects.filter(period=period).first()
     if existing is not None:
-        return _already_closed(existing, bounds)
+        return _already_closed(existing)
     with _metering_snapshot():
         book, incomplete = _ready_to_close(bounds, now, accepted)
         priced = _price_metering(bounds, book)
@@ -186,7 +188,7 @@ def period_close(
         _lock(PERIOD_CLOSE_LOCK)
         existing = PeriodClose.objects.filter(period=period).first()
         if existing is not None:  # closed by a concurrent run while this one priced
-            return _already_closed(existing, bounds)
+            return _already_closed(existing)
         for item in due:
             latest = PeriodScenario.objects.filter(period=item.period).order_by("-revision")
             if latest.values_list("revision", flat=True).first() != item.revision - 1:
@@ -357,11 +359,11 @@ def _close_rebuild(
     )
 
 
-def _already_closed(close: PeriodClose, bounds: PeriodBounds) -> PeriodCloseOutcome:
+def _already_closed(close: PeriodClose) -> PeriodCloseOutcome:
     latest = PeriodScenario.objects.filter(period=close.period).order_by("-revision").first()
     try:
         with _metering_snapshot():
-            built = _close_rebuild(close, bounds, latest)
+            built = _close_rebuild(close, closed_period_bounds(close), latest)
         changed = scenario_sha256(built) != latest.scenario_sha256
     except ScenarioError:
         changed = True  # the data changed into something unpriceable; verify_period says how
@@ -420,7 +422,7 @@ def _corrections_due(
     archived = periods_archived([close.period for close in closes])
     for close in closes:
         latest = PeriodScenario.objects.filter(period=close.period).order_by("-revision").first()
-        bounds = period_bounds(close.period)
+        bounds = closed_period_bounds(close)  # as it was priced, whatever the zone is now
         windows = IngestWindow.objects.filter(start__lt=bounds.end, end__gt=bounds.start)
         late = windows.filter(
             Q(changed_after_first_write__gt=latest.created) | Q(first_written__gt=latest.created)

@@ -9,7 +9,7 @@ import getpass
 from django.core.management.base import BaseCommand, CommandError
 
 from billing.models import PeriodClose
-from billing.selectors import period_bounds, periods_archived
+from billing.selectors import closed_period_bounds, periods_archived
 from kernel.period import next_period
 from metering import selectors, services
 from metering.management.commands._arguments import period
@@ -45,8 +45,11 @@ class Command(BaseCommand):
             f" {withdrawn.start:%Y-%m-%dT%H:%M:%SZ} to {withdrawn.end:%Y-%m-%dT%H:%M:%SZ}"
             f" and the {withdrawn.rows} rows they wrote"
         )
-        closes = PeriodClose.objects.order_by("period").values_list("period", flat=True)
-        bounds = {month: period_bounds(month) for month in closes}
+        # Each closed month on the bounds it was priced on (the zone may have changed since).
+        bounds = {
+            close.period: closed_period_bounds(close)
+            for close in PeriodClose.objects.order_by("period")
+        }
         touched = [
             month
             for month, span in bounds.items()

@@ -1,0 +1,77 @@
+"""The pool's time zone (TANDEM_TIMEZONE) changed after a month was closed.
+
+A real pool does this: it is deployed with the default zone (Asia/Shanghai), September is
+closed on that clock, and the operator then sets the zone the pool really runs in
+(Europe/Berlin, six hours behind in October). September as closed ends at 2026-09-30
+16:00Z; October on Berlin's clock would start at 22:00Z.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+from django.db.models import Sum
+
+from billing.models import PeriodClose, PeriodScenario, StatementLine
+from billing.selectors import period_verification
+from billing.services import period_close
+from metering.models import CapacityInterval
+from tests.factories import windows_complete
+
+pytestmark = pytest.mark.django_db
+SEPTEMBER, OCTOBER = "2026-09", "2026-10"
+DECEMBER_FIRST = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+
+
+def move_pool_to_berlin(settings) -> None:
+    settings.TANDEM_TIMEZONE = "Europe/Berlin"
+    windows_complete(periods=[OCTOBER])  # October's last hours on Berlin's clock
+
+
+def test_it_starts_the_next_month_where_the_closed_one_ended(boundary_pool, settings):
+    september = period_close(period=SEPTEMBER, now=DECEMBER_FIRST).period_close
+    move_pool_to_berlin(settings)
+
+    october = period_close(period=OCTOBER, now=DECEMBER_FIRST).period_close
+
+    # Every metered GPU-second is priced by exactly one month: none between the two closes
+    # (Berlin's October would start six hours after September as closed ended).
+    assert october.period_start == september.period_end
+    metered = CapacityInterval.objects.aggregate(total=Sum("capacity_gpu_seconds"))["total"]
+    priced = sum(
+        (
+            Decimal(close.capacity_gpu_seconds_by_class["default"])
+            for close in PeriodClose.objects.all()
+        ),
+        Decimal(0),
+    )
+    assert priced == metered
+
+
+def test_it_verifies_a_closed_month_on_the_bounds_it_was_closed_with(boundary_pool, settings):
+    period_close(period=SEPTEMBER, now=DECEMBER_FIRST)
+    move_pool_to_berlin(settings)
+
+    verification = period_verification(SEPTEMBER)
+
+    assert verification.ok, verification.differences
+
+
+def test_it_adds_no_corrections_for_a_zone_change_alone(boundary_pool, settings):
+    period_close(period=SEPTEMBER, now=DECEMBER_FIRST)
+    move_pool_to_berlin(settings)
+
+    outcome = period_close(period=OCTOBER, recheck=[SEPTEMBER], now=DECEMBER_FIRST)
+
+    assert outcome.corrected_periods == ()
+    assert not StatementLine.objects.filter(is_correction=True).exists()
+    assert not PeriodScenario.objects.filter(period=SEPTEMBER, revision__gt=0).exists()
+
+
+def test_it_says_a_closed_month_is_unchanged_after_a_zone_change(boundary_pool, settings):
+    period_close(period=SEPTEMBER, now=DECEMBER_FIRST)
+    move_pool_to_berlin(settings)
+
+    assert period_close(period=SEPTEMBER, now=DECEMBER_FIRST).data_changed is False
