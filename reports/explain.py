@@ -26,7 +26,14 @@ from django.conf import settings
 from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 from django.db.models.functions import ExtractHour
 
-from billing.models import LineKind, SlaBreach, StatementLine, StatementLineTask
+from billing.models import (
+    LineKind,
+    PeriodClose,
+    PriceBook,
+    SlaBreach,
+    StatementLine,
+    StatementLineTask,
+)
 from kernel.money import exact_total
 from kernel.period import time_zone
 from kernel.tasks import TRAINING_KINDS
@@ -114,6 +121,7 @@ class Explanation:
     range_end: dt.datetime
     timezone: str
     peak_hours: list[int]
+    peak_timezone: str  # the clock of the peak hours: the zone of the book that priced the line
     step_seconds: int
     contributors: list[Contributor]
     queries: list[QueryRange]
@@ -142,19 +150,35 @@ def _jsonable(value):
     return value
 
 
-def _line_period(line: StatementLine) -> Period:
+def _line_month(line: StatementLine) -> tuple[Period, PriceBook]:
+    """The range a line priced and the book it was priced with. A correction re-prices its
+    month on that month's own bounds (kept by its close, whatever the pool's zone is now)
+    and with that month's own book, not the correcting close's."""
     close = line.statement.period_close
     if line.is_correction:
-        return period_bounds(line.corrects_period, timezone=close.timezone)
-    return close_period_bounds(close)
+        corrected = (
+            PeriodClose.objects.select_related("price_book")
+            .filter(period=line.corrects_period)
+            .first()
+        )
+        if corrected is not None:
+            return close_period_bounds(corrected), corrected.price_book
+        return period_bounds(line.corrects_period, timezone=close.timezone), close.price_book
+    return close_period_bounds(close), close.price_book
 
 
 def _peak_q(peak_hours: list[int], zone: ZoneInfo) -> tuple[dict, Q]:
-    """An annotation of the local hour and the filter 'interval starts in peak hours'."""
+    """An annotation of the local hour and the filter 'interval starts in peak hours', as the
+    engine's `PriceBook.is_peak_hour` decides it: start > end wraps midnight ([22, 6] is
+    22:00 to 06:00), start = end is no peak hour at all."""
     start, end = peak_hours
-    return {"local_hour": ExtractHour("interval_start", tzinfo=zone)}, Q(
-        local_hour__gte=start, local_hour__lt=end
-    )
+    if start < end:
+        peak = Q(local_hour__gte=start, local_hour__lt=end)
+    elif start > end:
+        peak = Q(local_hour__gte=start) | Q(local_hour__lt=end)
+    else:
+        peak = Q(pk__in=[])
+    return {"local_hour": ExtractHour("interval_start", tzinfo=zone)}, peak
 
 
 def _selection(line: StatementLine, kind: str | None) -> str:
@@ -170,14 +194,15 @@ def _selection(line: StatementLine, kind: str | None) -> str:
 
 
 def _usage_rows(
-    line: StatementLine, period: Period, task_ids: list[int], peak_hours: list[int]
+    line: StatementLine, period: Period, task_ids: list[int], book: PriceBook
 ) -> QuerySet:
     """Usage rows of `task_ids` in the period that this line's kind draws on."""
     rows = UsageInterval.objects.filter(
         task_id__in=task_ids, interval_start__gte=period.start, interval_start__lt=period.end
     )
-    zone = time_zone(period.timezone)
-    annotation, peak = _peak_q(peak_hours, zone)
+    # The engine reads peak hours on the book's clock (pricing.md "Derived rates"), which
+    # need not be the pool's zone the month's bounds were taken on.
+    annotation, peak = _peak_q(list(book.peak_hours), time_zone(book.timezone))
     if line.kind == LineKind.OFFPEAK:
         return rows.annotate(**annotation).exclude(peak)
     if line.kind == LineKind.STANDARD:
@@ -192,13 +217,13 @@ def _usage_rows(
 
 
 def _fill_usage(
-    line: StatementLine, period: Period, contributors: list[Contributor], peak_hours: list[int]
+    line: StatementLine, period: Period, contributors: list[Contributor], book: PriceBook
 ) -> None:
     by_task = {c.task_id: c for c in contributors if c.task_id is not None}
     if not by_task or line.kind in (LineKind.COMPENSATION, LineKind.SLA_CREDIT):
         return
     summary = (
-        _usage_rows(line, period, list(by_task), peak_hours)
+        _usage_rows(line, period, list(by_task), book)
         .values("task_id")
         .annotate(
             n=Count("id"),
@@ -218,10 +243,10 @@ def _fill_usage(
 
 
 def _fill_interval_usage(
-    line: StatementLine, period: Period, contributor: Contributor, peak_hours: list[int]
+    line: StatementLine, period: Period, contributor: Contributor, book: PriceBook
 ) -> None:
     rows = (
-        _usage_rows(line, period, [contributor.task_id], peak_hours)
+        _usage_rows(line, period, [contributor.task_id], book)
         .order_by("interval_start")
         .values_list("interval_start", "alloc_gpu_seconds", "busy_gpu_seconds")
     )[:MAX_INTERVALS_SHOWN]
@@ -284,9 +309,7 @@ def _queries(line: StatementLine, period: Period, source_ids: set[int], step: in
 def statement_line_explain(*, line: StatementLine, task_id: int | None = None) -> Explanation:
     """Everything behind `line`; with `task_id`, that task's intervals one by one too."""
     statement = line.statement
-    close = statement.period_close
-    period = _line_period(line)
-    peak_hours = list(close.price_book.peak_hours)
+    period, book = _line_month(line)
     step = settings.TANDEM_STEP_SECONDS
     contributions = StatementLineTask.objects.filter(line=line).select_related("task", "service")
     contributors = [
@@ -303,12 +326,12 @@ def statement_line_explain(*, line: StatementLine, task_id: int | None = None) -
         )
         for c in contributions.order_by("-amount_unrounded", "id")
     ]
-    _fill_usage(line, period, contributors, peak_hours)
+    _fill_usage(line, period, contributors, book)
     if line.kind == LineKind.COMPENSATION:
         _fill_preemptions(period, contributors)
     for contributor in contributors:
         if task_id is not None and contributor.task_id == task_id:
-            _fill_interval_usage(line, period, contributor, peak_hours)
+            _fill_interval_usage(line, period, contributor, book)
     source_ids = {c.task.source_id for c in contributions if c.task} | {
         c.service.source_id for c in contributions if c.service
     }
@@ -329,7 +352,8 @@ def statement_line_explain(*, line: StatementLine, task_id: int | None = None) -
         range_start=period.start,
         range_end=period.end,
         timezone=period.timezone,
-        peak_hours=peak_hours,
+        peak_hours=list(book.peak_hours),
+        peak_timezone=book.timezone,
         step_seconds=step,
         contributors=contributors,
         queries=queries,
