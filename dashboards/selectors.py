@@ -28,7 +28,7 @@ from django.db.models import (
     Sum,
     Value,
 )
-from django.db.models.functions import TruncDay, TruncHour
+from django.db.models.functions import TruncDay
 
 from billing.models import (
     LineKind,
@@ -56,6 +56,7 @@ from metering.models import (
     UsageInterval,
 )
 from metering.selectors import (
+    LocalHourStart,
     MeteredTwice,
     OffStep,
     blind_spot_counts,
@@ -88,9 +89,11 @@ def bucket_for(start: dt.datetime, end: dt.datetime) -> str:
     return "hour" if (end - start) <= dt.timedelta(days=45) else "day"
 
 
-def _trunc(bucket: str, field: str) -> TruncHour | TruncDay:
-    trunc = TruncHour if bucket == "hour" else TruncDay
-    return trunc(field, tzinfo=pool_zone())
+def _trunc(bucket: str, field: str) -> LocalHourStart | TruncDay:
+    if bucket == "hour":
+        # Not TruncHour: it adds up the hour a zone repeats when it falls back.
+        return LocalHourStart(field, pool_zone().key)
+    return TruncDay(field, tzinfo=pool_zone())
 
 
 def _bucket_seconds(moment: dt.datetime, bucket: str) -> Decimal:

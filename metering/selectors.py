@@ -11,7 +11,19 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Aggregate, Count, F, Max, Min, Q, QuerySet, Sum
+from django.db.models import (
+    Aggregate,
+    Count,
+    DateTimeField,
+    F,
+    Func,
+    Max,
+    Min,
+    Q,
+    QuerySet,
+    Sum,
+    Value,
+)
 from django.db.models.lookups import GreaterThanOrEqual
 
 from kernel.breach import enough_requests
@@ -594,6 +606,28 @@ def hourly_rollup_serves(*, start: datetime, end: datetime, zone: str | None = N
             return False
         moment += HOUR
     return True
+
+
+class LocalHourStart(Func):
+    """The UTC instant at which the local hour (of `zone`) holding `field` began.
+
+    Used to group by local hour instead of `TruncHour(field, tzinfo=zone)`, which truncates
+    the local wall-clock time and so adds up the two hours a zone repeats when it falls back
+    (02:00 CEST and 02:00 CET in Europe/Berlin), charting a pool of 8 GPUs at 16 for one
+    hour. Taking the local time's seconds into its hour off the instant keeps each hour its
+    own, on whole-hour and half-hour zones alike (Asia/Kolkata's hours start at :30 UTC)."""
+
+    output_field = DateTimeField()
+
+    def __init__(self, field: str, zone: str) -> None:
+        super().__init__(F(field), Value(zone))
+
+    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, tuple]:
+        moment, moment_params = compiler.compile(self.source_expressions[0])
+        zone, zone_params = compiler.compile(self.source_expressions[1])
+        into_hour = f"mod(extract(epoch FROM ({moment} AT TIME ZONE {zone}))::numeric, 3600)"
+        sql = f"({moment} - make_interval(secs => {into_hour}::double precision))"
+        return sql, (*moment_params, *zone_params, *moment_params)
 
 
 @dataclass(frozen=True)
