@@ -158,7 +158,8 @@ class Observed:
     kueue_waited_looked_back: dict[tuple[tuple[str, str], ...], Decimal] = field(
         default_factory=dict
     )
-    # Devices of time-sliced GPUs: ticks at which any series of theirs was there.
+    # GPUs counted per tick (time-sliced, or re-laid): ticks at which any series of any of
+    # their devices was there, keyed by the GPU's whole device (UUID, "").
     present: dict[Device, int] = field(default_factory=dict)
     # Scrape target -> [scrapes attempted, scrapes answered] (Prometheus' `up`).
     targets: dict[Target, list[int]] = field(default_factory=dict)
@@ -1969,7 +1970,7 @@ def _parse_shared(
     for interval, labels, _, value, _ in _points(
         replace(result, series=present), observed, plan, needs_pod=False, required=("UUID",)
     ):
-        interval.present[(labels["UUID"], labels.get("GPU_I_ID", ""))] = round(value)
+        interval.present[(labels["UUID"], "")] = round(value)  # per GPU, all its devices
     pods = [s for s in result.series if s.labels.get("meter") != "present"]
     for interval, labels, _, value, text in _points(
         replace(result, series=pods), observed, plan, required=("UUID",)
@@ -2219,10 +2220,12 @@ def _time_sliced_devices(
     for interval in observed.values():
         per_device: dict[Device, list[int]] = defaultdict(lambda: [0, 0])
         repeated: dict[str, SeriesTicks] = {}
+        targets: dict[str, set[Target]] = defaultdict(set)
         for (uuid, instance, *_), series in interval.series.items():
             if series.ticks:
                 per_device[(uuid, instance)][0] += series.ticks
                 per_device[(uuid, instance)][1] += 1
+                targets[uuid].add(series.target)
             if series.also_target is not None:
                 repeated.setdefault(uuid, series)
         shared |= {
@@ -2231,6 +2234,7 @@ def _time_sliced_devices(
             if ticks > ticks_per_interval or (count > 1 and ticks < ticks_per_interval)
         }
         shared |= set(repeated)
+        shared |= _devices_apart(interval, per_device, targets, ticks_per_interval)
         repeated_anywhere |= set(repeated)
         if repeated:
             uuid = min(repeated)
@@ -2241,6 +2245,39 @@ def _time_sliced_devices(
                 " scraped twice, or replaced); each tick counted once"
             )
     return shared, repeated_anywhere
+
+
+def _devices_apart(
+    interval: Observed,
+    per_device: dict[Device, list[int]],
+    targets: dict[str, set[Target]],
+    ticks_per_interval: int,
+) -> set[str]:
+    """GPUs of several devices whose ticks may not cover each other's, so that the most ticks
+    of any one device is not the ticks at which the GPU was present: a GPU re-laid within the
+    interval (NVIDIA's mig-manager stops dcgm-exporter, applies a MIG layout and starts it
+    again, which then writes the GPU's instances instead of the whole GPU, or new instances
+    instead of the old ones). Counted as the most of one device's, such a GPU was present
+    only for the longer part of the interval, with every window complete: the ticks between
+    were its exporter gone while its node's device plugin was stopped too, the GPU away.
+
+    A GPU whose devices all had as many ticks as their one exporter answered scrapes (static
+    MIG instances, present together at every scrape, a missed one included) needs no per-tick
+    view, nor does one whose device had a tick at every point of the interval."""
+    most: dict[str, int] = defaultdict(int)
+    devices: dict[str, int] = defaultdict(int)
+    for (uuid, _), (ticks, _) in per_device.items():
+        most[uuid] = max(most[uuid], ticks)
+        devices[uuid] += 1
+    apart: set[str] = set()
+    for uuid, count in devices.items():
+        if count < 2 or most[uuid] >= ticks_per_interval:
+            continue
+        (target, *others) = targets[uuid]
+        answered = None if others else interval.targets.get(target, (0, None))[1]
+        if answered is None or most[uuid] < answered:
+            apart.add(uuid)
+    return apart
 
 
 def _exporters_own_series_freed(observed: dict[int, Observed]) -> set[str]:
@@ -2296,8 +2333,10 @@ def _gpu_presence(observed: Observed, plan: sources.QueryPlan, shared: set[str])
             gpu.model = gpu.model or series.model
             if uuid not in shared:
                 devices[(uuid, instance)] += series.ticks
-            elif (uuid, instance) not in observed.present:
+            elif (uuid, "") not in observed.present:
                 observed.warnings.append(f"devices: {uuid} has no per-tick presence")
+    # Per tick, a GPU's presence is of all its devices at once (a MIG layout changed within
+    # the interval: its whole device, then its instances), under the key of its whole device.
     devices.update((device, ticks) for device, ticks in observed.present.items() if ticks)
     for (uuid, _), ticks in devices.items():
         gpu = gpus.get(uuid)

@@ -569,9 +569,10 @@ def shared_devices_query(
 ) -> str:
     """For GPUs whose series overlap in time (time-sliced, in some tick of the batch): each
     pod's allocated and busy ticks, split 1/k between the k pods holding the device at each
-    tick, and the ticks at which the device had any series at all (a subquery at the scrape
-    interval). Per tick, so a GPU that is held whole, time-sliced and free in turn within
-    the batch is split and counted present right in each of its ticks.
+    tick, and the ticks at which the GPU had any series at all, of any of its devices (a
+    subquery at the scrape interval). Per tick, so a GPU that is held whole, time-sliced and
+    free in turn within the batch, or re-laid into other MIG instances, is split and counted
+    present right in each of its ticks.
 
     A pod's series is one per tick however many scrape targets answered for it (`max by`
     its device and pod, the `exported_*` spelling read as the plain one: an exporter scraped
@@ -607,7 +608,9 @@ def shared_devices_query(
         per_tick = f"({expression}) / on({device}) group_left() count by ({device}) ({holders})"
         return f"max by ({DEVICE_SERIES_LABELS}) (sum_over_time(({per_tick}){window}))"
 
-    any_series = f"count by ({device}) ({at_tick(selector(plan, 'DCGM_FI_DEV_FB_USED', only))})"
+    # Present per GPU, whatever its devices at each tick: a MIG layout changed within the
+    # interval shows the whole GPU, then its instances (measure._devices_apart).
+    any_series = f"count by (UUID) ({at_tick(selector(plan, 'DCGM_FI_DEV_FB_USED', only))})"
     parts = {
         "alloc": split(f"({held} >= bool 0) ^ -1", held),
         "busy": split(busy, busy),
