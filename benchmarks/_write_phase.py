@@ -69,6 +69,7 @@ PARTS = [
     (writer, "_run_rows_delete", "  DELETEs"),
     (writer, "_rows_replace", "  every table replaced (COPY and DELETEs included)"),
     (writer, "_windows_result_update", "  windows' update"),
+    (writer, "_sightings_replace", "  GPU sightings"),
 ]
 
 

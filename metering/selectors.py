@@ -169,12 +169,37 @@ class OffStep:
         )
 
 
-OFF_STEP_SQL = """
+def _off_grid(table: str) -> str:
+    return (
+        f"(mod(extract(epoch FROM {table}.start)::bigint, %(step)s) <> 0"
+        f' OR mod(extract(epoch FROM {table}."end")::bigint, %(step)s) <> 0)'
+    )
+
+
+# The sources that hold windows off the grid, read off few rows (the overview asks on every
+# visit, beat on every tick): each source's newest window (of the sources named, else of the
+# enabled ones), and, with a range, each source's windows starting in it or within the hour
+# before (a window is at most an hour: the step divides one). A window lies on a grid only
+# where the grid's step divides the window's, and no window is created for a source whose
+# newest one is off the grid (windows._step_unchanged, this check): so a source whose newest
+# window lies on the present grid holds none off it (docs/telemetry.md, "The metering step").
+OFF_STEP_SOURCES_SQL = f"""
+SELECT s.id FROM metering_source s
+WHERE (CASE WHEN %(sources)s::bigint[] IS NULL THEN s.enabled ELSE s.id = ANY(%(sources)s) END
+       AND EXISTS (SELECT 1 FROM (SELECT w.start, w."end" FROM metering_ingestwindow w
+                                  WHERE w.source_id = s.id ORDER BY w.start DESC LIMIT 1) n
+                   WHERE {_off_grid("n")}))
+   OR (%(start)s::timestamptz IS NOT NULL
+       AND EXISTS (SELECT 1 FROM metering_ingestwindow r WHERE r.source_id = s.id
+                   AND r.start >= %(start)s::timestamptz - interval '1 hour'
+                   AND r.start < %(end)s AND r."end" > %(start)s AND {_off_grid("r")}))
+"""
+# Those sources' windows off the grid, per source and length: of the range and of the enabled
+# sources, where a range is given.
+OFF_STEP_SQL = f"""
 SELECT s.name, extract(epoch FROM w."end" - w.start)::bigint, count(*), min(w.start), max(w."end")
 FROM metering_ingestwindow w JOIN metering_source s ON s.id = w.source_id
-WHERE (mod(extract(epoch FROM w.start)::bigint, %(step)s) <> 0
-       OR mod(extract(epoch FROM w."end")::bigint, %(step)s) <> 0)
-  AND (%(sources)s::bigint[] IS NULL OR w.source_id = ANY(%(sources)s::bigint[]))
+WHERE w.source_id = ANY(%(found)s) AND {_off_grid("w")}
   AND (%(start)s::timestamptz IS NULL
        OR (w."end" > %(start)s AND w.start < %(end)s) OR s.enabled)
 GROUP BY 1, 2 ORDER BY 1, 4
@@ -188,14 +213,18 @@ def windows_off_step(
     end: datetime | None = None,
 ) -> list[OffStep]:
     """The windows whose bounds are off the grid of TANDEM_STEP_SECONDS, per source and
-    length, in one query: none, unless the setting changed under stored windows. Of these
-    sources; with a range, those overlapping it and every enabled source's wherever they are
-    (no new window is created for such a source: the range's missing ones need the reason)."""
+    length: none, unless the setting changed under stored windows. Of these sources; with a
+    range, those overlapping it and every enabled source's wherever they are (no new window
+    is created for such a source: the range's missing ones need the reason). One query reads
+    a few rows per source (OFF_STEP_SOURCES_SQL); a second counts where it found any."""
     step = settings.TANDEM_STEP_SECONDS
+    arguments = {"step": step, "sources": source_ids, "start": start, "end": end}
     with connection.cursor() as cursor:
-        cursor.execute(
-            OFF_STEP_SQL, {"step": step, "sources": source_ids, "start": start, "end": end}
-        )
+        cursor.execute(OFF_STEP_SOURCES_SQL, arguments)
+        found = [row[0] for row in cursor.fetchall()]
+        if not found:
+            return []
+        cursor.execute(OFF_STEP_SQL, {**arguments, "found": found})
         return [OffStep(*row, step) for row in cursor.fetchall()]
 
 

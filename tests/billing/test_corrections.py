@@ -17,6 +17,7 @@ from billing.services import period_close
 from metering.models import CapacityInterval, IngestWindow, UsageInterval
 from tests.factories import IngestWindowFactory, windows_complete
 from tests.helpers import billing_rows
+from tests.pools.boundary import usage_changed_late
 
 pytestmark = pytest.mark.django_db
 SEPTEMBER, OCTOBER, NOVEMBER = "2026-09", "2026-10", "2026-11"
@@ -27,12 +28,7 @@ def late_data_for_september(boundary_pool, *, hours: tuple[int, int]) -> None:
     and flag themselves as changed after their first write, as metering does."""
     start = dt.datetime(2026, 9, 30, hours[0], tzinfo=dt.UTC)
     end = dt.datetime(2026, 9, 30, hours[1], tzinfo=dt.UTC)
-    UsageInterval.objects.filter(
-        task=boundary_pool.tasks["vit-pretrain"], interval_start__gte=start, interval_start__lt=end
-    ).update(alloc_gpu_seconds=F("alloc_gpu_seconds") / 2)
-    IngestWindow.objects.filter(start__gte=start, start__lt=end).update(
-        changed_after_first_write=timezone.now()
-    )
+    usage_changed_late(boundary_pool, "vit-pretrain", start, end, F("alloc_gpu_seconds") / 2)
 
 
 def repriced(period: str, revision: int) -> dict:

@@ -18,7 +18,6 @@ import pytest
 from django.db.models import F, Q
 from django.test import Client
 from django.urls import reverse
-from django.utils import timezone
 
 from access.models import Role
 from billing.models import PlatformLine, StatementLine, StatementLineTask
@@ -26,9 +25,9 @@ from billing.pricing import price, scenario_from_dict
 from billing.pricing.money import CONTEXT
 from billing.selectors import period_scenario_text
 from billing.services import period_close
-from metering.models import IngestWindow, UsageInterval
 from reports.explain import statement_line_explain
 from tests.factories import RoleFactory
+from tests.pools.boundary import usage_changed_late
 
 pytestmark = pytest.mark.django_db
 SEPTEMBER, OCTOBER = "2026-09", "2026-10"
@@ -38,14 +37,8 @@ def late_chat_data_for_september(boundary_pool) -> None:
     """One re-ingested September hour: chat-api held 75 GPU-seconds less in each interval."""
     start = dt.datetime(2026, 9, 30, 2, tzinfo=dt.UTC)
     end = start + dt.timedelta(hours=1)
-    UsageInterval.objects.filter(
-        task=boundary_pool.tasks["chat-api"],
-        interval_start__gte=start,
-        interval_start__lt=end,
-        alloc_gpu_seconds__gt=75,
-    ).update(alloc_gpu_seconds=F("alloc_gpu_seconds") - 75)
-    IngestWindow.objects.filter(start__gte=start, start__lt=end).update(
-        changed_after_first_write=timezone.now()
+    usage_changed_late(
+        boundary_pool, "chat-api", start, end, F("alloc_gpu_seconds") - 75, alloc_gpu_seconds__gt=75
     )
 
 

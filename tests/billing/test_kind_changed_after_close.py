@@ -16,13 +16,13 @@ from decimal import Decimal
 import pytest
 from django.core.management import call_command
 from django.db.models import F
-from django.utils import timezone
 
 from audit.models import AuditEntry
 from billing.models import PeriodClose, PeriodScenario, StatementLine
 from billing.selectors import period_verification
 from billing.services import period_close
-from metering.models import IngestWindow, Task, UsageInterval
+from metering.models import Task
+from tests.pools.boundary import usage_changed_late
 
 pytestmark = pytest.mark.django_db
 SEPTEMBER, OCTOBER = "2026-09", "2026-10"
@@ -32,14 +32,8 @@ def _late_chat_data_for_september(boundary_pool) -> None:
     """One re-ingested September hour: chat-api held 75 GPU-seconds less in each interval."""
     start = dt.datetime(2026, 9, 30, 2, tzinfo=dt.UTC)
     end = start + dt.timedelta(hours=1)
-    UsageInterval.objects.filter(
-        task=boundary_pool.tasks["chat-api"],
-        interval_start__gte=start,
-        interval_start__lt=end,
-        alloc_gpu_seconds__gt=75,
-    ).update(alloc_gpu_seconds=F("alloc_gpu_seconds") - 75)
-    IngestWindow.objects.filter(start__gte=start, start__lt=end).update(
-        changed_after_first_write=timezone.now()
+    usage_changed_late(
+        boundary_pool, "chat-api", start, end, F("alloc_gpu_seconds") - 75, alloc_gpu_seconds__gt=75
     )
 
 

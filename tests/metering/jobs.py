@@ -19,7 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from metering.models import DEFAULT_LABEL_MAPPING, DEFAULT_PRIORITY_CLASS_KINDS, Source
+from metering.models import (
+    DEFAULT_LABEL_MAPPING,
+    DEFAULT_PRIORITY_CLASS_KINDS,
+    IngestWindow,
+    Source,
+)
 from simulator.prometheus import PrometheusProcess, backfill, lookback_for, start_prometheus
 from tests.helpers import command_output
 from tests.metering import exposition
@@ -137,17 +142,25 @@ def empty_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prome
     running.stop()
 
 
+def backfilled_prometheus(
+    out: Path, lines: dict[int, list[str]], scrape: int = SCRAPE
+) -> PrometheusProcess:
+    """A Prometheus serving `lines` (tick -> exposition lines), back-filled with promtool into
+    `out`, its look-back and scrape interval those of a `scrape`-second scrape."""
+    exposition.write_openmetrics(out / "series.om", sorted(lines), lines)
+    backfill(out / "series.om", out / "tsdb")
+    return start_prometheus(
+        out / "tsdb", lookback_delta=lookback_for(scrape), scrape_interval=f"{scrape}s"
+    )
+
+
 def _prometheus_without(out: Path, dropped: str) -> PrometheusProcess:
     """A Prometheus over the same series but those whose line holds `dropped`."""
     lines = {
         tick: [line for line in samples if dropped not in line]
         for tick, samples in series_at().items()
     }
-    exposition.write_openmetrics(out / "jobs.om", sorted(lines), lines)
-    backfill(out / "jobs.om", out / "tsdb")
-    return start_prometheus(
-        out / "tsdb", lookback_delta=lookback_for(SCRAPE), scrape_interval=f"{SCRAPE}s"
-    )
+    return backfilled_prometheus(out, lines)
 
 
 @pytest.fixture(scope="session")
@@ -180,6 +193,14 @@ def jobs_source(url: str) -> Source:
         label_mapping=dict(DEFAULT_LABEL_MAPPING),
         priority_class_kinds=dict(DEFAULT_PRIORITY_CLASS_KINDS),
     )
+
+
+def ingested_windows(url: str, start: datetime, end: datetime) -> list[IngestWindow]:
+    """The `kube` source on the Prometheus at `url`, ingested over [start, end): its windows,
+    in time order."""
+    jobs_source(url)
+    ingest_command(start, end)
+    return list(IngestWindow.objects.filter(start__gte=start, start__lt=end).order_by("start"))
 
 
 def iso(moment: datetime) -> str:

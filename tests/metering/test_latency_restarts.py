@@ -24,15 +24,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 
 from metering.models import IngestWindow, LatencyInterval, Service, Source
 from reports import selectors
-from simulator.prometheus import PrometheusProcess, backfill, lookback_for, start_prometheus
-from tests.metering import exposition
+from simulator.prometheus import PrometheusProcess
 from tests.metering.conftest import ingest_span
+from tests.metering.jobs import backfilled_prometheus
 from tests.slow import starts
 
 pytestmark = pytest.mark.slow
@@ -104,13 +103,7 @@ def series_at() -> dict[int, list[str]]:
 @pytest.fixture(scope="module")
 @starts("Prometheus")
 def restarted_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProcess]:
-    out: Path = tmp_path_factory.mktemp("restarted")
-    lines = series_at()
-    exposition.write_openmetrics(out / "vllm.om", sorted(lines), lines)
-    backfill(out / "vllm.om", out / "tsdb")
-    running = start_prometheus(
-        out / "tsdb", lookback_delta=lookback_for(SCRAPE), scrape_interval=f"{SCRAPE}s"
-    )
+    running = backfilled_prometheus(tmp_path_factory.mktemp("restarted"), series_at(), SCRAPE)
     yield running
     running.stop()
 

@@ -22,15 +22,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from django.db.models import Sum
 
 from metering.models import CapacityInterval, IngestWindow, Preemption, UsageInterval
-from simulator.prometheus import PrometheusProcess, backfill, lookback_for, start_prometheus
-from tests.metering import exposition
-from tests.metering.jobs import KSM, SCRAPE, ingest_command, jobs_source
+from simulator.prometheus import PrometheusProcess
+from tests.metering.jobs import KSM, SCRAPE, backfilled_prometheus, ingest_command, jobs_source
 from tests.slow import starts
 
 START = datetime(2026, 10, 12, 10, tzinfo=UTC)
@@ -99,13 +97,7 @@ def series_at() -> dict[int, list[str]]:
 @pytest.fixture(scope="module")
 @starts("Prometheus")
 def mig_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProcess]:
-    out: Path = tmp_path_factory.mktemp("mig")
-    lines = series_at()
-    exposition.write_openmetrics(out / "mig.om", sorted(lines), lines)
-    backfill(out / "mig.om", out / "tsdb")
-    running = start_prometheus(
-        out / "tsdb", lookback_delta=lookback_for(SCRAPE), scrape_interval=f"{SCRAPE}s"
-    )
+    running = backfilled_prometheus(tmp_path_factory.mktemp("mig"), series_at())
     yield running
     running.stop()
 

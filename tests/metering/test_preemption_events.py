@@ -14,14 +14,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 
 from metering.models import Preemption
-from simulator.prometheus import PrometheusProcess, backfill, lookback_for, start_prometheus
-from tests.metering import exposition
-from tests.metering.jobs import DCGM, KSM, SCRAPE, ingest_command, jobs_source
+from simulator.prometheus import PrometheusProcess
+from tests.metering.jobs import (
+    DCGM,
+    KSM,
+    SCRAPE,
+    backfilled_prometheus,
+    ingest_command,
+    jobs_source,
+)
 from tests.slow import starts
 
 START = datetime(2026, 10, 10, 10, tzinfo=UTC)
@@ -105,13 +110,7 @@ def series_at() -> dict[int, list[str]]:
 @pytest.fixture(scope="module")
 @starts("Prometheus")
 def evictions_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProcess]:
-    out: Path = tmp_path_factory.mktemp("evictions")
-    lines = series_at()
-    exposition.write_openmetrics(out / "evictions.om", sorted(lines), lines)
-    backfill(out / "evictions.om", out / "tsdb")
-    running = start_prometheus(
-        out / "tsdb", lookback_delta=lookback_for(SCRAPE), scrape_interval=f"{SCRAPE}s"
-    )
+    running = backfilled_prometheus(tmp_path_factory.mktemp("evictions"), series_at())
     yield running
     running.stop()
 

@@ -21,14 +21,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 
 from metering.models import IngestWindow, UsageInterval
-from simulator.prometheus import PrometheusProcess, backfill, lookback_for, start_prometheus
-from tests.metering import exposition
-from tests.metering.jobs import KSM, SCRAPE, ingest_command, jobs_source
+from simulator.prometheus import PrometheusProcess
+from tests.metering.jobs import (
+    KSM,
+    SCRAPE,
+    backfilled_prometheus,
+    ingested_windows,
+)
 from tests.slow import starts
 
 START = datetime(2026, 10, 14, 10, tzinfo=UTC)
@@ -77,22 +80,14 @@ def series_at() -> dict[int, list[str]]:
 @pytest.fixture(scope="module")
 @starts("Prometheus")
 def paused_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProcess]:
-    out: Path = tmp_path_factory.mktemp("paused")
-    lines = series_at()
-    exposition.write_openmetrics(out / "paused.om", sorted(lines), lines)
-    backfill(out / "paused.om", out / "tsdb")
-    running = start_prometheus(
-        out / "tsdb", lookback_delta=lookback_for(SCRAPE), scrape_interval=f"{SCRAPE}s"
-    )
+    running = backfilled_prometheus(tmp_path_factory.mktemp("paused"), series_at())
     yield running
     running.stop()
 
 
 @pytest.fixture
 def windows(paused_prometheus: PrometheusProcess) -> list[IngestWindow]:
-    jobs_source(paused_prometheus.url)
-    ingest_command(START, END)
-    return list(IngestWindow.objects.filter(start__gte=START, start__lt=END).order_by("start"))
+    return ingested_windows(paused_prometheus.url, START, END)
 
 
 @pytest.mark.slow

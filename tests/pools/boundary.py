@@ -13,8 +13,12 @@ import random
 from dataclasses import dataclass
 from decimal import Decimal
 
+from django.db.models import Expression
+from django.utils import timezone
+
 from metering.models import (
     CapacityInterval,
+    IngestWindow,
     LatencyInterval,
     Preemption,
     Service,
@@ -44,6 +48,25 @@ class BoundaryPool:
     services: dict[str, Service]
     start: dt.datetime
     end: dt.datetime
+
+
+def usage_changed_late(
+    pool: BoundaryPool,
+    task: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    alloc: Expression,
+    **narrowed: object,
+) -> None:
+    """Windows of [start, end) ingested again after a close: `task`'s allocated GPU-seconds
+    there (its rows `narrowed` to, where given) become `alloc`, and the windows flag
+    themselves as changed after their first write, as metering does."""
+    UsageInterval.objects.filter(
+        task=pool.tasks[task], interval_start__gte=start, interval_start__lt=end, **narrowed
+    ).update(alloc_gpu_seconds=alloc)
+    IngestWindow.objects.filter(start__gte=start, start__lt=end).update(
+        changed_after_first_write=timezone.now()
+    )
 
 
 def build_boundary_pool(
