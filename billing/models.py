@@ -31,6 +31,19 @@ from metering.models import Service, Task, Team
 
 # The class of every GPU no class of the book names (docs/pricing.md "GPU classes").
 DEFAULT_GPU_CLASS = "default"
+# The prefix NVML writes before a GPU's name in newer drivers ("NVIDIA H100 80GB HBM3"; older
+# ones and some platforms write "H100 80GB HBM3"), lower-cased as `gpu_model_key` compares it.
+NVIDIA_PREFIX = "nvidia "
+
+
+def gpu_model_key(model: str) -> str:
+    """What a GPU class matches a `modelName` by (docs/pricing.md "GPU classes"): the name
+    without the "NVIDIA " prefix, runs of whitespace as one space, case folded. dcgm-exporter
+    writes NVML's device name, which differs across driver versions and platforms for the
+    same hardware, and a node upgraded mid-month changes spelling from then on: compared
+    exactly, its GPUs fell to `default`'s rates without a word."""
+    key = " ".join(model.split()).casefold()
+    return key.removeprefix(NVIDIA_PREFIX)
 
 
 # Rounded amounts: the currency's minor unit (price books are limited to currencies of at
@@ -187,7 +200,8 @@ class PriceBookGpuClass(models.Model):
     )
     # Last: from here on, `models` in this class body is the field, not django.db.models.
     models = models.JSONField(
-        help_text='dcgm-exporter modelName values it takes, exact strings: ["NVIDIA L40S"]'
+        help_text='dcgm-exporter modelName values it takes: ["NVIDIA L40S"] (the "NVIDIA "'
+        ' prefix, spaces and case aside: it takes "L40S" too)'
     )
 
     class Meta:
@@ -366,6 +380,14 @@ class PeriodClose(ImmutableModel):
     # Services whose SLA breaches (rule 4) in the month were judged by the default SLO, which
     # nobody stated (intervals with at least the book's minimum of requests).
     slo_unstated_services = models.PositiveIntegerField(default=0, db_default=0)
+    # Capacity GPU-seconds of GPU models no class of the book lists (gpu_model_key), in a
+    # book with classes, and those models as metered: priced at `default`'s rates, as the
+    # book says, but a spelling the book did not foresee prices an H100 as `default`, so it
+    # is said. 0 and [] for closes made before they were counted, and in books without classes.
+    unclassed_gpu_seconds = models.DecimalField(
+        max_digits=18, decimal_places=6, default=0, db_default=0
+    )
+    unclassed_gpu_models = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["-period"]
@@ -408,6 +430,7 @@ class PeriodClose(ImmutableModel):
             or self.kind_guessed_windows
             or self.unheld_busy_windows
             or self.slo_unstated_services
+            or self.unclassed_gpu_seconds
         )
 
 

@@ -33,7 +33,11 @@ stored on each close and the month is re-built as that version built it:
 4. a service is named apart by its source only where another source's service of the same
    external id has latency in the period too (builders 1 to 3 looked at every service ever
    metered, so a cluster added later, serving the same model, renamed a closed month's
-   services, and its rebuild said the month's data had changed).
+   services, and its rebuild said the month's data had changed);
+5. a class takes a GPU model by `billing.models.gpu_model_key` (the "NVIDIA " prefix,
+   whitespace and case aside): builders 1 to 4 took the exact name, so a node writing
+   "H100 80GB HBM3" (an older driver) in a book listing "NVIDIA H100 80GB HBM3" was priced
+   in `default`; a month they closed is re-built with the exact name, as it was priced.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ from operator import itemgetter
 
 from django.conf import settings
 
-from billing.models import PeriodScenario, PriceBook
+from billing.models import PeriodScenario, PriceBook, gpu_model_key
 from billing.pricing import (
     DEFAULT_CLASS,
     Latency,
@@ -77,7 +81,9 @@ from metering import selectors as metering_selectors
 from metering.models import Service, Task
 
 ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
-SCENARIO_BUILDER_VERSION = 4
+SCENARIO_BUILDER_VERSION = 5
+# The first builder that matches GPU models to classes by `gpu_model_key`.
+MODEL_KEY_BUILDER = 5
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,10 @@ class BuiltScenario:
     scenario: Scenario
     task_pks: dict[str, int]  # scenario task id -> metering Task pk
     service_pks: dict[str, int]  # scenario service id -> metering Service pk
+
+    # Capacity GPU-seconds by GPU model (as metered) that no class of a book with classes
+    # takes: priced in `default` (`ModelClasses.unclassed`).
+    unclassed_capacity: dict[str, Decimal] = dataclasses.field(default_factory=dict)
 
     @property
     def has_metering_data(self) -> bool:
@@ -263,9 +273,11 @@ def scenario_build(
         )
     )
     task_ids = _task_names(all_tasks)
-    classes = gpu_classes_by_model(price_book)
+    classes = gpu_classes_by_model(price_book, builder_version=builder_version)
     usage = _usage_rows(start, end, task_ids, classes)
-    preemptions = _preemption_rows(start, end, task_ids, classes if builder_version >= 3 else {})
+    preemptions = _preemption_rows(
+        start, end, task_ids, classes if builder_version >= 3 else ModelClasses({})
+    )
     used = {row["task"] for row in preemptions}
     earlier = _preemptions_before(start, task_ids, preempted=used) if builder_version >= 2 else {}
     used.update(map(itemgetter(1), usage))
@@ -279,6 +291,7 @@ def scenario_build(
     service_ids = _unique_ids([(pk, ext, source) for pk, ext, source, *_ in all_services])
     latency = _latency_rows(histograms, service_ids)
     measured = {record.service for record in latency}
+    unclassed: dict[str, Decimal] = {}  # filled by _capacity_rows
     small_parts = {
         "step_seconds": settings.TANDEM_STEP_SECONDS,
         "price_book": price_book.to_scenario_dict(),
@@ -293,7 +306,7 @@ def scenario_build(
             for pk, _, _, team, slo in all_services
             if service_ids[pk] in measured
         ],
-        "capacity": _capacity_rows(start, end, classes),
+        "capacity": _capacity_rows(start, end, classes, unclassed),
         "usage": [],
         "latency": [],
         "preemptions": preemptions,
@@ -308,6 +321,7 @@ def scenario_build(
         scenario=scenario,
         task_pks={name: pk for pk, name in task_ids.items() if name in used},
         service_pks={name: pk for pk, name in service_ids.items() if name in measured},
+        unclassed_capacity=unclassed,
     )
 
 
@@ -356,17 +370,50 @@ def _interval_name(epoch: int) -> str:
     return dt.datetime.fromtimestamp(epoch, tz=dt.UTC).strftime(ISO_FORMAT)
 
 
-def gpu_classes_by_model(price_book: PriceBook) -> dict[str, str]:
-    """GPU model -> the book's class that lists it (a book refuses a model in two classes)."""
-    return {
-        model: gpu_class.name
-        for gpu_class in price_book.gpu_classes.all()
-        for model in gpu_class.models
-    }
+class ModelClasses:
+    """Which class of a book takes each GPU model (`classes.of(model)`), `default` for a model
+    no class lists. By `gpu_model_key` from builder 5 on, by the exact name before (a book
+    refuses a model in two classes, by either)."""
+
+    def __init__(self, listed: Mapping[str, str], *, keyed: bool = True) -> None:
+        self.keyed = keyed
+        self._listed = {self._key(model): name for model, name in listed.items()}
+        self._found: dict[str, str] = {}  # model as metered -> class: a month repeats a few
+
+    def _key(self, model: str) -> str:
+        return gpu_model_key(model) if self.keyed else model
+
+    def __bool__(self) -> bool:
+        return bool(self._listed)
+
+    def of(self, model: str) -> str:
+        found = self._found.get(model)
+        if found is None:
+            found = self._found[model] = self._listed.get(self._key(model), DEFAULT_CLASS)
+        return found
+
+    def unclassed(self, model: str) -> bool:
+        """A model the book's classes do not take, in a book that has classes."""
+        return bool(self._listed) and self.of(model) == DEFAULT_CLASS
+
+
+def gpu_classes_by_model(
+    price_book: PriceBook, *, builder_version: int = SCENARIO_BUILDER_VERSION
+) -> ModelClasses:
+    """The book's classes by the GPU models they list, matched as builder `builder_version`
+    matched them (module docstring, builder 5)."""
+    return ModelClasses(
+        {
+            model: gpu_class.name
+            for gpu_class in price_book.gpu_classes.all()
+            for model in gpu_class.models
+        },
+        keyed=builder_version >= MODEL_KEY_BUILDER,
+    )
 
 
 def _usage_rows(
-    start: dt.datetime, end: dt.datetime, task_ids: dict[int, str], classes: dict[str, str]
+    start: dt.datetime, end: dt.datetime, task_ids: dict[int, str], classes: ModelClasses
 ) -> UsageRuns:
     """(interval start in Unix seconds, task id, allocated GPU-seconds[, GPU class]), one tuple
     per task, interval and class (a task's rows of models of one class summed); `default`
@@ -388,7 +435,7 @@ def _usage_rows(
     for epoch, models in groupby(packed, itemgetter(0)):  # as they arrive, by interval
         by_class: dict[str, list[str]] = {}
         for _, model, text in models:
-            by_class.setdefault(classes.get(model, DEFAULT_CLASS), []).append(text)
+            by_class.setdefault(classes.of(model), []).append(text)
         for gpu_class, texts in by_class.items():
             task_names, allocs = _run_fields(texts, task_ids, tasks, decimals)
             runs.append((epoch, gpu_class, task_names, allocs))
@@ -423,25 +470,45 @@ def _summed_fields(task_pks: list[str], allocs: list[str]) -> tuple[list[str], l
     sums: dict[str, Decimal] = {}
     for task_pk, alloc in zip(task_pks, allocs, strict=True):
         sums[task_pk] = sums.get(task_pk, Decimal(0)) + Decimal(alloc)
-    texts = []
-    for total in sums.values():
-        text = format(total, "f")
-        if "." in text:
-            text = text.rstrip("0").rstrip(".")
-        texts.append(text)
-    return list(sums), texts
+    return list(sums), [_trimmed(total) for total in sums.values()]
 
 
-def _capacity_rows(start: dt.datetime, end: dt.datetime, classes: dict[str, str]) -> list[dict]:
-    """Capacity per interval and GPU class, summed over sources, fault domains and models."""
-    rows = metering_selectors.capacity_per_interval_and_class(
-        start=start, end=end, classes=classes, default_class=DEFAULT_CLASS
-    )
-    return [
-        {"interval": _interval_name(epoch), "capacity_gpu_seconds": capacity}
-        | ({} if gpu_class == DEFAULT_CLASS else {"gpu_class": gpu_class})
-        for epoch, gpu_class, capacity in rows
-    ]
+def _trimmed(total: Decimal) -> str:
+    """`total` as PostgreSQL's trim_scale(...)::text writes it: no exponent, no trailing
+    zeros after the point."""
+    text = format(total, "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
+def _capacity_rows(
+    start: dt.datetime,
+    end: dt.datetime,
+    classes: ModelClasses,
+    unclassed: dict[str, Decimal],
+) -> list[dict]:
+    """Capacity per interval and GPU class, summed over sources, fault domains and models;
+    `unclassed` takes the capacity of each model no class takes (`ModelClasses.unclassed`).
+
+    PostgreSQL sums per interval and model; models map to classes here, where a class with
+    one model in an interval keeps PostgreSQL's text and one with several is summed and
+    written as trim_scale writes it, so the text is the one SQL summing by class gave."""
+    rows = []
+    per_interval = metering_selectors.capacity_per_interval_and_model(start=start, end=end)
+    for epoch, models in groupby(per_interval, itemgetter(0)):
+        by_class: dict[str, list[str]] = {}
+        for _, model, capacity in models:
+            by_class.setdefault(classes.of(model), []).append(capacity)
+            if classes.unclassed(model):
+                unclassed[model] = unclassed.get(model, Decimal(0)) + Decimal(capacity)
+        for gpu_class, texts in by_class.items():
+            capacity = texts[0] if len(texts) == 1 else _trimmed(sum(map(Decimal, texts)))
+            rows.append(
+                {"interval": _interval_name(epoch), "capacity_gpu_seconds": capacity}
+                | ({} if gpu_class == DEFAULT_CLASS else {"gpu_class": gpu_class})
+            )
+    return rows
 
 
 def _latency_rows(histograms: list[tuple[int, str]], service_ids: dict[int, str]) -> list[Latency]:
@@ -496,10 +563,10 @@ def _parsed_buckets(
 
 
 def _preemption_rows(
-    start: dt.datetime, end: dt.datetime, task_ids: dict[int, str], classes: dict[str, str]
+    start: dt.datetime, end: dt.datetime, task_ids: dict[int, str], classes: ModelClasses
 ) -> list[dict]:
-    """The period's preemptions, each with the class of its GPU model when `classes` (model
-    -> class) names it; `default` is written without a class."""
+    """The period's preemptions, each with the class of its GPU model when one of `classes`
+    takes it; `default` is written without a class."""
     return [
         {
             "task": task_ids[task_pk],
@@ -509,7 +576,7 @@ def _preemption_rows(
             "seconds_since_start": seconds_since_start,
             "lost_gpu_seconds": lost,
         }
-        | ({"gpu_class": classes[model]} if model in classes else {})
+        | ({} if classes.of(model) == DEFAULT_CLASS else {"gpu_class": classes.of(model)})
         for task_pk, pod, at, gpus, seconds_since_start, lost, model in (
             metering_selectors.preemptions_in(start=start, end=end)
         )

@@ -683,7 +683,8 @@ def _usage_by_team(
     split = range_split(start=start, end=end, zone=zone)
     hours = split.hours or (start, start)
     edges = [*split.edges, *[(start, start)] * (2 - len(split.edges))]
-    classes = gpu_classes_by_model(book) if book else {}
+    # Matched as the close matches them now (by `gpu_model_key`): the estimate is this month's.
+    classes = gpu_classes_by_model(book) if book else None
     # Without classes, the team-hour rollup (ten times fewer rows); with them, the task-hour
     # one, which keeps the GPU model (joined to the task row, as the team-hour rollup
     # follows its team and kind).
@@ -719,7 +720,7 @@ def _usage_by_team(
             entry = usage[team_id] = _TeamUsage(Decimal(0), Decimal(0) if rates else None)
         entry.gpu_seconds += gpu_seconds
         if rates:
-            standard, offpeak_rate = rates[classes.get(model, pricing.DEFAULT_CLASS)]
+            standard, offpeak_rate = rates[classes.of(model) if classes else pricing.DEFAULT_CLASS]
             offpeak = is_training and not engine_book.is_peak_hour(hour)
             entry.gpu_seconds_times_rate += gpu_seconds * (offpeak_rate if offpeak else standard)
     return usage

@@ -786,25 +786,6 @@ def capacity_parts(
 # Raw SQL: a month holds millions of usage rows, and these read them packed or as text so that
 # the driver's per-row cost stays out of the close (docs/architecture.md "Data flow").
 
-# Each row's class, from its GPU model: `%(models)s` and `%(classes)s` are parallel arrays.
-CLASS_OF_ROW = (
-    " LEFT JOIN unnest(%(models)s::text[], %(classes)s::text[]) AS m(model, gpu_class)"
-    " ON m.model = r.gpu_model"
-)
-
-
-def _class_parameters(
-    start: datetime, end: datetime, classes: dict[str, str], default_class: str
-) -> dict[str, object]:
-    return {
-        "start": start,
-        "end": end,
-        "models": list(classes),
-        "classes": list(classes.values()),
-        "default": default_class,
-    }
-
-
 # A month's usage is read a day at a time: a day's groups fit PostgreSQL's default work_mem
 # (a month at once spilled its hash aggregate to disk: 260 MB of temporary files at 1,000
 # GPUs), and a day is a range scan of the month's partition, whose rows ingest wrote in time
@@ -836,20 +817,19 @@ def usage_packed_per_interval_and_model(
             first = last
 
 
-def capacity_per_interval_and_class(
-    *, start: datetime, end: datetime, classes: dict[str, str], default_class: str
+def capacity_per_interval_and_model(
+    *, start: datetime, end: datetime
 ) -> list[tuple[int, str, str]]:
-    """(interval start in Unix seconds, GPU class, capacity GPU-seconds as text), summed over
-    sources, fault domains and models, for the intervals starting in [start, end)."""
+    """(interval start in Unix seconds, GPU model, capacity GPU-seconds as text), summed over
+    sources and fault domains, for the intervals starting in [start, end), by interval; the
+    caller maps models to classes (a few models: a few rows per interval)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT extract(epoch FROM r.interval_start)::bigint,"
-            " coalesce(m.gpu_class, %(default)s),"
-            " trim_scale(sum(r.capacity_gpu_seconds))::text FROM metering_capacityinterval r"
-            + CLASS_OF_ROW
-            + " WHERE r.interval_start >= %(start)s AND r.interval_start < %(end)s"
-            " GROUP BY 1, 2",
-            _class_parameters(start, end, classes, default_class),
+            "SELECT extract(epoch FROM interval_start)::bigint, gpu_model,"
+            " trim_scale(sum(capacity_gpu_seconds))::text FROM metering_capacityinterval"
+            " WHERE interval_start >= %s AND interval_start < %s"
+            " GROUP BY interval_start, gpu_model ORDER BY interval_start, gpu_model",
+            [start, end],
         )
         return cursor.fetchall()
 

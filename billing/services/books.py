@@ -19,6 +19,7 @@ from billing.defaults import DEFAULT_EFFECTIVE_FROM, DEFAULT_PRICE_BOOK
 from billing.models import (
     PriceBook,
     PriceBookGpuClass,
+    gpu_model_key,
 )
 from billing.pricing import ScenarioError
 from billing.selectors import (
@@ -207,6 +208,23 @@ def _coerced(
     return coerced
 
 
+def _refuse_a_model_in_two_classes(classes: list[PriceBookGpuClass]) -> None:
+    """Two spellings of one model (`gpu_model_key`: "NVIDIA H100 80GB HBM3" and "H100 80GB
+    HBM3") in two classes: a close takes a model by its key, so it would be both classes'.
+    Here, not in the engine, which refuses the same name twice: a book published before
+    would no longer price the months it closed. Classes numbered as the engine numbers them
+    (by name)."""
+    owners: dict[str, tuple[str, str]] = {}  # key -> (class, model as listed)
+    for number, item in enumerate(sorted(classes, key=lambda item: item.name)):
+        for model in item.models:
+            owner, listed = owners.setdefault(gpu_model_key(model), (item.name, model))
+            if owner != item.name:
+                raise PriceBookInvalid(
+                    f"gpu_classes[{number}]: model {model!r} of class {item.name!r} is already"
+                    f" in class {owner!r} (as {listed!r}); a model belongs to one class"
+                )
+
+
 def _validate_price_book(
     book: PriceBook, classes: list[PriceBookGpuClass] | None = None, *, columns: bool = True
 ) -> None:
@@ -216,6 +234,9 @@ def _validate_price_book(
         engine_book = engine_price_book(book, classes)
     except (ScenarioError, TypeError) as error:
         raise PriceBookInvalid(str(error)) from None
+    _refuse_a_model_in_two_classes(
+        list(book.gpu_classes.all()) if classes is None and book.pk is not None else classes or []
+    )
     if not columns:
         return
     for item in classes or []:

@@ -203,10 +203,14 @@ def period_close(
             changes["incomplete_reason"] = close.incomplete_reason
             changes["incomplete_ranges"] = [item["message"] for item in close.incomplete_ranges]
         changes.update(_blind_spots_audited(blind))
+        if close.unclassed_gpu_seconds:
+            changes["unclassed_gpu_seconds"] = close.unclassed_gpu_seconds
+            changes["unclassed_gpu_models"] = close.unclassed_gpu_models
         if retaken:
             changes["kinds_retaken"] = sorted(retaken)
         audit_record(action="close", obj=close, changes=changes)
     _blind_spots_say(period, blind)
+    _unclassed_say(close)
     return PeriodCloseOutcome(
         period_close=close,
         created=True,
@@ -277,6 +281,22 @@ def _blind_spots_say(period: str, blind: BlindSpots) -> None:
             " SLO, which nobody stated",
             period,
             blind.slo_unstated_services,
+        )
+
+
+def _unclassed_say(close: PeriodClose) -> None:
+    """Logged, so beat's close says it too. Not refused: `default` is the class of every model
+    no class lists, by the book's design (a book may list its H100s alone); but a spelling
+    the book did not foresee (a model `gpu_model_key` does not make equal) would price the
+    GPUs at `default`'s rates silently."""
+    if close.unclassed_gpu_seconds:
+        logger.warning(
+            "%s closed with %s capacity GPU-seconds of GPU models no class of price book v%d"
+            " lists, priced at the default class's rates: %s",
+            close.period,
+            close.unclassed_gpu_seconds,
+            close.price_book_version,
+            ", ".join(close.unclassed_gpu_models),
         )
 
 
@@ -673,6 +693,8 @@ def _store_close(
             name: str(seconds) for name, seconds in result.capacity_gpu_seconds_by_class
         },
         **blind.closed(),
+        unclassed_gpu_seconds=sum(priced.built.unclassed_capacity.values(), ZERO),
+        unclassed_gpu_models=sorted(priced.built.unclassed_capacity),
     )
     _store_scenarios(close, book, priced, corrections, now)
     _store_statements(close, bounds, book, team_lines, totals, line_contributions)

@@ -146,6 +146,13 @@ class Command(BaseCommand):
                 " judged by the default SLO, which nobody stated; state each (set_slo, or the"
                 " admin's services: SLO, the default)"
             )
+        if close.unclassed_gpu_seconds:
+            self.stdout.write(
+                f"note: {close.unclassed_gpu_seconds} capacity GPU-seconds of GPU models no"
+                f" class of price book v{close.price_book_version} lists, priced at the default"
+                f" class's rates: {', '.join(close.unclassed_gpu_models)} (list them in a class"
+                " of the next book if they are a class's)"
+            )
         for statement in close.statements.select_related("team"):
             self.stdout.write(f"  {statement.team.name}: {statement.total}")
         if outcome.corrected_periods:
