@@ -87,7 +87,7 @@ def _tasks_upsert(source: Source, plan: sources.QueryPlan, measured: Measured) -
     One visit per interval and pod, its work kept to a few dictionary lookups (a day holds
     hundreds of pods in each of its 288 intervals): the intervals in ascending order, their
     pods sorted, so a row's first view wins, its first_seen is the interval that made it and
-    its last_seen the latest one, as in every run."""
+    its last_seen the latest one, as in every run; its kind is its latest interval's."""
     step = plan.step_seconds
     seen: list[tuple[int, list[SeenPod]]] = []
     # A pod is the same task interval after interval: its identity is derived once per view,
@@ -140,6 +140,11 @@ def _tasks_upsert(source: Source, plan: sources.QueryPlan, measured: Measured) -
                     "first_started": None,
                     "ended": None,
                 }
+            elif task.from_kube:
+                # The kind of the row's latest interval, as `_task_rows_upsert` keeps it: a Job
+                # submitted again under its name in another priority class is priced as its
+                # latest run, however its windows were batched.
+                row["kind"] = task.kind
             row["last_seen"] = start
             # Times only widen (the least creation and start, the latest end), inline: this
             # runs for every interval and pod.
@@ -249,7 +254,8 @@ def _legacy_tasks_adopt(
 def _task_rows_upsert(
     source: Source, merged: dict[TaskRowKey, dict[str, Any]], team_ids: dict[str, int]
 ) -> tuple[dict[TaskRowKey, int], list[int]]:
-    """INSERT ... ON CONFLICT: times only widen; kind follows kube-state-metrics. Returns the
+    """INSERT ... ON CONFLICT: times only widen; kind follows kube-state-metrics in the row's
+    latest interval (a run that ends before the row's last_seen leaves it). Returns the
     rows' pks by key, and the pks this statement inserted.
 
     Rows go in sorted order so that concurrent workers cannot deadlock on them.
@@ -275,8 +281,11 @@ def _task_rows_upsert(
             for _, row in sorted(merged.items())
             if row["from_kube"] == from_kube
         ]
+        # Kind follows the latest interval metered, not the latest ingest: windows ingested
+        # again (late samples, a class mapped) or in another order leave it as it was.
         identity_update = (
-            "kind = EXCLUDED.kind,"
+            "kind = CASE WHEN t.last_seen IS NULL OR EXCLUDED.last_seen >= t.last_seen"
+            " THEN EXCLUDED.kind ELSE t.kind END,"
             " fault_domain = COALESCE(NULLIF(EXCLUDED.fault_domain, ''), t.fault_domain),"
             if from_kube
             else ""

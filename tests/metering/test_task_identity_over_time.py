@@ -1,0 +1,233 @@
+"""A task's identity over time: a Job deleted and submitted again under its name, a pod name
+taken over within a window, a namespace that moves to another team. Against a real
+Prometheus back-filled with promtool (tests/metering/jobs.py), two A100s on one node.
+
+kube-state-metrics names a pod's owner by kind and name (`kube_pod_owner` has no owner uid),
+so a Job submitted again under its name is the same task (docs/telemetry.md "Who is who").
+
+- 2026-10-12 10:00-10:30 UTC (18:00 in the pool's zone, peak): Job `sweep` of `ml` runs
+  10:00-10:10 under priority class `training-batch`, is deleted, and is submitted again
+  10:20-10:30 under `inference-critical` (new pods, new uids). 480 GPU-seconds each run.
+- 11:00-11:30 on 12 October: Job `llm` of `nlp` has three pods preempted (11:07, 11:17,
+  11:27), then the Job is deleted. On 2 November (pool zone) it is submitted again: its pod,
+  scheduled at 01:40 UTC, is preempted at 02:07 UTC (10:07 in the zone, peak) after 1,620 s.
+- 11:50-12:10: bare pod `runner-0` of `lab`, labelled task `eval-a` and team `red`, runs
+  until 12:02:30; another pipeline creates a pod of the same name at 12:02:30, labelled task
+  `eval-b` and team `blue`, which runs until 12:10 (600 and 360 GPU-seconds).
+- 13:00-13:30 (21:00 in the zone, peak): namespace `serving` (StatefulSet `vllm`, model
+  `llama`) moves from team `chat` to team `search` at 13:16: its pod's team label changes.
+  Every interval of it breaches the default SLO (160 requests of 2 s) while Job `vit` of
+  `vision` trains on the other GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from billing.models import PriceBook
+from billing.scenarios import scenario_build, scenario_price
+from billing.services import price_book_ensure_default
+from metering.models import PodWait, Task, UsageInterval
+from simulator.prometheus import PrometheusProcess
+from tests.metering.jobs import (
+    DCGM,
+    KSM,
+    SCRAPE,
+    backfilled_prometheus,
+    ingest_command,
+    jobs_source,
+)
+from tests.slow import starts
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
+
+STEP = timedelta(seconds=300)
+DAY = datetime(2026, 10, 12, tzinfo=UTC)
+SWEEP = DAY + timedelta(hours=10)
+LLM = DAY + timedelta(hours=11)
+LLM_AGAIN = datetime(2026, 11, 2, 2, tzinfo=UTC)
+RUNNER = DAY + timedelta(hours=11, minutes=50)
+SERVING = DAY + timedelta(hours=13)
+MOVED_AT = SERVING + timedelta(minutes=16)
+# The spans the GPUs report over: ten minutes before the first pod to a step after the last.
+SPANS = ((SWEEP - timedelta(minutes=10), SERVING + 7 * STEP), (LLM_AGAIN - timedelta(hours=1),
+         LLM_AGAIN + 4 * STEP))  # fmt: skip
+
+
+def _at(moment: datetime, minutes: float) -> int:
+    return int((moment + timedelta(minutes=minutes)).timestamp())
+
+
+@dataclass(frozen=True)
+class Pod:
+    """One pod as kube-state-metrics shows it from `shown` (its scheduling, 30 s after its
+    creation, unless a label changed later) to `until`, holding GPU `gpu` throughout; an
+    evicted pod shows its preemption reason for two scrapes from `until` on."""
+
+    namespace: str
+    name: str
+    owner: tuple[str, str]
+    labels: str
+    priority_class: str
+    gpu: int
+    created: int
+    until: int
+    evicted: bool = False
+    shown: int | None = None
+
+    def kube(self, *, evicted: bool) -> list[str]:
+        base = f'{KSM},namespace="{self.namespace}",pod="{self.name}",uid="uid-{self.created}"'
+        labels = f",{self.labels}" if self.labels else ""
+        return [
+            f"kube_pod_created{{{base}}} {self.created}",
+            f"kube_pod_status_scheduled_time{{{base}}} {self.created + 30}",
+            f'kube_pod_info{{{base},node="node-1",priority_class="{self.priority_class}"}} 1',
+            f'kube_pod_owner{{{base},owner_kind="{self.owner[0]}",owner_name="{self.owner[1]}"}} 1',
+            f"kube_pod_labels{{{base}{labels}}} 1",
+            f'kube_pod_container_resource_requests{{{base},container="main",'
+            'resource="nvidia_com_gpu",unit="integer"} 1',
+            f'kube_pod_status_phase{{{base},phase="{"Failed" if evicted else "Running"}"}} 1',
+            f'kube_pod_status_reason{{{base},reason="PreemptionByScheduler"}} {int(evicted)}',
+        ]
+
+
+TRAINING, INFERENCE = "training-batch", "inference-critical"
+PODS = (
+    Pod("ml", "sweep-4kx7p", ("Job", "sweep"), "", TRAINING, 0, _at(SWEEP, -0.5), _at(SWEEP, 10)),
+    Pod("ml", "sweep-q2m9d", ("Job", "sweep"), "", INFERENCE, 0, _at(SWEEP, 19.5), _at(SWEEP, 30)),
+    *(
+        Pod("nlp", pod, ("Job", "llm"), "", TRAINING, 1, _at(LLM, minutes - 0.5),
+            _at(LLM, minutes + 7), evicted=True)
+        for pod, minutes in (("llm-5hd8s", 0), ("llm-9wq2z", 10), ("llm-c7t4r", 20))
+    ),
+    Pod("nlp", "llm-m3n8v", ("Job", "llm"), "", TRAINING, 1, _at(LLM_AGAIN, -20.5),
+        _at(LLM_AGAIN, 7), evicted=True),
+    Pod("lab", "runner-0", ("<none>", "<none>"), 'label_task="eval-a",label_team="red"',
+        TRAINING, 0, _at(RUNNER, -0.5), _at(RUNNER, 12.5)),
+    Pod("lab", "runner-0", ("<none>", "<none>"), 'label_task="eval-b",label_team="blue"',
+        TRAINING, 0, _at(RUNNER, 12.5), _at(RUNNER, 20)),
+    Pod("serving", "vllm-0", ("StatefulSet", "vllm"), 'label_team="chat"', INFERENCE, 0,
+        _at(SERVING, -0.5), _at(MOVED_AT, 0)),
+    Pod("serving", "vllm-0", ("StatefulSet", "vllm"), 'label_team="search"', INFERENCE, 0,
+        _at(SERVING, -0.5), _at(SERVING, 30), shown=_at(MOVED_AT, 0)),
+    Pod("vision", "vit-x8k2p", ("Job", "vit"), "", TRAINING, 1, _at(SERVING, -0.5),
+        _at(SERVING, 30)),
+)  # fmt: skip
+
+
+def _device(gpu: int, pod: tuple[str, str] | None) -> list[str]:
+    labels = f'gpu="{gpu}",UUID="GPU-{gpu}",device="nvidia{gpu}",{DCGM}'
+    if pod is None:
+        return [f"DCGM_FI_DEV_FB_USED{{{labels}}} 0"]
+    labels += f',namespace="{pod[0]}",pod="{pod[1]}",container="main"'
+    return [
+        f"DCGM_FI_DEV_FB_USED{{{labels}}} 1024",
+        f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{labels}}} 0.5",
+    ]
+
+
+def _served(tick: int) -> list[str]:
+    """vLLM's e2e histogram of `serving/vllm-0`: 40 requests of 2 s a scrape since 13:00."""
+    count = 40 * len(range(_at(SERVING, 0), tick + 1, SCRAPE))
+    labels = 'model_name="llama",job="vllm",instance="10.244.3.8:8000",namespace="serving"'
+    labels += ',pod="vllm-0"'
+    metric = "vllm:e2e_request_latency_seconds"
+    bounds = (("0.5", 0), ("1.0", 0), ("2.5", count), ("+Inf", count))
+    return [
+        *(f'{metric}_bucket{{le="{le}",{labels}}} {n}' for le, n in bounds),
+        f"{metric}_count{{{labels}}} {count}",
+        f"{metric}_sum{{{labels}}} {2 * count}",
+    ]
+
+
+def series_at() -> dict[int, list[str]]:
+    """Pods report only between window boundaries, as in tests/metering/jobs.py."""
+    lines: dict[int, list[str]] = {}
+    for begin, end in SPANS:
+        for tick in range(int(begin.timestamp()), int(end.timestamp()), SCRAPE):
+            inside = tick % STEP.seconds != 0
+            holders: dict[int, tuple[str, str]] = {}
+            lines[tick] = []
+            for pod in PODS:
+                shown = pod.created + 30 if pod.shown is None else pod.shown
+                if shown <= tick < pod.until and inside:
+                    holders[pod.gpu] = (pod.namespace, pod.name)
+                    lines[tick] += pod.kube(evicted=False)
+                elif pod.evicted and pod.until <= tick < pod.until + 2 * SCRAPE:
+                    lines[tick] += pod.kube(evicted=True)
+            for gpu in (0, 1):
+                lines[tick] += _device(gpu, holders.get(gpu))
+            if _at(SERVING, 0) < tick < _at(SERVING, 30) and inside:
+                lines[tick] += _served(tick)
+    return lines
+
+
+@pytest.fixture(scope="module")
+@starts("Prometheus")
+def identity_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProcess]:
+    running = backfilled_prometheus(tmp_path_factory.mktemp("identity-over-time"), series_at())
+    yield running
+    running.stop()
+
+
+def engine_teams(start: datetime, end: datetime) -> dict[str, dict[str, str]]:
+    """Each team's rounded lines and total for [start, end), as a close prices that range."""
+    book = PriceBook.objects.get(version=1)
+    result = scenario_price(scenario_build(start=start, end=end, price_book=book)).result
+    return {
+        team.team: {line.kind: str(line.rounded) for line in team.lines}
+        | {"total": str(team.total)}
+        for team in result.teams
+    }
+
+
+def gpu_seconds(**task) -> dict[str, Decimal]:
+    rows = UsageInterval.objects.filter(**{f"task__{k}": v for k, v in task.items()})
+    found: dict[str, Decimal] = {}
+    for name, alloc in rows.values_list("task__external_id", "alloc_gpu_seconds"):
+        found[name] = found.get(name, Decimal(0)) + alloc
+    return found
+
+
+@pytest.fixture
+def source(identity_prometheus: PrometheusProcess) -> None:
+    price_book_ensure_default()
+    jobs_source(identity_prometheus.url)
+
+
+def sweep_ingested_in_one_batch() -> None:
+    ingest_command(SWEEP, SWEEP + 6 * STEP, "--batch", "12")
+
+
+def sweep_ingested_window_by_window_then_its_first_run_again() -> None:
+    ingest_command(SWEEP, SWEEP + 6 * STEP, "--batch", "1")
+    ingest_command(SWEEP, SWEEP + 2 * STEP)  # late samples, say: the first run's windows
+
+
+@pytest.mark.parametrize(
+    "ingest",
+    [sweep_ingested_in_one_batch, sweep_ingested_window_by_window_then_its_first_run_again],
+)
+def test_it_prices_a_job_submitted_again_as_the_kind_of_its_latest_run(source, ingest) -> None:
+    ingest()
+
+    sweep = Task.objects.get(namespace="ml", external_id="sweep")
+    assert gpu_seconds(namespace="ml") == {"sweep": 960}
+    assert sweep.kind == "inference"
+    # One row for both runs, first seen with the first; each run's pod keeps its own wait.
+    assert sweep.first_seen == SWEEP
+    assert sorted(PodWait.objects.filter(task=sweep).values_list("pod", "seconds")) == [
+        ("sweep-4kx7p", 30),
+        ("sweep-q2m9d", 30),
+    ]
+    # Peak, 2 GPUs: C = 14.374; the reserve (180 of each interval's 600) covers 180 of the
+    # 240 GPU-seconds of each of the four intervals, so ml carries all of B = 4.3122 and
+    # 4 x 60 GPU-seconds at R. As training_batch it would be 960 x 14.374 / 3600 = 3.83.
+    assert engine_teams(SWEEP, SWEEP + 6 * STEP) == {
+        "ml": {"baseline": "4.31", "standard": "0.96", "total": "5.27"}
+    }
