@@ -32,7 +32,7 @@ import pytest
 from billing.models import PriceBook
 from billing.scenarios import scenario_build, scenario_price
 from billing.services import price_book_ensure_default
-from metering.models import PodWait, Task, UsageInterval
+from metering.models import PodWait, Preemption, Service, Task, UsageInterval
 from simulator.prometheus import PrometheusProcess
 from tests.metering.jobs import (
     DCGM,
@@ -230,4 +230,66 @@ def test_it_prices_a_job_submitted_again_as_the_kind_of_its_latest_run(source, i
     # 4 x 60 GPU-seconds at R. As training_batch it would be 960 x 14.374 / 3600 = 3.83.
     assert engine_teams(SWEEP, SWEEP + 6 * STEP) == {
         "ml": {"baseline": "4.31", "standard": "0.96", "total": "5.27"}
+    }
+
+
+def test_it_counts_a_jobs_preemptions_on_from_its_run_before(source) -> None:
+    ingest_command(LLM, LLM + 6 * STEP)
+    ingest_command(LLM_AGAIN, LLM_AGAIN + 3 * STEP)
+
+    llm = Task.objects.get(namespace="nlp", external_id="llm")
+    events = list(Preemption.objects.filter(task=llm).values_list("pod", "seconds_since_start"))
+    assert events == [("llm-5hd8s", 420), ("llm-9wq2z", 420), ("llm-c7t4r", 420),
+                      ("llm-m3n8v", 1620)]  # fmt: skip
+    assert "compensation" not in engine_teams(LLM, LLM + 6 * STEP)["nlp"]
+    # The run submitted again in November is preempted once, and that is the task's fourth
+    # preemption (N = 3): min(1800, 1620) x 1 GPU x 14.374 / 3600 = 6.4683 credited. Counted
+    # as a task of its own, it would be its first, with no credit.
+    assert engine_teams(LLM_AGAIN, LLM_AGAIN + 3 * STEP)["nlp"]["compensation"] == "-6.47"
+
+
+def test_it_gives_a_window_to_the_pod_that_holds_its_name_at_the_end(source) -> None:
+    ingest_command(RUNNER, RUNNER + 4 * STEP)
+
+    # eval-a ran 600 GPU-seconds (120 of them in the 12:00 window), eval-b 360 (120 there):
+    # the window's pod is read at its end, so all 240 of 12:00 are eval-b's.
+    assert gpu_seconds(namespace="lab") == {"eval-a": 480, "eval-b": 480}
+    assert sorted(
+        Task.objects.filter(namespace="lab").values_list("external_id", "team__name")
+    ) == [
+        ("eval-a", "red"),
+        ("eval-b", "blue"),
+    ]
+    # The pod of the same name is a new pod (scheduled anew): its wait is eval-b's own.
+    waits = PodWait.objects.filter(pod="runner-0").order_by("created")
+    assert list(waits.values_list("task__external_id", "seconds")) == [
+        ("eval-a", 30),
+        ("eval-b", 30),
+    ]
+
+
+def test_it_bills_a_moved_namespaces_tasks_by_interval_and_its_service_to_the_team_before(
+    source,
+) -> None:
+    ingest_command(SERVING, SERVING + 3 * STEP)
+    ingest_command(SERVING + 3 * STEP, SERVING + 6 * STEP)
+
+    rows = Task.objects.filter(namespace="serving").order_by("first_seen")
+    assert [(t.team.name, t.first_seen) for t in rows] == [
+        ("chat", SERVING),
+        ("search", SERVING + 3 * STEP),
+    ]
+    assert Service.objects.get(external_id="serving/llama").team.name == "chat"
+    # Six breached peak intervals while vit trains: vision pays 6 x 20.00. The pod's usage
+    # and baseline follow its team interval by interval (three each); the credit goes to
+    # the service's team, which is the one its namespace had when ingest first met it.
+    assert engine_teams(SERVING, SERVING + 6 * STEP) == {
+        "chat": {
+            "baseline": "2.16",
+            "sla_credit": "-120.00",
+            "standard": "0.72",
+            "total": "-117.12",
+        },
+        "search": {"baseline": "2.16", "standard": "0.72", "total": "2.88"},
+        "vision": {"sla_penalty": "120.00", "standard": "5.75", "total": "125.75"},
     }
