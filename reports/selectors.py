@@ -31,7 +31,7 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.functions import Coalesce, ExtractHour, Least, TruncDay, TruncHour
+from django.db.models.functions import Coalesce, ExtractHour, Least, TruncDay
 from django.db.models.lookups import GreaterThan, GreaterThanOrEqual
 
 from billing.defaults import DEFAULT_PRICE_BOOK
@@ -57,6 +57,7 @@ from metering.models import (
     Team,
 )
 from metering.selectors import (
+    LocalHourStart,
     capacity_parts,
     enough_requests_condition,
     kueue_admissions,
@@ -528,13 +529,15 @@ SUMMED = (
 )
 
 
-def _group_column(group_by: str, time_field: str) -> F | TruncDay | TruncHour:
+def _group_column(group_by: str, time_field: str) -> F | TruncDay | LocalHourStart:
     if group_by in TASK_GROUPINGS:
         return F("task_id")
     if group_by == "day":
         return TruncDay(time_field, tzinfo=pool_timezone())
     if group_by == "hour":
-        return TruncHour(time_field, tzinfo=pool_timezone())
+        # Not TruncHour: it adds up the hour a zone repeats when it falls back (two hours'
+        # GPU-seconds in one row).
+        return LocalHourStart(time_field, pool_timezone().key)
     raise ValueError(f"group_by must be one of {GROUP_BY_CHOICES}, got {group_by!r}")
 
 
