@@ -168,15 +168,30 @@ def sla_terms_billed_in(start: dt.datetime, end: dt.datetime) -> SlaTerms | None
     billed month judges by them, not by an SLO stated or a book published since. None
     otherwise. A revision stored before SLOs were kept is not read here (its whole scenario
     is a close's work, not a page's)."""
-    period = period_containing(start)
-    if end > period_bounds(period).end:
-        return None
-    close = PeriodClose.objects.filter(period=period).select_related("price_book").first()
+    close = _close_holding(start, end)
     if close is None:
         return None
-    latest = PeriodScenario.objects.filter(period=period).order_by("-revision").first()
+    latest = PeriodScenario.objects.filter(period=close.period).order_by("-revision").first()
     slos = judged_slos(latest) if latest is not None and latest.service_slos else {}
     return SlaTerms(slos=slos, min_requests=close.price_book.sla_min_requests)
+
+
+def _close_holding(start: dt.datetime, end: dt.datetime) -> PeriodClose | None:
+    """The close whose stored bounds hold [start, end), else the closed month holding it on
+    the pool's clock as it is now; one query.
+
+    The stored bounds come first: after a change of `TANDEM_TIMEZONE` a closed month on
+    today's clock is hours off what it billed, so its bounds as stored would start in the
+    month before (and be judged by today's terms) and the hours the next month billed would
+    be judged by this one's. A page's calendar month on today's clock (its edge hours billed
+    by the neighbouring month) keeps that month's terms, as before."""
+    period = period_containing(start)
+    holds = Q(period_start__lte=start, period_end__gte=end)
+    if end <= period_bounds(period).end:
+        holds |= Q(period=period)
+    closes = list(PeriodClose.objects.filter(holds).select_related("price_book").order_by("period"))
+    stored = [c for c in closes if c.period_start <= start and end <= c.period_end]
+    return (stored or [c for c in closes if c.period == period] or [None])[0]
 
 
 def periods_archived(periods: list[str]) -> set[str]:

@@ -17,7 +17,11 @@ from django.db.models import Sum
 from billing.models import PeriodClose, PeriodScenario, StatementLine
 from billing.selectors import period_verification
 from billing.services import period_close
-from metering.models import CapacityInterval
+from metering.models import CapacityInterval, Service
+from reports.period_health import period_health
+from reports.rows import report_page
+from reports.selectors import health_numbers
+from tests.billing.test_slo_terms import september_closed_then_chat_api_stated
 from tests.factories import windows_complete
 
 pytestmark = pytest.mark.django_db
@@ -75,3 +79,41 @@ def test_it_says_a_closed_month_is_unchanged_after_a_zone_change(boundary_pool, 
     move_pool_to_berlin(settings)
 
     assert period_close(period=SEPTEMBER, now=DECEMBER_FIRST).data_changed is False
+
+
+def test_it_judges_the_month_before_in_the_report_by_the_slos_it_billed_by(boundary_pool, settings):
+    """October's report compares it with September as closed (on its stored bounds, on
+    Shanghai's clock); on Berlin's, those bounds start in August, and September was judged by
+    the SLO stated since instead of the one it billed by."""
+    september = september_closed_then_chat_api_stated()  # billed by 1000 ms, stated 5000
+    chat_api = Service.objects.get(external_id="chat-api")
+    billed = september.sla_breaches.filter(service=chat_api).count()
+    move_pool_to_berlin(settings)
+    period_close(period=OCTOBER, now=DECEMBER_FIRST)
+
+    page = report_page(OCTOBER)
+
+    # The stored snapshot's September, and the card the page and the PDF show from it.
+    snapshot = period_health(page.close, previous=(page.previous.start, page.previous.end))
+    (before,) = [s for s in snapshot.before.services if s.service_id == chat_api.pk]
+    assert (before.slo_p99_ms, before.breached_intervals) == (1000, billed)  # before: 5000, 0
+    (card,) = [c for c in page.cards if c.title == "Services within P99 SLO"]
+    assert card.shown_previous == "0 of 2"  # chat-api missed its SLO, as September billed
+
+
+def test_it_judges_octobers_first_hours_by_octobers_slos(boundary_pool, settings):
+    """On Berlin's clock 30 September 18:00-24:00 is still September, but October billed
+    those six hours (it starts where September as closed ended), by the SLO it kept."""
+    september_closed_then_chat_api_stated()
+    move_pool_to_berlin(settings)
+    october = period_close(period=OCTOBER, now=DECEMBER_FIRST).period_close
+    chat_api = Service.objects.get(external_id="chat-api")
+    first_hours = (october.period_start, october.period_start + dt.timedelta(hours=6))
+    billed = october.sla_breaches.filter(
+        service=chat_api, interval_start__lt=first_hours[1]
+    ).count()
+
+    numbers = health_numbers(start=first_hours[0], end=first_hours[1])
+
+    (judged,) = [s for s in numbers.services if s.service_id == chat_api.pk]
+    assert (judged.slo_p99_ms, judged.breached_intervals) == (5000, billed)
