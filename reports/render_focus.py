@@ -51,11 +51,20 @@ Text cells are escaped against formula injection like every CSV Tandem writes
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from billing.models import LineKind, PeriodClose
 from billing.pricing.money import hours
 from reports.render_csv import Cell, csv_bytes, format_decimal
-from reports.rows import FocusCharge, close_period_bounds, focus_charges, gpu_hours, period_bounds
+from reports.rows import (
+    FocusCharge,
+    Period,
+    close_period_bounds,
+    corrected_period_bounds,
+    focus_charges,
+    gpu_hours,
+    period_bounds,
+)
 
 # Line kind -> FOCUS ChargeCategory. SLA penalties are neither usage nor a credit granted:
 # FOCUS files charges "the provider applies that do not fall into other category values"
@@ -141,14 +150,17 @@ def pool_name() -> str:
     return "tandem-gpu-pool"
 
 
-def focus_row(charge: FocusCharge) -> list[Cell]:
-    """One charge in FOCUS_COLUMNS order (values typed; render_csv formats and escapes)."""
+def focus_row(charge: FocusCharge, corrected: Mapping[str, Period]) -> list[Cell]:
+    """One charge in FOCUS_COLUMNS order (values typed; render_csv formats and escapes); a
+    correction's charge period is the corrected month as `corrected` holds it (as billed)."""
     line, statement, close = charge.line, charge.statement, charge.close
     category = CHARGE_CATEGORY[LineKind(line.kind)]
     is_usage = category == "Usage" and not line.is_correction
     charge_period = close_period_bounds(close)
     if line.is_correction:
-        charge_period = period_bounds(line.corrects_period, timezone=close.timezone)
+        charge_period = corrected.get(line.corrects_period) or period_bounds(
+            line.corrects_period, timezone=close.timezone
+        )
     quantity = gpu_hours(charge.gpu_seconds) if is_usage else None
     tags = {f"{TAG_PREFIX}team": statement.team.name, f"{TAG_PREFIX}line": line.kind}
     if charge.task_kind:
@@ -213,4 +225,7 @@ def _sku_values(charge: FocusCharge) -> dict[str, Cell]:
 
 def focus_csv(close: PeriodClose) -> bytes:
     """The whole FOCUS file of a closed period."""
-    return csv_bytes(FOCUS_COLUMNS, [focus_row(charge) for charge in focus_charges(close)])
+    corrected = corrected_period_bounds(close)
+    return csv_bytes(
+        FOCUS_COLUMNS, [focus_row(charge, corrected) for charge in focus_charges(close)]
+    )

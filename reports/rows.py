@@ -102,6 +102,17 @@ def close_period_bounds(close: PeriodClose) -> Period:
     )
 
 
+def corrected_period_bounds(close: PeriodClose) -> dict[str, Period]:
+    """The months `close` books corrections of, each on the bounds its own close stored: after
+    a change of the pool's zone that month on `close`'s clock is hours off what it billed.
+    One query."""
+    corrected = StatementLine.objects.filter(
+        statement__period_close=close, is_correction=True
+    ).values("corrects_period")
+    closes = PeriodClose.objects.filter(period__in=corrected)
+    return {month.period: close_period_bounds(month) for month in closes}
+
+
 def _statements(close: PeriodClose) -> list[Statement]:
     lines = StatementLine.objects.order_by("is_correction", "corrects_period", "id")
     contributions = StatementLineTask.objects.select_related("task", "service").order_by(

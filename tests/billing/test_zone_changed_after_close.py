@@ -8,7 +8,9 @@ closed on that clock, and the operator then sets the zone the pool really runs i
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
+import io
 from decimal import Decimal
 
 import pytest
@@ -19,8 +21,10 @@ from billing.selectors import period_verification
 from billing.services import period_close
 from metering.models import CapacityInterval, Service
 from reports.period_health import period_health
+from reports.render_focus import focus_csv
 from reports.rows import report_page
 from reports.selectors import health_numbers
+from tests.billing.test_corrections import late_data_for_september
 from tests.billing.test_slo_terms import september_closed_then_chat_api_stated
 from tests.factories import windows_complete
 
@@ -117,3 +121,29 @@ def test_it_judges_octobers_first_hours_by_octobers_slos(boundary_pool, settings
 
     (judged,) = [s for s in numbers.services if s.service_id == chat_api.pk]
     assert (judged.slo_p99_ms, judged.breached_intervals) == (5000, billed)
+
+
+def test_it_writes_a_corrections_charge_period_as_the_corrected_month_was_closed(
+    boundary_pool, settings
+):
+    """FOCUS' ChargePeriod of a correction is the corrected month as it was billed (its
+    close's stored bounds), not that month on the correcting close's clock."""
+    september = period_close(period=SEPTEMBER, now=DECEMBER_FIRST).period_close
+    move_pool_to_berlin(settings)
+    late_data_for_september(boundary_pool, hours=(2, 4))
+    october = period_close(period=OCTOBER, now=DECEMBER_FIRST).period_close
+
+    rows = list(csv.DictReader(io.StringIO(focus_csv(october).decode("utf-8"))))
+
+    corrections = [row for row in rows if row["ChargeClass"] == "Correction"]
+    assert corrections
+    # Before: 2026-08-31T22:00:00Z to 2026-09-30T22:00:00Z, Berlin's September, whose last
+    # six hours October billed (its own rows start at 2026-09-30T16:00:00Z).
+    assert {(row["ChargePeriodStart"], row["ChargePeriodEnd"]) for row in corrections} == {
+        (instant(september.period_start), instant(september.period_end))
+    }
+    assert {row["BillingPeriodStart"] for row in rows} == {instant(october.period_start)}
+
+
+def instant(moment: dt.datetime) -> str:
+    return f"{moment.astimezone(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"
