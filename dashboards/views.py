@@ -780,6 +780,10 @@ def statement_period(request: HttpRequest, period: str) -> HttpResponse:
     bounds = _period_or_404(period)
     teams = visible_teams(request.user)
     close = pages.period_close(period=period)
+    if close is not None:
+        # As billed: after a change of the pool's zone, the month on today's clock is hours
+        # off the bounds its close priced.
+        bounds = billing_selectors.closed_period_bounds(close)
     statements = pages.period_statements(close=close, teams=teams) if close else []
     all_seeing = sees_every_team(request.user)
     files = pages.report_downloads(period=period, teams=teams)

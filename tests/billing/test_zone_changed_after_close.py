@@ -26,6 +26,7 @@ from reports.rows import report_page
 from reports.selectors import health_numbers
 from tests.billing.test_corrections import late_data_for_september
 from tests.billing.test_slo_terms import september_closed_then_chat_api_stated
+from tests.dashboards.conftest import make_user
 from tests.factories import windows_complete
 
 pytestmark = pytest.mark.django_db
@@ -147,3 +148,20 @@ def test_it_writes_a_corrections_charge_period_as_the_corrected_month_was_closed
 
 def instant(moment: dt.datetime) -> str:
     return f"{moment.astimezone(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"
+
+
+def test_it_shows_a_closed_months_statements_on_the_bounds_it_was_closed_with(
+    boundary_pool, settings, client
+):
+    period_close(period=SEPTEMBER, now=DECEMBER_FIRST)
+    move_pool_to_berlin(settings)
+    period_close(period=OCTOBER, now=DECEMBER_FIRST)
+    client.force_login(make_user("fiona", "finance"))
+
+    # In Berlin's time: September as closed ended at 18:00 on the 30th, where October began.
+    # Before, both pages showed Berlin's calendar months (September to 2026-10-01 00:00).
+    september = client.get(f"/statements/{SEPTEMBER}/").content.decode()
+    # (The zone named after them is the one dashboards.views read when first imported.)
+    assert "2026-08-31 18:00 to 2026-09-30 18:00 (" in september
+    october = client.get(f"/statements/{OCTOBER}/").content.decode()
+    assert "2026-09-30 18:00 to 2026-11-01 00:00 (" in october
