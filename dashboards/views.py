@@ -18,6 +18,7 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
 
 from access.decorators import role_required
 from access.selectors import sees_every_team, user_role, visible_teams
@@ -285,13 +286,19 @@ def utilization(request: HttpRequest) -> HttpResponse:
     peak = list(book.peak_hours) if book else list(pages.DEFAULT_PEAK_HOURS)
     length = (peak[1] - peak[0]) % 24
     suggested = pages.suggested_peak_hours(analytics.profile, length=length)
-    # Average GPUs held in each local hour: that hour's GPU-seconds over the range's days.
-    hour_seconds = Decimal(current.days * 3600)
+    # Average GPUs held in each local hour: its GPU-seconds over the time the range showed that
+    # hour, up to now (a day of 25 hours shows 02:00 twice; today's evening is still to come).
+    shown = health.hour_of_day_seconds(
+        current.start,
+        min(current.end, timezone.now()),
+        billing_selectors.pool_timezone(),
+        settings.TANDEM_STEP_SECONDS,
+    )
     profile_rows = [
         {
             "hour": hour.hour,
-            "inference_gpus": hour.inference_gpu_seconds / hour_seconds,
-            "training_gpus": hour.training_gpu_seconds / hour_seconds,
+            "inference_gpus": health.average_gpus(hour.inference_gpu_seconds, shown[hour.hour]),
+            "training_gpus": health.average_gpus(hour.training_gpu_seconds, shown[hour.hour]),
             "inference_share": hour.inference_share,
             "training_share": hour.training_share,
         }

@@ -20,10 +20,12 @@ with an SLO exactly as the pricing engine does, and a float could land on the ot
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from zoneinfo import ZoneInfo
 
 # A "real" change between two periods, below which a number counts as unchanged. Utilization is
 # compared in absolute terms (share of the pool), latency and wait relative to the earlier value.
@@ -296,6 +298,50 @@ class HourProfile:
     @property
     def inference_share(self) -> Decimal | None:
         return ratio(self.inference_gpu_seconds, self.capacity_gpu_seconds)
+
+
+def hour_of_day_seconds(
+    start: dt.datetime, end: dt.datetime, zone: ZoneInfo, step_seconds: int
+) -> list[int]:
+    """The seconds of [start, end) in each local hour of day (index 0 to 23), counted as the
+    profile counts GPU-seconds: each interval (`step_seconds` long, on the step's grid) by the
+    local hour it starts in. The average GPUs of an hour of day are its GPU-seconds over these,
+    not over the range's days times 3,600: a month holds an hour of day as often as the clock
+    showed it, so Berlin's October holds 02:00 32 times and its March 30, and a month whose
+    close moved it by a change of the pool's zone holds some hours once more than others.
+
+    The zone's offset is read twice per UTC hour, and per interval only in an hour in which it
+    changes (a zone that moves its clocks on the half hour)."""
+    counts = [0] * 24
+    first = -(-int(start.timestamp()) // step_seconds) * step_seconds
+    last = int(end.timestamp())
+    for hour_start in range(first - first % 3600, last, 3600):
+        starts = range(max(first, hour_start), min(last, hour_start + 3600), step_seconds)
+        if not starts:
+            continue
+        offset = _offset(hour_start, zone)
+        if offset != _offset(hour_start + 3599, zone):
+            for moment in starts:
+                counts[(moment + _offset(moment, zone)) // 3600 % 24] += step_seconds
+            continue
+        # One offset all hour: the local clock turns an hour once in it at most (on the half
+        # hour in Asia/Kolkata), so the starts before and after the turn are counted.
+        turn = hour_start + -offset % 3600
+        before = len(range(starts.start, min(turn, starts.stop), step_seconds))
+        counts[(hour_start + offset) // 3600 % 24] += before * step_seconds
+        counts[(turn + offset) // 3600 % 24] += (len(starts) - before) * step_seconds
+    return counts
+
+
+def _offset(moment: int, zone: ZoneInfo) -> int:
+    """The zone's offset from UTC at `moment` (Unix seconds), in seconds."""
+    offset = dt.datetime.fromtimestamp(moment, zone).utcoffset()
+    return int(offset.total_seconds()) if offset is not None else 0
+
+
+def average_gpus(gpu_seconds: Decimal, seconds: int) -> Decimal:
+    """GPUs held on average over `seconds` (0 where the range never showed that hour)."""
+    return gpu_seconds / seconds if seconds else Decimal(0)
 
 
 def profile_correlation(profile: Sequence[HourProfile]) -> Decimal | None:

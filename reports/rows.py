@@ -41,7 +41,7 @@ from kernel.period import PeriodError, period_utc_range, previous_period, time_z
 from kernel.tasks import TASK_KIND_LABELS as KIND_LABELS
 from reports import health
 from reports.cards import HealthCard, health_cards
-from reports.formatting import CENT, SECONDS_PER_HOUR, gpu_hours
+from reports.formatting import CENT, gpu_hours
 from reports.period_health import PreemptedTask, period_health
 from reports.render_csv import Cell
 
@@ -602,14 +602,17 @@ def _service_records(
     ]
 
 
-def _profile_rows(analytics: health.SharingAnalytics, days: int) -> list[dict]:
-    """Average GPUs held per local hour of day: GPU-seconds in that hour over days * 3600 s."""
-    seconds = Decimal(max(days, 1)) * SECONDS_PER_HOUR
+def _profile_rows(analytics: health.SharingAnalytics, period: Period) -> list[dict]:
+    """Average GPUs held per local hour of day: its GPU-seconds over the time the month, as
+    billed, showed that hour (`health.hour_of_day_seconds`), on the close's clock."""
+    shown = health.hour_of_day_seconds(
+        period.start, period.end, time_zone(period.timezone), settings.TANDEM_STEP_SECONDS
+    )
     return [
         {
             "hour": hour.hour,
-            "inference_gpus": hour.inference_gpu_seconds / seconds,
-            "training_gpus": hour.training_gpu_seconds / seconds,
+            "inference_gpus": health.average_gpus(hour.inference_gpu_seconds, shown[hour.hour]),
+            "training_gpus": health.average_gpus(hour.training_gpu_seconds, shown[hour.hour]),
         }
         for hour in analytics.profile
     ]
@@ -645,7 +648,7 @@ def report_page(label: str) -> ReportPage:
         services=_service_records(close, numbers.after.services, numbers.before.services),
         top_preempted=numbers.top_preempted,
         sharing=numbers.sharing,
-        profile_rows=_profile_rows(numbers.sharing, period.days),
+        profile_rows=_profile_rows(numbers.sharing, period),
         wait_rows=numbers.wait_rows,
         class_rows=_class_rows(close),
         health_read_live=numbers.read_live,
