@@ -31,19 +31,6 @@ from metering.models import Service, Task, Team
 
 # The class of every GPU no class of the book names (docs/pricing.md "GPU classes").
 DEFAULT_GPU_CLASS = "default"
-# The prefix NVML writes before a GPU's name in newer drivers ("NVIDIA H100 80GB HBM3"; older
-# ones and some platforms write "H100 80GB HBM3"), lower-cased as `gpu_model_key` compares it.
-NVIDIA_PREFIX = "nvidia "
-
-
-def gpu_model_key(model: str) -> str:
-    """What a GPU class matches a `modelName` by (docs/pricing.md "GPU classes"): the name
-    without the "NVIDIA " prefix, runs of whitespace as one space, case folded. dcgm-exporter
-    writes NVML's device name, which differs across driver versions and platforms for the
-    same hardware, and a node upgraded mid-month changes spelling from then on: compared
-    exactly, its GPUs fell to `default`'s rates without a word."""
-    key = " ".join(model.split()).casefold()
-    return key.removeprefix(NVIDIA_PREFIX)
 
 
 # Rounded amounts: the currency's minor unit (price books are limited to currencies of at

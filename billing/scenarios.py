@@ -34,7 +34,7 @@ stored on each close and the month is re-built as that version built it:
    external id has latency in the period too (builders 1 to 3 looked at every service ever
    metered, so a cluster added later, serving the same model, renamed a closed month's
    services, and its rebuild said the month's data had changed);
-5. a class takes a GPU model by `billing.models.gpu_model_key` (the "NVIDIA " prefix,
+5. a class takes a GPU model by `kernel.gpu_models.gpu_model_key` (the "NVIDIA " prefix,
    whitespace and case aside): builders 1 to 4 took the exact name, so a node writing
    "H100 80GB HBM3" (an older driver) in a book listing "NVIDIA H100 80GB HBM3" was priced
    in `default`; a month they closed is re-built with the exact name, as it was priced.
@@ -63,7 +63,7 @@ from operator import itemgetter
 
 from django.conf import settings
 
-from billing.models import PeriodScenario, PriceBook, gpu_model_key
+from billing.models import PeriodScenario, PriceBook
 from billing.pricing import (
     DEFAULT_CLASS,
     Latency,
@@ -76,6 +76,7 @@ from billing.pricing import (
     scenario_from_dict,
 )
 from kernel.collector import collector_paused
+from kernel.gpu_models import gpu_model_key
 from kernel.histogram import INFINITY, is_infinity
 from metering import selectors as metering_selectors
 from metering.models import Service, Task

@@ -31,6 +31,7 @@ from itertools import pairwise
 from typing import Any
 
 from kernel.collector import collector_paused
+from kernel.gpu_models import gpu_model_key
 from kernel.histogram import is_infinity
 from kernel.money import half_up_rational_text
 from kernel.numbers import exact_sum, whole_number
@@ -2551,10 +2552,10 @@ def _newly_preempted(observed: dict[int, Observed]) -> set[str]:
 # GPU). Matched in dcgm-exporter's `modelName` ("NVIDIA A30"), which a MIG instance's
 # series carries from its physical GPU. Read as sevenths, an A30's slices were billed at 4/7
 # of what they held, with every window complete.
-MIG_SLICES_BY_MODEL = (
-    (re.compile(r"\bA30X?\b"), 4),
-    (re.compile(r"\bRTX PRO 6000 Blackwell\b"), 4),
-    (re.compile(r"\bRTX PRO (?:5000|4500) Blackwell\b"), 2),
+MIG_SLICES_BY_MODEL = (  # matched in the model's `gpu_model_key`, as GPU classes are
+    (re.compile(r"\ba30x?\b"), 4),
+    (re.compile(r"\brtx pro 6000 blackwell\b"), 4),
+    (re.compile(r"\brtx pro (?:5000|4500) blackwell\b"), 2),
 )
 MIG_SLICES = 7  # any other model, and a series that names none
 # The unit of a pod's GPU time before it is turned into a rational (`_PodSums`): every MIG
@@ -2565,8 +2566,9 @@ SHARE_PARTS = 28
 @cache
 def mig_slices(model: str) -> int:
     """The compute slices a GPU of `model` is cut into by MIG."""
+    key = gpu_model_key(model)
     for pattern, slices in MIG_SLICES_BY_MODEL:
-        if pattern.search(model):
+        if pattern.search(key):
             return slices
     return MIG_SLICES
 

@@ -1,13 +1,13 @@
 """GPU models that no class of a close's book lists (PeriodClose.unclassed_gpu_seconds and
 unclassed_gpu_models), and a book's classes compared by a model's key: the trigger of
 migration 0004 refused one model name in two classes; it now refuses two spellings of one
-model too ("NVIDIA H100 80GB HBM3" and "h100  80GB HBM3"), as billing.models.gpu_model_key
+model too ("NVIDIA H100 80GB HBM3" and "h100  80GB HBM3"), as kernel.gpu_models.gpu_model_key
 makes them equal (the "NVIDIA " prefix, whitespace and case aside). Published books never
 change, so it only judges classes written from now on."""
 
 from django.db import migrations, models
 
-# billing.models.gpu_model_key in SQL (the same for the ASCII of NVML's device names).
+# kernel.gpu_models.gpu_model_key in SQL (the same for the ASCII of NVML's device names).
 KEY = """
     CREATE FUNCTION billing_gpu_model_key(model text) RETURNS text AS $$
         SELECT regexp_replace(lower(btrim(regexp_replace(model, '\\s+', ' ', 'g'))), '^nvidia ', '')

@@ -19,12 +19,12 @@ from billing.defaults import DEFAULT_EFFECTIVE_FROM, DEFAULT_PRICE_BOOK
 from billing.models import (
     PriceBook,
     PriceBookGpuClass,
-    gpu_model_key,
 )
 from billing.pricing import ScenarioError
 from billing.selectors import (
     engine_price_book,
 )
+from kernel.gpu_models import gpu_model_key
 from kernel.money import minor_unit
 from kernel.price_book_fields import (
     GPU_CLASS_DECIMAL_FIELDS,

@@ -26,6 +26,7 @@ from decimal import Decimal
 import pytest
 from django.db.models import Sum
 
+from metering.measure import mig_slices
 from metering.models import CapacityInterval, IngestWindow, Preemption, UsageInterval
 from simulator.prometheus import PrometheusProcess
 from tests.metering.jobs import KSM, SCRAPE, backfilled_prometheus, ingest_command, jobs_source
@@ -140,3 +141,20 @@ def test_it_keeps_the_windows_complete_and_the_capacity_whole(ingested) -> None:
     assert not any(w.warnings for w in windows)
     capacity = CapacityInterval.objects.aggregate(seconds=Sum("capacity_gpu_seconds"))["seconds"]
     assert capacity == Decimal(3 * 900)  # three GPUs, however cut
+
+
+def test_it_tells_a_gpus_slices_whatever_the_spelling_of_its_model() -> None:
+    # As GPU classes take a model (kernel.gpu_models.gpu_model_key): older drivers drop the
+    # "NVIDIA " prefix; case and spaces are not what tells an A30.
+    spellings = {
+        "NVIDIA A30": 4,
+        "A30": 4,
+        "nvidia a30": 4,
+        "NVIDIA  A30X": 4,
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition": 4,
+        "NVIDIA RTX PRO 6000  blackwell Max-Q Workstation Edition": 4,
+        "RTX PRO 4500 Blackwell": 2,
+        "NVIDIA H100 80GB HBM3": 7,
+        "": 7,
+    }
+    assert {model: mig_slices(model) for model in spellings} == spellings
