@@ -54,7 +54,7 @@ import tempfile
 import threading
 import traceback
 import zlib
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -377,7 +377,14 @@ class ModelClasses:
     refuses a model in two classes, by either)."""
 
     def __init__(self, listed: Mapping[str, str], *, keyed: bool = True) -> None:
-        self.keyed = keyed
+        # A book published before books were refused two spellings of one model in two
+        # classes ("NVIDIA H100 80GB HBM3" in H100, "H100 80GB HBM3" in H100-legacy: a way to
+        # price an older driver's nodes apart while models were matched exactly) keeps
+        # exact matching: by key, one of its classes would silently take the other's GPUs.
+        by_key: dict[str, set[str]] = defaultdict(set)
+        for model, name in listed.items():
+            by_key[gpu_model_key(model)].add(name)
+        self.keyed = keyed and all(len(names) == 1 for names in by_key.values())
         self._listed = {self._key(model): name for model, name in listed.items()}
         self._found: dict[str, str] = {}  # model as metered -> class: a month repeats a few
 

@@ -26,6 +26,7 @@ from django.urls import reverse
 from audit.models import AuditEntry
 from billing import services
 from billing.models import PeriodClose, PriceBook, StatementLine
+from billing.scenarios import ModelClasses
 from billing.selectors import period_verification, quota_statuses
 from billing.services import PriceBookInvalid, period_close
 from metering.models import CapacityInterval, Task, Team, UsageInterval
@@ -243,3 +244,16 @@ def test_it_says_at_the_close_which_models_no_class_lists(spelled_pool, client):
         said = "86400.000000 GPU-seconds of capacity of GPU models no class of price book v2"
         assert said in shown, url
         assert "NVIDIA A100-SXM4-80GB" in shown, url
+
+
+def test_it_keeps_exact_names_for_a_book_that_prices_two_spellings_apart() -> None:
+    # Published before books were refused it: the older driver's spelling in a class of its
+    # own. By key, one class would take both spellings' GPUs (whichever was listed last).
+    apart = ModelClasses({LISTED: "H100", BARE: "H100-legacy"})
+    assert (apart.of(LISTED), apart.of(BARE), apart.of("nvidia h100 80gb hbm3")) == (
+        "H100",
+        "H100-legacy",
+        "default",
+    )
+    together = ModelClasses({LISTED: "H100", "NVIDIA L40S": "L40S"})
+    assert (together.of(BARE), together.of("l40s")) == ("H100", "L40S")
