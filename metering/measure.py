@@ -2289,8 +2289,13 @@ def _exporters_own_series_freed(observed: dict[int, Observed]) -> set[str]:
     the dcgm-exporter pod on every series the exporter wrote without one: each free GPU's,
     and, where the scrape does not honour the exporter's labels (`exported_pod`), every
     series. Read as a pod, the exporter would hold every free GPU. It is told by
-    kube-state-metrics: a DaemonSet's pod at the address Prometheus scraped the series from."""
+    kube-state-metrics: a DaemonSet's pod at the address Prometheus scraped the series from,
+    as the interval shows it, else as another interval of the batch showed the same pod on
+    the same target's series. The shard of a sharded kube-state-metrics that describes the
+    exporter's pod may be silent a while; before, the free GPUs of those intervals were
+    billed to the exporter's namespace as held."""
     exporters: set[str] = set()
+    own_pods: dict[PodKey, set[Target]] = {}  # each exporter's pod, the targets it was on
     for interval in observed.values():
         own = [
             key
@@ -2298,17 +2303,34 @@ def _exporters_own_series_freed(observed: dict[int, Observed]) -> set[str]:
             if key[4] and _scraped_from_itself(interval.identity.get(key[3:]), series.target)
         ]
         for key in own:
-            series = interval.series.pop(key)
+            own_pods.setdefault(key[3:], set()).add(_free(interval, key))
             exporters.add(key[4])
-            bare = (*key[:3], "", "")
-            found = interval.series.get(bare)
-            if found is None:
-                interval.series[bare] = series
-            else:  # the exporter wrote a bare series too (another target's): one of each tick
-                found.ticks = max(found.ticks, series.ticks)
-                if series.busy is not None:
-                    found.busy = series.busy if found.busy is None else max(found.busy, series.busy)
+    for interval in observed.values():
+        # Most intervals describe every such pod (or there is none): no second walk.
+        if all(pod in interval.identity for pod in own_pods):
+            continue
+        for key in [
+            key
+            for key, series in interval.series.items()
+            if key[3:] not in interval.identity and series.target in own_pods.get(key[3:], ())
+        ]:
+            _free(interval, key)
+            exporters.add(key[4])
     return exporters
+
+
+def _free(interval: Observed, key: SeriesKey) -> Target:
+    """The exporter's own pod's series made the device's bare series; returns its target."""
+    series = interval.series.pop(key)
+    bare = (*key[:3], "", "")
+    found = interval.series.get(bare)
+    if found is None:
+        interval.series[bare] = series
+    else:  # the exporter wrote a bare series too (another target's): one of each tick
+        found.ticks = max(found.ticks, series.ticks)
+        if series.busy is not None:
+            found.busy = series.busy if found.busy is None else max(found.busy, series.busy)
+    return series.target
 
 
 def _scraped_from_itself(identity: PodIdentity | None, target: Target) -> bool:

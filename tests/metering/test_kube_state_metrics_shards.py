@@ -96,12 +96,37 @@ def _node_lines(instance: str) -> list[str]:
     ]
 
 
-def _gpu_lines(uuid: str, gpu: int, holder: str | None) -> list[str]:
+EXPORTER_POD = "nvidia-dcgm-exporter-x7k2p"
+
+
+def _exporter_pod_lines(instance: str) -> list[str]:
+    """The dcgm-exporter's own pod as kube-state-metrics writes it: a DaemonSet's, at the
+    address Prometheus scrapes the exporter from."""
+    base = (
+        f'job="kube-state-metrics",instance="{instance}",namespace="gpu-operator",'
+        f'pod="{EXPORTER_POD}",uid="uid-exporter"'
+    )
+    created = _at(START - timedelta(days=1))
+    return [
+        f"kube_pod_created{{{base}}} {created}",
+        f"kube_pod_status_scheduled_time{{{base}}} {created + 5}",
+        f'kube_pod_info{{{base},node="node-1",priority_class="system-node-critical",'
+        'pod_ip="10.0.0.7",host_ip="10.0.0.7"} 1',
+        f'kube_pod_owner{{{base},owner_kind="DaemonSet",owner_name="nvidia-dcgm-exporter",'
+        'owner_is_controller="true"} 1',
+        f'kube_pod_labels{{{base},label_app="nvidia-dcgm-exporter"}} 1',
+        f'kube_pod_status_phase{{{base},phase="Running"}} 1',
+    ]
+
+
+def _gpu_lines(uuid: str, gpu: int, holder: str | None, own: bool = False) -> list[str]:
     labels = (
         f'gpu="{gpu}",UUID="{uuid}",device="nvidia{gpu}",modelName="NVIDIA A100-SXM4-80GB",'
         f'Hostname="node-1",{DCGM}'
     )
     if holder is None:
+        if own:  # a ServiceMonitor's scrape puts the exporter's pod on a free GPU's series
+            labels += f',namespace="gpu-operator",pod="{EXPORTER_POD}",container="exporter"'
         return [f"DCGM_FI_DEV_FB_USED{{{labels}}} 0"]
     labels += f',namespace="ml",pod="{holder}",container="main"'
     return [
@@ -124,7 +149,7 @@ def _instances(shard: int, tick: int, fault: str) -> list[str]:
     return instances
 
 
-def series_at(fault: str) -> dict[int, list[str]]:
+def series_at(fault: str, own: bool = False) -> dict[int, list[str]]:
     lines: dict[int, list[str]] = defaultdict(list)
     for tick in range(_at(START - LEAD_IN), _at(END + STEP), SCRAPE):
         live = [
@@ -134,7 +159,7 @@ def series_at(fault: str) -> dict[int, list[str]]:
         ]
         holders = {pod[5]: pod[0] for pod in live}
         for n, uuid in enumerate(("GPU-a", "GPU-b", "GPU-c", "GPU-d")):
-            lines[tick] += _gpu_lines(uuid, n, holders.get(uuid))
+            lines[tick] += _gpu_lines(uuid, n, holders.get(uuid), own)
         lines[tick].append(f"up{{{DCGM}}} 1")
         answering: set[str] = set()
         for pod in live:
@@ -144,6 +169,8 @@ def series_at(fault: str) -> dict[int, list[str]]:
             answering.update(_instances(shard, tick, fault))
         for instance in _instances(1, tick, fault):
             lines[tick] += _node_lines(instance)
+            if own:
+                lines[tick] += _exporter_pod_lines(instance)
         for instance in (SHARD_0, SHARD_1, SHARD_2):
             if instance in answering:
                 up = 1
@@ -165,6 +192,10 @@ def shard_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]
         fault: backfilled_prometheus(tmp_path_factory.mktemp(fault), series_at(fault))
         for fault in FAULTS
     }
+    for fault in ("clean", "silent", "gone"):
+        running[f"own {fault}"] = backfilled_prometheus(
+            tmp_path_factory.mktemp(f"own-{fault}"), series_at(fault, own=True)
+        )
     yield running
     for process in running.values():
         process.stop()
@@ -317,3 +348,36 @@ def test_it_keeps_identity_across_a_rebalance_mid_window(
     assert [(completeness, warnings) for _, completeness, warnings in result["windows"]] == [
         (1, [])
     ] * 30
+
+
+@pytest.mark.parametrize("fault", ["clean", "silent", "gone"])
+def test_it_frees_the_gpus_of_an_exporter_whose_shard_is_silent_within_one_batch(
+    shard_prometheus, fault: str
+) -> None:
+    """The free GPUs' series carry the dcgm-exporter's own pod (a ServiceMonitor's scrape),
+    which shard 1 describes (a DaemonSet's pod at the address scraped). With shard 1 silent
+    for the hour, the exporter was taken for a pod holding them: 6,120 GPU-seconds of free
+    GPUs billed to task nvidia-dcgm-exporter of team gpu-operator at training_batch's rate,
+    every window complete, and where the replica's target was gone the windows said only that
+    the class system-node-critical has no kind. Now the batch's view of the pod tells it: the
+    GPUs are free, as in the clean pool."""
+    result = ingested(shard_prometheus[f"own {fault}"].url, window_by_window=False)
+    usage = dict(CLEAN["usage"])
+    if fault != "clean":
+        usage.pop(("batch", "blue", "training_batch"))
+        usage["batch-0", "ml", "training_batch"] = Decimal(480)  # never described, as above
+    assert result["usage"] == usage
+    assert result["capacity"] == CLEAN["capacity"]
+    assert not [w for _, _, warnings in result["windows"] for w in warnings if "kind:" in w]
+
+
+def test_it_says_whose_identity_it_guessed_where_a_window_alone_cannot_tell_the_exporter(
+    shard_prometheus,
+) -> None:
+    """Window by window, the silent hour's windows hold no view of the exporter's pod but the
+    first (the interval before it shows it): 5,520 GPU-seconds of free GPUs go to a guessed
+    `nvidia-dcgm-exporter-x7k2p` of `gpu-operator`, and each of those windows names it."""
+    result = ingested(shard_prometheus["own gone"].url, window_by_window=True)
+    assert result["usage"]["nvidia-dcgm-exporter-x7k2p", "gpu-operator", "training_batch"] == 5520
+    named = [start for start, pod in _guessed(result) if pod == f"gpu-operator/{EXPORTER_POD}"]
+    assert named == _starts("10:35", "11:20")
