@@ -49,7 +49,9 @@ DCGM = (
 KSM = 'job="kube-state-metrics",instance="10.42.0.5:8080"'
 
 
-def _device(uuid: str, gpu: int, pod: tuple[str, str] | None) -> list[str]:
+def device_series(uuid: str, gpu: int, pod: tuple[str, str] | None) -> list[str]:
+    """One GPU's dcgm-exporter series at a tick: memory and engine activity where `pod`
+    (namespace, name) holds it, a free GPU's memory otherwise."""
     labels = f'gpu="{gpu}",UUID="{uuid}",device="nvidia{gpu}",{DCGM}'
     if pod is None:
         return [f"DCGM_FI_DEV_FB_USED{{{labels}}} 0"]
@@ -102,7 +104,7 @@ def series_at() -> dict[int, list[str]]:
                 if job[5].timestamp() <= tick < job[6].timestamp() and tick % STEP.seconds
             ]
             holder = (running[0][0], running[0][1]) if running else None
-            lines[tick] = [*_device("GPU-a", 0, holder), *_device("GPU-b", 1, None)]
+            lines[tick] = [*device_series("GPU-a", 0, holder), *device_series("GPU-b", 1, None)]
             for namespace, pod, job, before, after, start, _ in running:
                 team = before if tick < relabel_tick else after
                 created = int(start.timestamp()) - 60

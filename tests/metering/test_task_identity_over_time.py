@@ -35,10 +35,10 @@ from billing.services import price_book_ensure_default
 from metering.models import PodWait, Preemption, Service, Task, UsageInterval
 from simulator.prometheus import PrometheusProcess
 from tests.metering.jobs import (
-    DCGM,
     KSM,
     SCRAPE,
     backfilled_prometheus,
+    device_series,
     ingest_command,
     jobs_source,
 )
@@ -120,17 +120,6 @@ PODS = (
 )  # fmt: skip
 
 
-def _device(gpu: int, pod: tuple[str, str] | None) -> list[str]:
-    labels = f'gpu="{gpu}",UUID="GPU-{gpu}",device="nvidia{gpu}",{DCGM}'
-    if pod is None:
-        return [f"DCGM_FI_DEV_FB_USED{{{labels}}} 0"]
-    labels += f',namespace="{pod[0]}",pod="{pod[1]}",container="main"'
-    return [
-        f"DCGM_FI_DEV_FB_USED{{{labels}}} 1024",
-        f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{labels}}} 0.5",
-    ]
-
-
 def _served(tick: int) -> list[str]:
     """vLLM's e2e histogram of `serving/vllm-0`: 40 requests of 2 s a scrape since 13:00."""
     count = 40 * len(range(_at(SERVING, 0), tick + 1, SCRAPE))
@@ -161,7 +150,7 @@ def series_at() -> dict[int, list[str]]:
                 elif pod.evicted and pod.until <= tick < pod.until + 2 * SCRAPE:
                     lines[tick] += pod.kube(evicted=True)
             for gpu in (0, 1):
-                lines[tick] += _device(gpu, holders.get(gpu))
+                lines[tick] += device_series(f"GPU-{gpu}", gpu, holders.get(gpu))
             if _at(SERVING, 0) < tick < _at(SERVING, 30) and inside:
                 lines[tick] += _served(tick)
     return lines
