@@ -230,13 +230,16 @@ def _validate_price_book(
 ) -> None:
     """The engine's own checks (same messages as for a scenario file), of the book with
     `classes` (default: its stored ones), and the columns'."""
+    # The stored classes read once, for the engine's checks and the models' (as
+    # `to_scenario_dict` defaults them).
+    checked = classes
+    if checked is None:
+        checked = list(book.gpu_classes.all()) if book.pk is not None else []
     try:
-        engine_book = engine_price_book(book, classes)
+        engine_book = engine_price_book(book, checked)
     except (ScenarioError, TypeError) as error:
         raise PriceBookInvalid(str(error)) from None
-    _refuse_a_model_in_two_classes(
-        list(book.gpu_classes.all()) if classes is None and book.pk is not None else classes or []
-    )
+    _refuse_a_model_in_two_classes(checked)
     if not columns:
         return
     for item in classes or []:

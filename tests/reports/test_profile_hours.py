@@ -17,6 +17,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.urls import reverse
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from billing.services import period_close
 from metering.models import CapacityInterval, UsageInterval
@@ -56,6 +59,35 @@ def test_it_counts_each_hour_of_day_as_often_as_the_clock_showed_it() -> None:
     assert hours_shown(local(2026, 10, 5), local(2026, 10, 5, 9, 30), BERLIN) == [
         *[1] * 9, Decimal("0.5"), *[0] * 14
     ]  # fmt: skip
+
+
+def shown_one_by_one(start: dt.datetime, end: dt.datetime, zone: ZoneInfo, step: int) -> list[int]:
+    """Each interval start's local hour read on its own: what the profile groups by."""
+    seconds = [0] * 24
+    moment = -(-int(start.timestamp()) // step) * step
+    while moment < end.timestamp():
+        seconds[dt.datetime.fromtimestamp(moment, zone).hour] += step
+        moment += step
+    return seconds
+
+
+ZONES = ["Europe/Berlin", "Asia/Kolkata", "Australia/Lord_Howe", "America/St_Johns", "UTC"]
+
+
+@hypothesis_settings(max_examples=40, deadline=None)
+@given(
+    zone=st.sampled_from(ZONES),
+    step=st.sampled_from([60, 300, 900, 1200, 3600]),
+    first=st.integers(0, 366 * 24 * 60),  # minutes into 2026
+    minutes=st.integers(0, 40 * 24 * 60),
+)
+def test_it_counts_each_interval_by_the_local_hour_it_starts_in(zone, step, first, minutes):
+    # Zones that move their clocks on the hour, on the half hour (Lord Howe), or sit half an
+    # hour off UTC; ranges of any length starting anywhere in the year.
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(minutes=first)
+    end = start + dt.timedelta(minutes=minutes)
+    expected = shown_one_by_one(start, end, ZoneInfo(zone), step)
+    assert hour_of_day_seconds(start, end, ZoneInfo(zone), step) == expected
 
 
 def eight_gpus_training(start: dt.datetime, end: dt.datetime) -> None:
