@@ -164,6 +164,10 @@ class Observed:
     present: dict[Device, int] = field(default_factory=dict)
     # Scrape target -> [scrapes attempted, scrapes answered] (Prometheus' `up`).
     targets: dict[Target, list[int]] = field(default_factory=dict)
+    # Scrape target -> the pod it is, where its `up` names one: Kubernetes service discovery's
+    # target labels (a ServiceMonitor's `namespace` and `pod`), which Prometheus writes on
+    # every series of the scrape, `up` included (`_exporters_own_series_freed`).
+    target_pods: dict[Target, set[PodKey]] = field(default_factory=dict)
     # The values of the source's cluster label (`_clusters_check`): kube-state-metrics' GPU
     # nodes under each; and whether a GPU series carried two in the interval (a relabel).
     gpu_node_clusters: dict[str, set[str]] = field(default_factory=dict)
@@ -2012,11 +2016,16 @@ def _parse_targets(
                 interval.gpu_node_clusters.setdefault(node, set()).add(cluster)
         else:
             interval.nodes_leaving.add(node)
-    for interval, labels, _, value, _ in _points(
+    for interval, labels, pod, value, _ in _points(
         replace(result, series=up), observed, plan, needs_pod=False, required=("meter", "instance")
     ):
-        counts = interval.targets.setdefault((labels.get("job", ""), labels["instance"]), [0, 0])
-        counts[0 if labels["meter"] == "attempted" else 1] = round(value)
+        target = (labels.get("job", ""), labels["instance"])
+        counts = interval.targets.setdefault(target, [0, 0])
+        # One group per pod the target was in the interval (an exporter on its host's
+        # network replaced at the same address: two), added up as the target's.
+        counts[0 if labels["meter"] == "attempted" else 1] += round(value)
+        if pod[0] and pod[1]:
+            interval.target_pods.setdefault(target, set()).add(pod)
 
 
 # The parts of the targets meter that read kube-state-metrics' nodes (sources.targets_parts).
@@ -2288,19 +2297,21 @@ def _exporters_own_series_freed(observed: dict[int, Observed]) -> set[str]:
     A scrape that adds its target's pod as `pod` (a ServiceMonitor's target labels) puts
     the dcgm-exporter pod on every series the exporter wrote without one: each free GPU's,
     and, where the scrape does not honour the exporter's labels (`exported_pod`), every
-    series. Read as a pod, the exporter would hold every free GPU. It is told by
+    series. Read as a pod, the exporter would hold every free GPU. It is told by the scrape
+    target's `up`, which carries the same target labels (`_exporters_own`), and by
     kube-state-metrics: a DaemonSet's pod at the address Prometheus scraped the series from,
     as the interval shows it, else as another interval of the batch showed the same pod on
     the same target's series. The shard of a sharded kube-state-metrics that describes the
     exporter's pod may be silent a while; before, the free GPUs of those intervals were
-    billed to the exporter's namespace as held."""
+    billed to the exporter's namespace as held (window by window, where no interval of the
+    batch described it, until the target's `up` told it)."""
     exporters: set[str] = set()
     own_pods: dict[PodKey, set[Target]] = {}  # each exporter's pod, the targets it was on
     for interval in observed.values():
         own = [
             key
             for key, series in interval.series.items()
-            if key[4] and _scraped_from_itself(interval.identity.get(key[3:]), series.target)
+            if key[4] and _exporters_own(interval, key[3:], series.target)
         ]
         for key in own:
             own_pods.setdefault(key[3:], set()).add(_free(interval, key))
@@ -2319,6 +2330,29 @@ def _exporters_own_series_freed(observed: dict[int, Observed]) -> set[str]:
     return exporters
 
 
+def _exporters_own(interval: Observed, pod: PodKey, target: Target) -> bool:
+    """Whether the pod a device series names is the exporter that wrote it. kube-state-metrics
+    shows a DaemonSet's pod, at the address scraped or named by the target's `up` (an
+    `instance` relabelled to the node's name hides the address). A pod it does not describe
+    (its shard silent, window by window) is the exporter's where the target's `up` names it,
+    which the interval's warnings say: a dcgm-exporter run as a sidecar of a GPU workload,
+    whose `up` names the workload's pod, would have its GPUs read as free in such intervals."""
+    named = pod in interval.target_pods.get(target, ())
+    identity = interval.identity.get(pod)
+    if identity is None or not identity.owned:
+        warning = (
+            f"devices: pod {pod[0]}/{pod[1]} is the exporter's own, the scrape target"
+            f" {_target_text(target)} (its `up` names it; kube-state-metrics does not describe"
+            " it in this interval): its series read as free GPUs"
+        )
+        if named and warning not in interval.warnings:  # once, not once per GPU
+            interval.warnings.append(warning)
+        return named
+    if identity.owner_kind != "DaemonSet":
+        return False
+    return named or (bool(identity.pod_ip) and _target_host(target) == identity.pod_ip)
+
+
 def _free(interval: Observed, key: SeriesKey) -> Target:
     """The exporter's own pod's series made the device's bare series; returns its target."""
     series = interval.series.pop(key)
@@ -2331,12 +2365,6 @@ def _free(interval: Observed, key: SeriesKey) -> Target:
         if series.busy is not None:
             found.busy = series.busy if found.busy is None else max(found.busy, series.busy)
     return series.target
-
-
-def _scraped_from_itself(identity: PodIdentity | None, target: Target) -> bool:
-    if identity is None or identity.owner_kind != "DaemonSet" or not identity.pod_ip:
-        return False
-    return _target_host(target) == identity.pod_ip
 
 
 def _gpu_presence(observed: Observed, plan: sources.QueryPlan, shared: set[str]) -> None:

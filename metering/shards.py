@@ -75,8 +75,9 @@ logger = logging.getLogger(__name__)
 # of the source's cluster label on each GPU node kube-state-metrics lists
 # (`Observed.gpu_node_clusters`), and on each device series (`SeriesTicks.cluster`); 13: a
 # free GPU's bare series holds its busy time (`measure._unheld_busy`); 14: each interval holds
-# Kueue's admissions and their waits (`Observed.kueue_admitted`, `kueue_waited`).
-OBSERVATION_VERSION = 14
+# Kueue's admissions and their waits (`Observed.kueue_admitted`, `kueue_waited`); 15: and the pod
+# each scrape target's `up` names (`Observed.target_pods`).
+OBSERVATION_VERSION = 15
 
 Asked = TypeVar("Asked")
 
@@ -376,6 +377,7 @@ def _observed_add(into: Observed, part: Observed) -> None:
     into.preemption_reason_series += part.preemption_reason_series
     into.preemptions_unreadable |= part.preemptions_unreadable
     into.targets.update(part.targets)
+    into.target_pods.update(part.target_pods)
     into.gpu_node_clusters.update(part.gpu_node_clusters)
     into.cluster_relabelled |= part.cluster_relabelled
     into.gpu_nodes |= part.gpu_nodes

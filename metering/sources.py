@@ -639,7 +639,9 @@ def targets_parts(plan: QueryPlan) -> dict[str, Part]:
     GPUs are out of use then, not unmetered. Pods still running there with GPUs count
     missing all the same (measure._unattributed_missing)."""
     up = f"{selector(plan, 'up')}{plan.window}"
-    by = _labels(TARGET_LABELS)
+    # With the pod the target is, where service discovery's target labels name one
+    # (measure._exporters_own): Python adds a target's groups up again.
+    by = (*_labels(TARGET_LABELS), "namespace", "pod")
     leaving = selector(
         plan, "kube_node_spec_taint", label_matcher("key", regex_alternatives(LEAVING_TAINTS), "=~")
     )

@@ -38,6 +38,9 @@ LEAD_IN = timedelta(minutes=30)
 # and, with the series starting at 09:30, no GPU sample (completeness 0 in every run).
 INGEST_START = START - LEAD_IN - STEP
 DCGM = 'job="dcgm-exporter",instance="10.0.0.7:9400"'
+# The same target with `instance` relabelled to its node's name (the exporter's pod_ip is
+# then nowhere in it).
+DCGM_NODE_INSTANCE = 'job="dcgm-exporter",instance="node-1:9400"'
 SHARD_0, SHARD_1, SHARD_2 = "10.42.0.5:8080", "10.42.0.6:8080", "10.42.0.7:8080"
 SILENT = (START + timedelta(minutes=30), START + timedelta(minutes=90))
 DOUBLED = (START + timedelta(minutes=30), START + timedelta(minutes=50))
@@ -119,14 +122,16 @@ def _exporter_pod_lines(instance: str) -> list[str]:
     ]
 
 
-def _gpu_lines(uuid: str, gpu: int, holder: str | None, own: bool = False) -> list[str]:
+def _gpu_lines(
+    uuid: str, gpu: int, holder: str | None, own: bool = False, dcgm: str = DCGM
+) -> list[str]:
     labels = (
         f'gpu="{gpu}",UUID="{uuid}",device="nvidia{gpu}",modelName="NVIDIA A100-SXM4-80GB",'
-        f'Hostname="node-1",{DCGM}'
+        f'Hostname="node-1",{dcgm}'
     )
     if holder is None:
         if own:  # a ServiceMonitor's scrape puts the exporter's pod on a free GPU's series
-            labels += f',namespace="gpu-operator",pod="{EXPORTER_POD}",container="exporter"'
+            labels += f",{EXPORTER_TARGET}"
         return [f"DCGM_FI_DEV_FB_USED{{{labels}}} 0"]
     labels += f',namespace="ml",pod="{holder}",container="main"'
     return [
@@ -149,7 +154,17 @@ def _instances(shard: int, tick: int, fault: str) -> list[str]:
     return instances
 
 
-def series_at(fault: str, own: bool = False) -> dict[int, list[str]]:
+# The dcgm-exporter's own pod, as a ServiceMonitor's scrape writes it on every series of the
+# target, `up` included (Kubernetes service discovery's target labels).
+EXPORTER_TARGET = f'namespace="gpu-operator",pod="{EXPORTER_POD}",container="exporter"'
+
+
+def series_at(
+    fault: str, own: bool = False, up_named: bool = True, dcgm: str = DCGM
+) -> dict[int, list[str]]:
+    """The pool's lines per tick under `fault`; with `own`, the free GPUs' series carry the
+    exporter's own pod, and, unless not `up_named` (a metric relabelling that writes it on the
+    GPU series alone), so does the exporter's `up`; `dcgm` is the exporter's target."""
     lines: dict[int, list[str]] = defaultdict(list)
     for tick in range(_at(START - LEAD_IN), _at(END + STEP), SCRAPE):
         live = [
@@ -159,8 +174,10 @@ def series_at(fault: str, own: bool = False) -> dict[int, list[str]]:
         ]
         holders = {pod[5]: pod[0] for pod in live}
         for n, uuid in enumerate(("GPU-a", "GPU-b", "GPU-c", "GPU-d")):
-            lines[tick] += _gpu_lines(uuid, n, holders.get(uuid), own)
-        lines[tick].append(f"up{{{DCGM}}} 1")
+            lines[tick] += _gpu_lines(uuid, n, holders.get(uuid), own, dcgm)
+        lines[tick].append(
+            f"up{{{dcgm},{EXPORTER_TARGET}}} 1" if own and up_named else f"up{{{dcgm}}} 1"
+        )
         answering: set[str] = set()
         for pod in live:
             for instance in _instances(pod[4], tick, fault):
@@ -196,6 +213,13 @@ def shard_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]
         running[f"own {fault}"] = backfilled_prometheus(
             tmp_path_factory.mktemp(f"own-{fault}"), series_at(fault, own=True)
         )
+    running["own gone, up unnamed"] = backfilled_prometheus(
+        tmp_path_factory.mktemp("own-gone-unnamed"), series_at("gone", own=True, up_named=False)
+    )
+    running["own clean, instance the node's"] = backfilled_prometheus(
+        tmp_path_factory.mktemp("own-node-instance"),
+        series_at("clean", own=True, dcgm=DCGM_NODE_INSTANCE),
+    )
     yield running
     for process in running.values():
         process.stop()
@@ -242,13 +266,18 @@ def _guessed(result: dict) -> list[tuple[str, str]]:
     ]
 
 
-def _silent_named(result: dict) -> list[str]:
-    """The windows whose warnings name the silent shard's instance."""
+def _warned(result: dict, text: str) -> list[str]:
+    """The windows with a warning that holds `text`."""
     return [
         start.strftime("%H:%M")
         for start, _, warnings in result["windows"]
-        if any(f'instance="{SHARD_1}" answered 0 of 5' in warning for warning in warnings)
+        if any(text in warning for warning in warnings)
     ]
+
+
+def _silent_named(result: dict) -> list[str]:
+    """The windows whose warnings name the silent shard's instance."""
+    return _warned(result, f'instance="{SHARD_1}" answered 0 of 5')
 
 
 def _starts(first: str, last: str) -> list[str]:
@@ -272,6 +301,16 @@ CLEAN = {
 }
 
 
+# Window by window with shard 1 silent for the hour: train-0's 11 windows of the hour and
+# batch-0's whole life go to tasks guessed from their pods (team ml, training_batch).
+GUESSED_WINDOW_BY_WINDOW = {
+    ("serve", "red", "inference"): Decimal(9000),
+    ("train", "blue", "training_interactive"): Decimal(5700),
+    ("train-0", "ml", "training_batch"): Decimal(3300),
+    ("batch-0", "ml", "training_batch"): Decimal(480),
+}
+
+
 @pytest.mark.parametrize("fault", ["silent", "gone"])
 def test_it_guesses_a_silent_shards_pods_window_by_window_and_says_so(
     shard_prometheus, fault: str
@@ -283,12 +322,7 @@ def test_it_guesses_a_silent_shards_pods_window_by_window_and_says_so(
     is named by its instance in the window's gap warning, one gone from service discovery
     (evicted, no `up`) is not: nothing in Prometheus says it was there."""
     result = ingested(shard_prometheus[fault].url, window_by_window=True)
-    assert result["usage"] == {
-        ("serve", "red", "inference"): Decimal(9000),
-        ("train", "blue", "training_interactive"): Decimal(5700),
-        ("train-0", "ml", "training_batch"): Decimal(3300),
-        ("batch-0", "ml", "training_batch"): Decimal(480),
-    }
+    assert result["usage"] == GUESSED_WINDOW_BY_WINDOW
     assert result["capacity"] == CLEAN["capacity"]
     # batch-0's wait and preemption were never written. train-0, shown again at 11:30 after
     # its last view a batch before, looks newly scheduled: its wait of 09:29:30 is recorded
@@ -329,12 +363,7 @@ def test_it_counts_a_shard_that_two_replicas_write_once(
     result = ingested(shard_prometheus["doubled"].url, window_by_window=window_by_window)
     assert {key: result[key] for key in CLEAN} == CLEAN
     assert {completeness for _, completeness, _ in result["windows"]} == {1}
-    named = [
-        start.strftime("%H:%M")
-        for start, _, warnings in result["windows"]
-        if any(f'instance="{SHARD_2}"; each counted once' in warning for warning in warnings)
-    ]
-    assert named == _starts("10:25", "10:40")
+    assert _warned(result, f'instance="{SHARD_2}"; each counted once') == _starts("10:25", "10:40")
 
 
 @pytest.mark.parametrize("window_by_window", [True, False], ids=["beat", "backfill"])
@@ -350,20 +379,21 @@ def test_it_keeps_identity_across_a_rebalance_mid_window(
     ] * 30
 
 
-@pytest.mark.parametrize("fault", ["clean", "silent", "gone"])
+@pytest.mark.parametrize("pool", ["own clean", "own silent", "own gone", "own gone, up unnamed"])
 def test_it_frees_the_gpus_of_an_exporter_whose_shard_is_silent_within_one_batch(
-    shard_prometheus, fault: str
+    shard_prometheus, pool: str
 ) -> None:
     """The free GPUs' series carry the dcgm-exporter's own pod (a ServiceMonitor's scrape),
     which shard 1 describes (a DaemonSet's pod at the address scraped). With shard 1 silent
     for the hour, the exporter was taken for a pod holding them: 6,120 GPU-seconds of free
     GPUs billed to task nvidia-dcgm-exporter of team gpu-operator at training_batch's rate,
     every window complete, and where the replica's target was gone the windows said only that
-    the class system-node-critical has no kind. Now the batch's view of the pod tells it: the
-    GPUs are free, as in the clean pool."""
-    result = ingested(shard_prometheus[f"own {fault}"].url, window_by_window=False)
+    the class system-node-critical has no kind. Now the target's `up`, which names the pod,
+    tells it, and where a relabelling left `up` unnamed, the batch's view of the pod does:
+    the GPUs are free, as in the clean pool."""
+    result = ingested(shard_prometheus[pool].url, window_by_window=False)
     usage = dict(CLEAN["usage"])
-    if fault != "clean":
+    if pool != "own clean":
         usage.pop(("batch", "blue", "training_batch"))
         usage["batch-0", "ml", "training_batch"] = Decimal(480)  # never described, as above
     assert result["usage"] == usage
@@ -371,13 +401,49 @@ def test_it_frees_the_gpus_of_an_exporter_whose_shard_is_silent_within_one_batch
     assert not [w for _, _, warnings in result["windows"] for w in warnings if "kind:" in w]
 
 
+@pytest.mark.parametrize("fault", ["silent", "gone"])
+def test_it_frees_the_gpus_of_an_exporter_whose_shard_is_silent_window_by_window(
+    shard_prometheus, fault: str
+) -> None:
+    """As beat ingests, window by window, no window of the silent hour holds kube-state-metrics'
+    view of the exporter's pod, and 5,520 GPU-seconds of free GPUs went to a guessed
+    `nvidia-dcgm-exporter-x7k2p` of `gpu-operator` at training_batch's rate. The target's `up`
+    names its own pod: the GPUs are free, and each window of the hour says how it told the
+    exporter (a sidecar exporter's workload would be read so too)."""
+    result = ingested(shard_prometheus[f"own {fault}"].url, window_by_window=True)
+    assert result["usage"] == GUESSED_WINDOW_BY_WINDOW  # as without the exporter's pod
+    assert result["capacity"] == CLEAN["capacity"]
+    told = _warned(result, f"pod gpu-operator/{EXPORTER_POD} is the exporter's own")
+    assert told == _starts("10:30", "11:20")
+
+
+@pytest.mark.parametrize("window_by_window", [True, False], ids=["beat", "backfill"])
+def test_it_tells_the_exporters_own_pod_by_its_up_where_instance_is_not_its_address(
+    shard_prometheus, window_by_window: bool
+) -> None:
+    """`instance` relabelled to the node's name: kube-state-metrics' pod_ip of the exporter's
+    DaemonSet pod (10.0.0.7) is not the address scraped, which was the only sign before: the
+    exporter held its node's free GPUs, 17,520 GPU-seconds billed to task nvidia-dcgm-exporter
+    of team gpu-operator at training_batch's rate, batched or not (the known gap "An
+    exporter's own pod where `instance` is not its address"). The target's `up` names the
+    pod: the clean pool, no warning."""
+    result = ingested(
+        shard_prometheus["own clean, instance the node's"].url, window_by_window=window_by_window
+    )
+    assert {key: result[key] for key in CLEAN} == CLEAN
+    assert [(completeness, warnings) for _, completeness, warnings in result["windows"]] == [
+        (1, [])
+    ] * 30
+
+
 def test_it_says_whose_identity_it_guessed_where_a_window_alone_cannot_tell_the_exporter(
     shard_prometheus,
 ) -> None:
-    """Window by window, the silent hour's windows hold no view of the exporter's pod but the
+    """Window by window, where a metric relabelling put the exporter's pod on its GPU series
+    but not on its `up`, the silent hour's windows hold no view of the exporter's pod but the
     first (the interval before it shows it): 5,520 GPU-seconds of free GPUs go to a guessed
     `nvidia-dcgm-exporter-x7k2p` of `gpu-operator`, and each of those windows names it."""
-    result = ingested(shard_prometheus["own gone"].url, window_by_window=True)
+    result = ingested(shard_prometheus["own gone, up unnamed"].url, window_by_window=True)
     assert result["usage"]["nvidia-dcgm-exporter-x7k2p", "gpu-operator", "training_batch"] == 5520
     named = [start for start, pod in _guessed(result) if pod == f"gpu-operator/{EXPORTER_POD}"]
     assert named == _starts("10:35", "11:20")
