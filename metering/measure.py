@@ -2331,26 +2331,40 @@ def _exporters_own_series_freed(observed: dict[int, Observed]) -> set[str]:
 
 
 def _exporters_own(interval: Observed, pod: PodKey, target: Target) -> bool:
-    """Whether the pod a device series names is the exporter that wrote it. kube-state-metrics
-    shows a DaemonSet's pod, at the address scraped or named by the target's `up` (an
-    `instance` relabelled to the node's name hides the address). A pod it does not describe
-    (its shard silent, window by window) is the exporter's where the target's `up` names it,
-    which the interval's warnings say: a dcgm-exporter run as a sidecar of a GPU workload,
-    whose `up` names the workload's pod, would have its GPUs read as free in such intervals."""
-    named = pod in interval.target_pods.get(target, ())
+    """Whether the pod a device series names is the exporter that wrote it.
+
+    Where the target's `up` names pods (service discovery's target labels), they are the
+    target's: a pod it names is the exporter, unless kube-state-metrics shows it owned by
+    other than a DaemonSet (a dcgm-exporter run as a sidecar of a GPU workload), and one it
+    does not name is not, whatever its address (a GPU workload of a DaemonSet on its host's
+    network, at the exporter's address). A pod it names that kube-state-metrics does not
+    describe (its shard silent, window by window) is taken for the exporter, which the
+    interval's warnings say: a sidecar's workload would be read as free there.
+
+    Where `up` names none (a relabelling), kube-state-metrics tells it: a DaemonSet's pod at
+    the address scraped."""
     identity = interval.identity.get(pod)
-    if identity is None or not identity.owned:
-        warning = (
-            f"devices: pod {pod[0]}/{pod[1]} is the exporter's own, the scrape target"
-            f" {_target_text(target)} (its `up` names it; kube-state-metrics does not describe"
-            " it in this interval): its series read as free GPUs"
+    described = identity is not None and identity.owned
+    named = interval.target_pods.get(target)
+    if not named:
+        return (
+            described
+            and identity.owner_kind == "DaemonSet"
+            and bool(identity.pod_ip)
+            and _target_host(target) == identity.pod_ip
         )
-        if named and warning not in interval.warnings:  # once, not once per GPU
-            interval.warnings.append(warning)
-        return named
-    if identity.owner_kind != "DaemonSet":
+    if pod not in named:
         return False
-    return named or (bool(identity.pod_ip) and _target_host(target) == identity.pod_ip)
+    if described:
+        return identity.owner_kind == "DaemonSet"
+    warning = (
+        f"devices: pod {pod[0]}/{pod[1]} is the exporter's own, the scrape target"
+        f" {_target_text(target)} (its `up` names it; kube-state-metrics does not describe"
+        " it in this interval): its series read as free GPUs"
+    )
+    if warning not in interval.warnings:  # once, not once per GPU
+        interval.warnings.append(warning)
+    return True
 
 
 def _free(interval: Observed, key: SeriesKey) -> Target:
