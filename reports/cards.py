@@ -49,6 +49,8 @@ def _latency_card(
 ) -> HealthCard:
     value, shown = _within_slo(after.services)
     previous, shown_previous = _within_slo(before.services)
+    explanation = f"P99 from the {span}'s merged histogram buckets, per service below"
+    moved = _p99_moved(before.services, after.services, status)
     return HealthCard(
         title="Services within P99 SLO",
         value=value,
@@ -57,8 +59,37 @@ def _latency_card(
         shown=shown,
         shown_previous=shown_previous,
         status=status,
-        explanation=f"P99 from the {span}'s merged histogram buckets, per service below",
+        explanation=f"{moved}; {explanation}" if moved else explanation,
     )
+
+
+def _p99_moved(
+    before: list[health.ServiceLatency], after: list[health.ServiceLatency], status: str
+) -> str:
+    """What made the card better or worse, which its count need not show ("2 of 2", worse):
+    the service whose P99 moved furthest that way ("ads/chat P99 from 4,843 ms to 8,741 ms"),
+    and how many more moved so. Empty where the card is unchanged or unknown."""
+    if status not in (health.Direction.WORSE, health.Direction.BETTER):
+        return ""
+    earlier = {s.service_id: s for s in before}
+    moved = [
+        (s.p99_ms / earlier[s.service_id].p99_ms, earlier[s.service_id], s)
+        for s in after
+        if s.service_id in earlier
+        and health.latency_direction([earlier[s.service_id]], [s]) == status
+        and earlier[s.service_id].p99_ms  # a P99 of 0 before: no ratio to rank it by
+    ]
+    if not moved:
+        return ""
+    pick = max if status == health.Direction.WORSE else min
+    _, was, now = pick(moved, key=lambda move: move[0])
+    said = (
+        f"{now.service} P99 from {formatting.milliseconds(was.p99_ms)}"
+        f" to {formatting.milliseconds(now.p99_ms)}"
+    )
+    if len(moved) > 1:
+        said += f", {len(moved) - 1} more {status}"
+    return said
 
 
 def health_cards(

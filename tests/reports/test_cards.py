@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from decimal import Decimal
 
 import pytest
@@ -60,6 +61,63 @@ def test_it_builds_the_same_cards_for_both_pages_but_the_placeholder() -> None:
         "P99 from the range's merged histogram buckets, per service below"
     )
     assert (dashboard[1].value, dashboard[1].unit) == (Decimal(0), "services")
+
+
+def _services(*p99s: str | None) -> list[health.ServiceLatency]:
+    return [
+        health.ServiceLatency(
+            service_id=n,
+            service=f"team-{n}/chat",
+            team=f"team-{n}",
+            slo_p99_ms=10_000,
+            p99_ms=None if p99 is None else Decimal(p99),
+            requests=Decimal(200),
+            intervals=12,
+            breached_intervals=0,
+        )
+        for n, p99 in enumerate(p99s, start=1)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "status", "said"),
+    [
+        # Both within their SLO both months ("2 of 2" twice): the card says what got worse.
+        (
+            ("4843", "4200"),
+            ("8741", "4990"),
+            "worse",
+            "team-1/chat P99 from 4,843 ms to 8,741 ms, 1 more worse; ",
+        ),
+        (
+            ("4843", "4200"),
+            ("8741", "4200"),
+            "worse",
+            "team-1/chat P99 from 4,843 ms to 8,741 ms; ",
+        ),
+        # One better and none worse: the one that improved most.
+        (
+            ("900", "4200"),
+            ("450", "3000"),
+            "better",
+            "team-1/chat P99 from 900 ms to 450 ms, 1 more better; ",
+        ),
+        (("900", "4200"), ("910", "4200"), "unchanged", ""),
+        (("900", None), ("910", "4200"), "unchanged", ""),
+    ],
+)
+def test_it_says_which_service_moved_the_latency_card(before, after, status, said) -> None:
+    earlier = numbers(busy="400", p99_ms=None, waits=1, wait_seconds="60")
+    later = numbers(busy="400", p99_ms=None, waits=1, wait_seconds="60")
+    earlier = dataclasses.replace(earlier, services=_services(*before))
+    later = dataclasses.replace(later, services=_services(*after))
+    verdict = health.verdict(earlier, later)
+    card = health_cards(before=earlier, after=later, verdict=verdict, span="month")[1]
+    assert (card.status, card.shown) == (status, f"{sum(p is not None for p in after)} of 2")
+    assert (
+        card.explanation
+        == f"{said}P99 from the month's merged histogram buckets, per service below"
+    )
 
 
 @pytest.mark.parametrize(
