@@ -199,10 +199,12 @@ def completeness_chart(rows: Sequence[Row], *, timezone: str) -> go.Figure:
         figure,
         title="Data completeness per day",
         x_title=f"Day ({timezone})",
-        y_title="Samples received (% of expected)",
+        y_title="Received (% of expected)",
     )
     figure.update_yaxes(range=[0, 105])
-    figure.update_layout(height=240, showlegend=False)
+    # No legend row to make room for: a plot tall enough for its axis title (at 240 px with
+    # the legend's margin it was 106 px high, and the title read "amples received (% of e").
+    figure.update_layout(height=260, showlegend=False, margin={"t": 44})
     return figure
 
 
