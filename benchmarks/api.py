@@ -179,8 +179,8 @@ FROM (
                                interval '5 min') ts
 ) latency;
 
-INSERT INTO metering_podwait (task_id, pod, created, scheduled, seconds)
-SELECT id, pod, scheduled - make_interval(secs => w), scheduled, w
+INSERT INTO metering_podwait (task_id, pod, created, scheduled, ended, seconds)
+SELECT id, pod, scheduled - make_interval(secs => w), scheduled, scheduled, w
 FROM (
     SELECT k.id, k.external_id || '-' || n AS pod,
            %(start)s::timestamptz + random() * interval '30 days' AS scheduled,

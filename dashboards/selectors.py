@@ -326,15 +326,21 @@ def team_preemptions(*, team: Team, start: dt.datetime, end: dt.datetime) -> lis
 
 def waits_by_kind(*, teams: QuerySet[Team], start: dt.datetime, end: dt.datetime) -> list[dict]:
     rows = (
-        PodWait.objects.filter(task__team__in=teams, scheduled__gte=start, scheduled__lt=end)
+        PodWait.objects.filter(task__team__in=teams, ended__gte=start, ended__lt=end)
         .values("task__kind")
-        .annotate(n=Count("id"), total=Sum("seconds"), longest=Max("seconds"))
+        .annotate(
+            n=Count("id"),
+            total=Sum("seconds"),
+            longest=Max("seconds"),
+            gave_up=Count("id", filter=Q(scheduled=None)),
+        )
         .order_by("task__kind")
     )
     return [
         {
             "kind": row["task__kind"],
             "attempts": row["n"],
+            "gave_up": row["gave_up"],
             "average_seconds": Decimal(row["total"]) / row["n"],
             "longest_seconds": row["longest"],
         }

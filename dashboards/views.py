@@ -468,11 +468,18 @@ def waits_chart(teams: QuerySet[Team], current: DateRange) -> Chart:
         [
             text("Kind"),
             quantity("Scheduling attempts", 0),
+            quantity("Gave up waiting", 0),
             seconds("Average wait (s)"),
             seconds("Longest wait (s)"),
         ],
         [
-            [kind_label(w["kind"]), w["attempts"], w["average_seconds"], w["longest_seconds"]]
+            [
+                kind_label(w["kind"]),
+                w["attempts"],
+                w["gave_up"],
+                w["average_seconds"],
+                w["longest_seconds"],
+            ]
             for w in waits
         ],
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -69,6 +69,7 @@ def _active_pods(facts: IntervalFacts) -> set[PodKey]:
         | set(facts.memory_peak)
         | set(facts.io)
         | set(facts.waits)
+        | set(facts.gave_up)
         | {pod for pod, event in facts.preemptions.items() if "at" in event}
     )
 
@@ -100,7 +101,9 @@ def _tasks_upsert(source: Source, plan: sources.QueryPlan, measured: Measured) -
         pods: list[SeenPod] = []
         for pod in sorted(_active_pods(facts)):
             identity = known.get(pod)
-            if identity is None or not identity.informed:  # its kind from the nearest view
+            if identity is None and pod in facts.gave_up:
+                identity = _gone_pending_identity(measured, start, pod)
+            elif identity is None or not identity.informed:  # its kind from the nearest view
                 identity = measured.pod_identity(start, pod)
             view = (
                 pod,
@@ -163,6 +166,18 @@ def _tasks_upsert(source: Source, plan: sources.QueryPlan, measured: Measured) -
     pks, inserted = _task_rows_upsert(source, merged, team_ids)
     _relabels_audit(source, inserted)
     return {start: {pod: pks[key] for pod, key in interval_keys} for start, interval_keys in keys}
+
+
+def _gone_pending_identity(measured: Measured, start: int, pod: PodKey) -> PodIdentity:
+    """A pod that gave up waiting is gone from its wait's interval: its view is the interval
+    before's (`GaveUp.identity`), else (or for its info) the nearest one in the run; with its
+    creation time, which the task's row takes (a view at an interval's end lacks it)."""
+    gone = measured.intervals[start].gave_up[pod]
+    view = gone.identity
+    if view is None or not view.informed:
+        nearest = measured.pod_identity(start, pod)
+        view = nearest if view is None or nearest.from_kube else view
+    return replace(view, created=gone.created)
 
 
 def _teams_without_kube(

@@ -125,6 +125,17 @@ class SeriesTicks:
 
 
 @dataclass
+class PendingView:
+    """What kube-state-metrics showed over one interval of a pod that was Pending in it or
+    in the interval before, and not at the next interval's end (sources.pending_pods_parts):
+    whether it showed the pod at all, and if so how."""
+
+    created: int | None = None  # `kube_pod_created`'s value, Unix seconds
+    scheduled: bool = False  # a `kube_pod_status_scheduled_time` sample in the interval
+    last_pending_tick: int | None = None  # the point of the last tick slot it was Pending at
+
+
+@dataclass
 class Observed:
     """What Prometheus answered for one interval, before any derivation."""
 
@@ -137,6 +148,11 @@ class Observed:
     identity: dict[PodKey, PodIdentity] = field(default_factory=dict)
     preempted: set[PodKey] = field(default_factory=set)  # reason was 1 at some tick
     preempted_at: dict[PodKey, int] = field(default_factory=dict)
+    # Pods kube-state-metrics showed Pending at some tick of the interval (identity's
+    # `pending` part), and, of those that may have given up waiting, what a narrowed
+    # follow-up read of them over the interval (`_gave_up`).
+    pending: set[PodKey] = field(default_factory=set)
+    pending_views: dict[PodKey, PendingView] = field(default_factory=dict)
     # Pods with a series of the preemption reason in the interval, 0 or 1 (identity's
     # `preempted` part); and whether kube-state-metrics writes the other reasons at 0 but no
     # series of that one, as its releases before v2.19 do (sources.reasons_at_zero_query).
@@ -224,6 +240,8 @@ class IntervalFacts:
     completeness: Fraction = Fraction(0)
     identity: dict[PodKey, PodIdentity] = field(default_factory=dict)
     waits: dict[PodKey, int] = field(default_factory=dict)  # scheduled, Unix seconds
+    # Pods that gave up waiting: gone, never scheduled, since the interval before (`_gave_up`).
+    gave_up: dict[PodKey, GaveUp] = field(default_factory=dict)
     preemptions: dict[PodKey, dict[str, Any]] = field(default_factory=dict)
     preemptions_unreadable: bool = False  # see PREEMPTIONS_UNREADABLE
     # Workloads Kueue evicted to preempt them, by cluster queue; and Kueue's counts first read
@@ -249,6 +267,17 @@ class IntervalFacts:
     # (namespace, service label value) -> [(le, cumulative increment), ...] in `le` order
     latency: dict[tuple[str, str], list[tuple[str, int]]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GaveUp:
+    """A pod's wait that ended with the pod gone while never scheduled (`_gave_up`): when it
+    was created and when it was last seen Pending (the end of its last Pending tick), Unix
+    seconds, and kube-state-metrics' last view of it (None: none was read)."""
+
+    created: int
+    ended: int
+    identity: PodIdentity | None
 
 
 @dataclass
@@ -472,9 +501,20 @@ def _follow_ups(
 ) -> set[str]:
     """The narrowed queries the meters' answers call for, parsed into `observed`; returns the
     time-sliced GPUs."""
-    for pods in _batches(_without_identity(observed) | _disappeared(observed)):
+    gone = _pending_gone(observed)
+    # Those gone before the end of the interval they were last Pending in (a Prometheus
+    # with staleness markers shows no pod deleted since its last tick) are described by
+    # their history, as pods that ran and were gone by an interval's end are.
+    described_late = {
+        pod for start, pods in gone.items() for _, pod in pods - set(observed[start].identity)
+    }
+    history = _without_identity(observed) | _disappeared(observed) | described_late
+    for pods in _batches(history):
         result = runner.run_parts("pod_history", sources.pod_history_parts(plan, pods))
         _parse_pod_history(result, observed, plan)
+    for pods in _batches({pod for gone_in in gone.values() for _, pod in gone_in}):
+        result = runner.run_parts("pending_pods", sources.pending_pods_parts(plan, pods))
+        _parse_pending_pods(result, observed, plan)
     exporters = _exporters_own_series_freed(observed)
     shared, repeated = _time_sliced_devices(observed, plan)
     for uuids in _batches(shared):
@@ -626,6 +666,7 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
     gap_targets = _gap_targets(observation.gap_targets, observed)
     histogram_targets = {t for t, meters in observation.gap_targets.items() if "latency" in meters}
     scheduled = _scheduled_since(observed)
+    gave_up = _gave_up(observed, plan, first, last, gap_targets)
     intervals = {}
     for start in range(first, last + 1, step):
         now = observed[start]
@@ -640,6 +681,7 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
             scheduled[start],
             vanished.get(start, {}),
         )
+        intervals[start].gave_up = gave_up[start]
         _gap_targets_warn(intervals[start], now, gap_targets)
         _latency_unseen(intervals[start], now, observed[start - step], plan, histogram_targets)
         _mapping_labels_dropped(intervals[start], now, observed[start - step], plan)
@@ -2127,6 +2169,10 @@ def _parse_identity(
             if value == 1:
                 interval.preempted.add(pod)
             continue
+        if labels["meter"] == "pending":
+            # Over the interval too: not a view of the pod at its end.
+            interval.pending.add(pod)
+            continue
         identity = interval.identity.get(pod)
         if identity is None:
             identity = interval.identity[pod] = PodIdentity(from_kube=True)
@@ -2189,6 +2235,21 @@ def _parse_pod_details(
             identity.created = round(value)
         else:
             identity.gpus = exact(text)
+
+
+def _parse_pending_pods(
+    result: sources.QueryRun, observed: dict[int, Observed], plan: sources.QueryPlan
+) -> None:
+    for interval, labels, pod, value, _ in _points(result, observed, plan, required=("meter",)):
+        meter = labels["meter"].split(":", 1)[0]  # "<part>:<pod label spelling>"
+        view = interval.pending_views.setdefault(pod, PendingView())
+        if meter == "created":
+            view.created = round(value)
+        elif meter == "scheduled":
+            view.scheduled = True
+        else:
+            tick = round(value)
+            view.last_pending_tick = max(view.last_pending_tick or tick, tick)
 
 
 def _parse_preemption_ticks(
@@ -2547,6 +2608,73 @@ def _disappeared(observed: dict[int, Observed]) -> set[str]:
     for before, start in pairwise(starts):
         pods |= {pod for _, pod in set(observed[before].identity) - set(observed[start].identity)}
     return pods
+
+
+def _pending_gone(observed: dict[int, Observed]) -> dict[int, set[PodKey]]:
+    """For each interval but the first, by the start of the interval before it: the pods
+    Pending in that interval and neither Pending in this one nor alive at its end. Gone
+    while waiting, or scheduled, or unseen (kube-state-metrics silent): `_gave_up` tells."""
+    return {
+        before: observed[before].pending - observed[start].pending - set(observed[start].identity)
+        for before, start in pairwise(sorted(observed))
+    }
+
+
+def _gave_up(
+    observed: dict[int, Observed],
+    plan: sources.QueryPlan,
+    first: int,
+    last: int,
+    gap_targets: dict[Target, set[str]],
+) -> dict[int, dict[PodKey, GaveUp]]:
+    """For each interval of the batch, the pods that gave up waiting: never scheduled,
+    shown Pending in the interval before (I) and not at all in this one (I + 1), while
+    kube-state-metrics answered every scrape of it. A wait counts where it ends, so the row
+    is this interval's (I + 1's), written and taken back with it, and read again from
+    Prometheus whenever it is ingested: the interval before the batch is the meters' first
+    point, so no state outside Prometheus is needed.
+
+    Its end is the end of the last tick at which kube-state-metrics showed it Pending (the
+    slot of that sample, as every sample is taken to last a scrape interval): right to the
+    scrape interval, since it was deleted between that sample and the next scrape. A pod
+    created and deleted within one interval counts too. A pod Pending at the batch's end is
+    not counted: the next batch (or the next window, ingested alone) sees whether it goes."""
+    step = plan.step_seconds
+    kube_state_metrics = {target for target, meters in gap_targets.items() if "identity" in meters}
+    found: dict[int, dict[PodKey, GaveUp]] = {}
+    for start in range(first, last + 1, step):
+        before, now = observed[start - step], observed[start]
+        found[start] = {}
+        if not _answered_throughout(before, now, kube_state_metrics):
+            continue  # a scrape gap shows no pod: not a deletion
+        for pod in sorted(before.pending - now.pending - set(now.identity)):
+            seen, after = before.pending_views.get(pod), now.pending_views.get(pod)
+            if after is not None or seen is None or seen.scheduled:
+                continue  # still there, or scheduled (a wait of its own)
+            if seen.created is None or seen.last_pending_tick is None:
+                continue
+            ended = seen.last_pending_tick + plan.scrape_seconds
+            if ended < seen.created:
+                continue
+            found[start][pod] = GaveUp(seen.created, ended, before.identity.get(pod))
+    return found
+
+
+def _answered_throughout(before: Observed, now: Observed, targets: set[Target]) -> bool:
+    """Whether the scrape targets (kube-state-metrics') answered every scrape Prometheus
+    attempted in `now`, and each of them scraped in `before` was scraped in `now`: then a
+    pod they do not show in `now` is gone. Without any answer (down, or no `up` at all),
+    the interval says nothing of which pods are gone."""
+    scraped = {target: counts for target, counts in now.targets.items() if target in targets}
+    if not any(answered for _, answered in scraped.values()):
+        return False
+    if any(answered < attempted for attempted, answered in scraped.values()):
+        return False
+    return all(
+        target in scraped
+        for target, (attempted, _) in before.targets.items()
+        if target in targets and attempted
+    )
 
 
 def _newly_scheduled(observed: dict[int, Observed]) -> set[str]:

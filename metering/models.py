@@ -250,25 +250,37 @@ class Preemption(models.Model):
 
 
 class PodWait(models.Model):
-    """How long one pod waited to be scheduled. A pod name comes back (a StatefulSet's
-    `name-0` recreated, next month's run of the same job), each time with a new creation
-    time: each incarnation keeps its own wait, so a later one never overwrites an earlier
-    month's (health numbers of a closed month stay as closed)."""
+    """How long one pod waited to be scheduled, counted where the wait ended: when the pod was
+    scheduled, or when it was last seen Pending before it was gone, never scheduled (it gave
+    up waiting: deleted by its user, a Job's deadline, a queue's timeout; `scheduled` is
+    None). A pod still Pending has no row yet. A pod name comes back (a StatefulSet's `name-0`
+    recreated, next month's run of the same job), each time with a new creation time: each
+    incarnation keeps its own wait, so a later one never overwrites an earlier month's (health
+    numbers of a closed month stay as closed)."""
 
     task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="waits")
     pod = models.CharField(max_length=300)
     created = models.DateTimeField()
-    scheduled = models.DateTimeField()
-    seconds = models.PositiveIntegerField()
+    scheduled = models.DateTimeField(null=True, blank=True)
+    ended = models.DateTimeField()  # `scheduled`, else the end of its last Pending tick
+    seconds = models.PositiveIntegerField()  # ended - created
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["task", "pod", "created"], name="podwait_unique"),
+            models.CheckConstraint(
+                condition=models.Q(scheduled__isnull=True) | models.Q(scheduled=models.F("ended")),
+                name="podwait_scheduled_ends_it",
+            ),
         ]
-        indexes = [models.Index(fields=["scheduled"])]
+        indexes = [models.Index(fields=["ended"])]
 
     def __str__(self) -> str:
         return f"{self.task_id} {self.pod}"
+
+    @property
+    def gave_up(self) -> bool:
+        return self.scheduled is None
 
 
 # Warnings that start with this name the nodes and GPUs whose samples are missing.

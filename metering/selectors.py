@@ -497,8 +497,8 @@ def usage_report(
     services judged under an SLO nobody stated where an interval with `min_requests` requests
     is judged (the price book's `sla_min_requests`).
 
-    Waits and preemptions count in the period of their event: a wait where its pod was
-    scheduled, a preemption where it happened.
+    Waits and preemptions count in the period of their event: a wait where it ended (its pod
+    scheduled, or gone never scheduled), a preemption where it happened.
     """
     if group_by not in GROUP_BY:
         raise ValueError(f"group_by must be one of {', '.join(GROUP_BY)}, got {group_by!r}")
@@ -541,7 +541,7 @@ def usage_report(
             groups[group]["preemptions"] += count
         cursor.execute(
             f"SELECT {key}, t.id, w.seconds {tasks_of} JOIN metering_podwait w ON w.task_id = t.id"
-            " WHERE w.scheduled >= %s AND w.scheduled < %s",
+            " WHERE w.ended >= %s AND w.ended < %s",
             [start, end],
         )
         for group, task, seconds in cursor.fetchall():

@@ -76,8 +76,11 @@ logger = logging.getLogger(__name__)
 # (`Observed.gpu_node_clusters`), and on each device series (`SeriesTicks.cluster`); 13: a
 # free GPU's bare series holds its busy time (`measure._unheld_busy`); 14: each interval holds
 # Kueue's admissions and their waits (`Observed.kueue_admitted`, `kueue_waited`); 15: and the pod
-# each scrape target's `up` names (`Observed.target_pods`).
-OBSERVATION_VERSION = 15
+# each scrape target's `up` names (`Observed.target_pods`); 16: and the pods Pending in it
+# (`Observed.pending`, the combiner's identity meter) with what a follow-up read of those that
+# may have given up waiting (`Observed.pending_views`): a shard stages neither, but an
+# `Observed` of 15 unpickles without them.
+OBSERVATION_VERSION = 16
 
 Asked = TypeVar("Asked")
 
@@ -374,6 +377,7 @@ def _observed_add(into: Observed, part: Observed) -> None:
     into.latency_last.update(part.latency_last)
     into.identity.update(part.identity)
     into.preempted |= part.preempted
+    into.pending |= part.pending
     into.preemption_reason_series += part.preemption_reason_series
     into.preemptions_unreadable |= part.preemptions_unreadable
     into.targets.update(part.targets)

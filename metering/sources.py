@@ -837,6 +837,12 @@ def identity_parts(plan: QueryPlan) -> dict[str, Part]:
     )
     # The reason may be 1 for a single tick before the pod is gone: read every sample.
     parts["preempted"] = Part(f"max_over_time({reason}{plan.window})", pod)
+    # The pods Pending at some tick of the interval (not only at its end: a pod deleted in
+    # it while Pending is gone by then), whose wait ends where they are gone unscheduled
+    # (measure._gave_up). One series per pod, its pending ticks summed; `> 0` keeps the
+    # answer to the pending pods (kube-state-metrics writes every phase of every pod, 0 or 1).
+    pending = selector(plan, "kube_pod_status_phase", 'phase="Pending"')
+    parts["pending"] = Part(f"sum_over_time({pending}{plan.window}) > 0", pod)
     return parts
 
 
@@ -877,6 +883,29 @@ def pod_details_parts(plan: QueryPlan, pods: Iterable[str]) -> dict[str, Part]:
         requests_ = selector(plan, "kube_pod_container_resource_requests", requested, only)
         parts[f"created_{pod_label}"] = Part(f"last_over_time({created}{window})", pod)
         parts[f"gpus_{pod_label}"] = Part(f"last_over_time({requests_}{window})", pod, "sum")
+    return parts
+
+
+def pending_pods_parts(plan: QueryPlan, pods: Iterable[str]) -> dict[str, Part]:
+    """For pods Pending in an interval and not at the next one's end (measure._gave_up):
+    over each interval, their creation time (whether kube-state-metrics showed the pod at
+    all), whether it showed a scheduled time, and the tick of the last sample at which it
+    showed the pod Pending (as `preemption_ticks_query` finds a tick: the point whose slot
+    holds it), narrowed by name like `pod_details_parts`."""
+    names = regex_alternatives(pods)
+    pod = _labels(POD_LABELS)
+    parts = {}
+    for pod_label in ("exported_pod", "pod"):
+        only = label_matcher(pod_label, names, "=~")
+        created = selector(plan, "kube_pod_created", only)
+        scheduled = selector(plan, "kube_pod_status_scheduled_time", only)
+        pending = selector(plan, "kube_pod_status_phase", 'phase="Pending"', only)
+        at_tick = f"last_over_time({pending}{plan.tick_slot})"
+        parts[f"created:{pod_label}"] = Part(f"last_over_time({created}{plan.window})", pod)
+        parts[f"scheduled:{pod_label}"] = Part(f"last_over_time({scheduled}{plan.window})", pod)
+        parts[f"pending_tick:{pod_label}"] = Part(
+            f"max_over_time(timestamp({at_tick} == 1){plan.ticks_window})", pod
+        )
     return parts
 
 

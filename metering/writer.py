@@ -113,6 +113,7 @@ class WindowRows:
     capacity: list[CapacityInterval] = field(default_factory=list)
     latency: list[LatencyInterval] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
+    # (task, pod, created, scheduled or None: gave up waiting, ended, seconds)
     waits: list[tuple] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     gpus: dict[str, str] = field(default_factory=dict)  # present: UUID -> node (GpuSighting)
@@ -160,7 +161,19 @@ def _window_rows(
                 pod[1],
                 _moment(created),
                 _moment(scheduled),
+                _moment(scheduled),
                 scheduled - created,
+            )
+        )
+    for pod, gave_up in sorted(facts.gave_up.items()):
+        rows.waits.append(
+            (
+                tasks[pod],
+                pod[1],
+                _moment(gave_up.created),
+                None,
+                _moment(gave_up.ended),
+                gave_up.ended - gave_up.created,
             )
         )
     return rows
@@ -361,7 +374,13 @@ def _content_hash(rows: WindowRows) -> str:
             ]
             for r in rows.preemptions
         ],
-        "waits": [[str(v) for v in row] for row in rows.waits],
+        # A scheduled wait as it was hashed before waits of pods that gave up were stored.
+        "waits": [
+            [str(v) for v in (task, pod, created, scheduled, seconds)]
+            if scheduled is not None
+            else [str(v) for v in (task, pod, created, "gave up", ended, seconds)]
+            for task, pod, created, scheduled, ended, seconds in rows.waits
+        ],
     }
     digest.update(json.dumps(payload, sort_keys=True, default=str).encode())
     return digest.hexdigest()
@@ -591,6 +610,8 @@ def _rows_replace(replaced: list[tuple[IngestWindow, WindowRows]]) -> float:
             for stretch in stretches:
                 _run_rows_delete(cursor, stretch, table)
             model.objects.bulk_create([r for _, rows in replaced for r in getattr(rows, attribute)])
+        for stretch in stretches:
+            cursor.execute(GAVE_UP_DELETE, _gave_up_span(stretch))
     _waits_insert([row for _, rows in replaced for row in rows.waits])
     return usage_seconds
 
@@ -793,6 +814,27 @@ RUN_DELETES = {
 }
 
 
+# The waits of pods that gave up are read again with their windows (measure._gave_up), so
+# they are taken out with them: such a wait belongs to the window after the interval it
+# ended in, its end within (S - step, S] for a window starting at S (its last Pending tick's
+# slot ends at the latest where that interval does). The waits of scheduled pods are only
+# replaced (`_waits_insert`), as they always were.
+GAVE_UP_DELETE = (
+    "DELETE FROM metering_podwait w USING metering_task t WHERE w.task_id = t.id"
+    " AND t.source_id = %(source)s AND w.scheduled IS NULL AND w.ended > %(before)s"
+    " AND w.ended <= %(last)s"
+)
+
+
+def _gave_up_span(run: list[IngestWindow]) -> dict[str, Any]:
+    """GAVE_UP_DELETE's bounds for consecutive windows (each as long as the first)."""
+    return {
+        "source": run[0].source_id,
+        "before": run[0].start - (run[0].end - run[0].start),
+        "last": run[-1].start,
+    }
+
+
 def _run_rows_delete(cursor: Any, run: list[IngestWindow], table: str) -> None:
     cursor.execute(
         RUN_DELETES[table],
@@ -820,16 +862,21 @@ def _usage_copy(cursor: Any, usage: list[str]) -> None:
 
 
 def _waits_insert(waits: list[tuple]) -> None:
-    """A wait belongs to the window in which its pod's scheduled time first shows; the row is
-    keyed by (task, pod, created), so writing it again replaces it, and a later pod of the
+    """A wait belongs to the window in which it ends: its pod's scheduled time first shows,
+    or the pod is gone never scheduled (the window after its last Pending interval). The row
+    is keyed by (task, pod, created), so writing it again replaces it, and a later pod of the
     same name (created anew) gets a row of its own."""
-    for chunk in _chunked(sorted(waits)):
+    # One row per key: a pod shown gone and then again (never in practice) keeps its later end.
+    latest = {row[:3]: row for row in sorted(waits, key=lambda row: (*row[:3], row[4]))}
+    for chunk in _chunked(list(latest.values())):
         with connection.cursor() as cursor:
             cursor.execute(
-                "INSERT INTO metering_podwait (task_id, pod, created, scheduled, seconds)"
+                "INSERT INTO metering_podwait (task_id, pod, created, scheduled, ended, seconds)"
                 " SELECT * FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[],"
-                " %s::timestamptz[], %s::int[]) ON CONFLICT (task_id, pod, created) DO UPDATE SET"
-                " scheduled = EXCLUDED.scheduled, seconds = EXCLUDED.seconds",
+                " %s::timestamptz[], %s::timestamptz[], %s::int[])"
+                " ON CONFLICT (task_id, pod, created) DO UPDATE SET"
+                " scheduled = EXCLUDED.scheduled, ended = EXCLUDED.ended,"
+                " seconds = EXCLUDED.seconds",
                 [list(column) for column in zip(*chunk, strict=True)],
             )
 
@@ -906,9 +953,14 @@ def windows_withdraw(
                 rows += cursor.rowcount
             cursor.execute(
                 "DELETE FROM metering_podwait w USING metering_task t WHERE w.task_id = t.id"
-                " AND t.source_id = %(source)s AND w.scheduled >= %(first)s"
-                " AND w.scheduled < %(end)s",
+                " AND t.source_id = %(source)s AND w.scheduled IS NOT NULL"
+                " AND w.ended >= %(first)s AND w.ended < %(end)s",
                 span,
+            )
+            rows += cursor.rowcount
+            cursor.execute(
+                GAVE_UP_DELETE,
+                {**_gave_up_span(windows[:1]), "last": windows[-1].start},
             )
             rows += cursor.rowcount
         _sightings_replace([(window, WindowRows()) for window in windows])  # counting none

@@ -241,6 +241,12 @@ class ServiceLatencyOutput(serializers.Serializer):
 class MeanWaitOutput(serializers.Serializer):
     waits = serializers.IntegerField()
     mean_seconds = amount_field(3, allow_null=True)
+    gave_up = serializers.IntegerField(
+        allow_null=True,
+        help_text="Of the pods' waits, those that ended with the pod gone while never scheduled"
+        " (counted to when it was last seen Pending); null for a month closed before they"
+        " were counted.",
+    )
 
 
 class KindWaitOutput(MeanWaitOutput):

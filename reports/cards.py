@@ -131,9 +131,23 @@ def health_cards(
 
 def _wait_explanation(before: health.Waits, after: health.Waits) -> str:
     said = f"{after.overall.waits} scheduling attempts"
+    said += _gave_up_said(after)
     admitted = sum(a.waits for a in after.admissions.values())
     if admitted:
         said += f", with the wait of {admitted} workloads Kueue admitted"
-    if not health.comparable_waits(before, after):
+    if not health.gave_up_comparable(before, after):
+        said += "; not compared: one period was closed before pods that gave up were counted"
+    elif not health.comparable_waits(before, after):
         said += "; not compared: Kueue's queue was not read in all of both periods"
     return said
+
+
+def _gave_up_said(waits: health.Waits) -> str:
+    """How many of the waits ended with the pod gone, never scheduled (its wait counts to
+    when it was last seen Pending); nothing where none did."""
+    gave_up = waits.overall.gave_up
+    if gave_up is None:
+        return " (closed before pods that gave up waiting were counted)"
+    if not gave_up:
+        return ""
+    return f", {gave_up} of {waits.pods_waited} pods gave up waiting"

@@ -337,11 +337,18 @@ def usage_by_day_chart(rows: Sequence[Row], *, timezone: str) -> go.Figure:
     return figure
 
 
+def _attempts_said(row: Row) -> str:
+    gave_up = row.get("gave_up")
+    said = f"{row['attempts']} scheduling attempts"
+    return f"{said}, {gave_up} gave up waiting" if gave_up else said
+
+
 def waits_chart(rows: Sequence[Row]) -> go.Figure:
     """Average and longest wait before running, per task kind. Rows: `kind`, `average_seconds`,
-    `longest_seconds`, `attempts`; and, where Kueue admits workloads, `admission_seconds` (the
-    part of the average spent in Kueue's queue, None for a kind it did not admit) and
-    `admitted`: the average is then drawn as its two parts."""
+    `longest_seconds`, `attempts`, `gave_up` (of the attempts, the pods gone never scheduled;
+    None: not counted); and, where Kueue admits workloads, `admission_seconds` (the part of
+    the average spent in Kueue's queue, None for a kind it did not admit) and `admitted`: the
+    average is then drawn as its two parts."""
     kinds = [KIND_LABELS.get(row["kind"], row["kind"]) for row in rows]
     queued = [row.get("admission_seconds") or 0 for row in rows]
     figure = go.Figure()
@@ -351,8 +358,8 @@ def waits_chart(rows: Sequence[Row]) -> go.Figure:
             y=[(row["average_seconds"] - q) / 60 for row, q in zip(rows, queued, strict=True)],
             name="Average wait to be scheduled" if any(queued) else "Average wait",
             marker_color=[KIND_COLOURS.get(row["kind"], "#6b7280") for row in rows],
-            customdata=[row["attempts"] for row in rows],
-            hovertemplate="%{y:.1f} min over %{customdata} scheduling attempts<extra></extra>",
+            customdata=[_attempts_said(row) for row in rows],
+            hovertemplate="%{y:.1f} min over %{customdata}<extra></extra>",
         )
     )
     if any(queued):
@@ -376,7 +383,7 @@ def waits_chart(rows: Sequence[Row]) -> go.Figure:
             marker={"symbol": "line-ew-open", "size": 24, "color": "#111827"},
         )
     )
-    _note_when_empty(figure, rows, "No task was scheduled in this range")
+    _note_when_empty(figure, rows, "No pod's wait ended in this range")
     return _layout(
         figure,
         title="Wait before running, per task kind",

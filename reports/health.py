@@ -74,8 +74,13 @@ class Utilization:
 
 @dataclass(frozen=True)
 class MeanWait:
+    """Waits that ended in a range (`PodWait`: scheduled, or gone never scheduled) and their
+    seconds; `gave_up` of them ended with the pod gone while waiting (None: not counted, a
+    month closed before such waits were stored)."""
+
     waits: int
     total_seconds: Decimal
+    gave_up: int | None = 0
 
     @property
     def mean_seconds(self) -> Decimal | None:
@@ -103,6 +108,7 @@ class KindWait(MeanWait):
         return cls(
             waits=attempts,
             total_seconds=scheduling.total_seconds + attempts * queued,
+            gave_up=scheduling.gave_up,
             kind=kind,
             scheduling=scheduling,
             admission=admission,
@@ -133,10 +139,17 @@ class Waits:
     def overall(self) -> MeanWait:
         """The kinds' waits weighted by their attempts (not a mean of the kinds' means)."""
         kinds = self.kinds
+        gave_up = [w.gave_up for w in kinds]
         return MeanWait(
             waits=sum(w.waits for w in kinds),
             total_seconds=sum((w.total_seconds for w in kinds), Decimal(0)),
+            gave_up=None if None in gave_up else sum(gave_up),
         )
+
+    @property
+    def pods_waited(self) -> int:
+        """The pods whose wait to be scheduled ended in the range (Kueue's workloads apart)."""
+        return sum(w.waits for w in self.per_kind.values())
 
 
 @dataclass(frozen=True)
@@ -238,10 +251,20 @@ def wait_direction(before: MeanWait, after: MeanWait) -> Direction:
 def comparable_waits(before: Waits, after: Waits) -> bool:
     """Whether two periods' waits can be compared: Kueue's queue is in both or in neither. A
     period whose windows predate its reading shows no queue where Kueue ran, and the other
-    period's queue would read as the wait getting worse (or better) when nothing changed."""
+    period's queue would read as the wait getting worse (or better) when nothing changed.
+    Likewise a month closed before waits of pods that gave up were stored (`gave_up` None)
+    against a period where some gave up: its mean leaves them out."""
+    if not gave_up_comparable(before, after):
+        return False
     if not (before.admissions or after.admissions):
         return True
     return not (before.admissions_unread or after.admissions_unread)
+
+
+def gave_up_comparable(before: Waits, after: Waits) -> bool:
+    """Whether both periods count the waits of pods that gave up, or neither has any."""
+    counted = [before.overall.gave_up, after.overall.gave_up]
+    return None not in counted or not any(counted)
 
 
 def verdict(before: HealthNumbers, after: HealthNumbers) -> Verdict:

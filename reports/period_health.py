@@ -98,7 +98,7 @@ def wait_rows(waits: health.Waits, *, start: dt.datetime, end: dt.datetime) -> l
     workloads), the average admission wait (None without any) and the longest pod's wait
     (Kueue's histogram holds no longest), the one thing read here."""
     longest = dict(
-        PodWait.objects.filter(scheduled__gte=start, scheduled__lt=end)
+        PodWait.objects.filter(ended__gte=start, ended__lt=end)
         .values("task__kind")
         .annotate(longest=Max("seconds"))
         .values_list("task__kind", "longest")
@@ -107,6 +107,7 @@ def wait_rows(waits: health.Waits, *, start: dt.datetime, end: dt.datetime) -> l
         {
             "kind": wait.kind,
             "attempts": wait.scheduling.waits,
+            "gave_up": wait.scheduling.gave_up,
             "average_seconds": wait.mean_seconds,
             "admission_seconds": wait.admission.mean_seconds,
             "admitted": wait.admission.waits,
@@ -206,7 +207,7 @@ def _numbers_record(numbers: health.HealthNumbers) -> dict:
             for s in numbers.services
         ],
         "waits": [
-            [kind, wait.waits, str(wait.total_seconds)]
+            [kind, wait.waits, str(wait.total_seconds), wait.gave_up]
             for kind, wait in numbers.waits.per_kind.items()
         ],
         "admissions": [
@@ -230,9 +231,15 @@ def _numbers_from_record(record: dict) -> health.HealthNumbers:
             for s in record["services"]
         ],
         waits=health.Waits(
+            # Snapshots stored before waits of pods that gave up were stored hold three
+            # items: their months counted scheduled pods only, and say so (`gave_up` None).
             per_kind={
-                kind: health.MeanWait(waits=waits, total_seconds=Decimal(total))
-                for kind, waits, total in record["waits"]
+                kind: health.MeanWait(
+                    waits=waits,
+                    total_seconds=Decimal(total),
+                    gave_up=gave_up[0] if gave_up else None,
+                )
+                for kind, waits, total, *gave_up in record["waits"]
             },
             # Snapshots stored before Kueue's admissions were read hold none: their months'
             # windows did not read them either.
@@ -298,6 +305,7 @@ def period_health_record(numbers: PeriodHealth) -> dict:
             {
                 "kind": row["kind"],
                 "attempts": row["attempts"],
+                "gave_up": row["gave_up"],
                 "average_seconds": str(row["average_seconds"]),
                 "admission_seconds": _text(row["admission_seconds"]),
                 "admitted": row["admitted"],
@@ -323,6 +331,7 @@ def period_health_from_record(record: dict) -> PeriodHealth:
             {
                 "kind": row["kind"],
                 "attempts": row["attempts"],
+                "gave_up": row.get("gave_up"),  # None: a snapshot from before they were stored
                 "average_seconds": Decimal(row["average_seconds"]),
                 # Snapshots stored before Kueue's admissions were read hold none.
                 "admission_seconds": _decimal(row.get("admission_seconds")),

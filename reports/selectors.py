@@ -323,17 +323,22 @@ def _merged_buckets(
 def waits(
     *, start: dt.datetime, end: dt.datetime, teams: QuerySet[Team] | None = None
 ) -> health.Waits:
-    """Waits of pods scheduled in the range, per task kind; and, for the whole pool, Kueue's
-    admissions in the range with their waits. Kueue counts those per cluster queue, not per
-    team: narrowed to `teams`, the waits are the pods' only."""
+    """Waits of pods that ended in the range (scheduled, or gone never scheduled: they gave
+    up waiting), per task kind; and, for the whole pool, Kueue's admissions in the range with
+    their waits. Kueue counts those per cluster queue, not per team: narrowed to `teams`, the
+    waits are the pods' only."""
     rows = (
-        PodWait.objects.filter(_team_filter(teams), scheduled__gte=start, scheduled__lt=end)
+        PodWait.objects.filter(_team_filter(teams), ended__gte=start, ended__lt=end)
         .values("task__kind")
-        .annotate(n=Count("id"), total=Sum("seconds"))
+        .annotate(
+            n=Count("id"), total=Sum("seconds"), gave_up=Count("id", filter=Q(scheduled=None))
+        )
         .order_by("task__kind")
     )
     per_kind = {
-        row["task__kind"]: health.MeanWait(waits=row["n"], total_seconds=Decimal(row["total"]))
+        row["task__kind"]: health.MeanWait(
+            waits=row["n"], total_seconds=Decimal(row["total"]), gave_up=row["gave_up"]
+        )
         for row in rows
     }
     if teams is not None:
@@ -593,8 +598,8 @@ def _parts(
         row = part(v["group"])
         row.preemptions, row.lost_gpu_seconds = v["n"], v["lost"]
     pod_waits = (
-        PodWait.objects.filter(teams_q, scheduled__gte=start, scheduled__lt=end)
-        .values(group=_group_column(group_by, "scheduled"))
+        PodWait.objects.filter(teams_q, ended__gte=start, ended__lt=end)
+        .values(group=_group_column(group_by, "ended"))
         .annotate(n=Count("id"), seconds=Sum("seconds"))
         .order_by()
     )

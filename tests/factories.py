@@ -165,6 +165,7 @@ class PodWaitFactory(DjangoModelFactory):
     pod = factory.Sequence(lambda n: f"pod{n}")
     created = T0
     scheduled = factory.LazyAttribute(lambda o: o.created + dt.timedelta(seconds=o.seconds))
+    ended = factory.SelfAttribute("scheduled")
     seconds = 60
 
 

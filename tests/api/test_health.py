@@ -168,6 +168,7 @@ def expected_waits(api_pool, teams: set[str] | None = None) -> tuple[dict, list]
     overall = {
         "waits": len(every),
         "mean_seconds": expected.places(Decimal(sum(every)) / len(every), 3),
+        "gave_up": 0,  # every pod of this pool was scheduled
     }
     kinds = []
     for kind, waits in sorted(per_kind.items()):
@@ -177,6 +178,7 @@ def expected_waits(api_pool, teams: set[str] | None = None) -> tuple[dict, list]
                 "kind": kind,
                 "waits": len(waits),
                 "mean_seconds": mean,
+                "gave_up": 0,
                 "scheduling_mean_seconds": mean,  # no Kueue in this pool
                 "admitted_workloads": 0,
                 "admission_mean_seconds": None,

@@ -29,7 +29,7 @@ def stored(source_id: int) -> dict[str, list[tuple]]:
         *task, "pod", "pods", "at", "gpus", "seconds_since_start", "gpu_model"
     )
     waits = PodWait.objects.filter(task__source_id=source_id).values_list(
-        *task, "pod", "created", "scheduled", "seconds"
+        *task, "pod", "created", "scheduled", "ended", "seconds"
     )
     latency = LatencyInterval.objects.filter(service__source_id=source_id).values_list(
         "service__external_id", "interval_start", "buckets", "request_count", "p99_seconds"

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.django_db
 
 
 def _wait(task_id: int, created: dt.datetime, seconds: int) -> tuple:
-    return (task_id, "worker-0", created, created + dt.timedelta(seconds=seconds), seconds)
+    scheduled = created + dt.timedelta(seconds=seconds)
+    return (task_id, "worker-0", created, scheduled, scheduled, seconds)
 
 
 def test_it_keeps_the_wait_of_each_pod_of_the_same_name() -> None:

@@ -185,6 +185,7 @@ def _store(pool: ApiPool) -> None:
             pod=f"{t}-{n}",
             created=at - dt.timedelta(seconds=s),
             scheduled=at,
+            ended=at,
             seconds=s,
         )
         for n, (t, at, s) in enumerate(pool.waits)

@@ -187,6 +187,7 @@ def _events(tasks: dict[str, Task], start: dt.datetime, rng: random.Random, *, l
                 pod=f"{external_id}-{label}-{attempt}",
                 created=created,
                 scheduled=created + dt.timedelta(seconds=seconds),
+                ended=created + dt.timedelta(seconds=seconds),
                 seconds=seconds,
             )
 

@@ -153,6 +153,7 @@ def _events(pool: ReportPool) -> None:
             pod=f"pod-{n}",
             created=at - dt.timedelta(seconds=seconds),
             scheduled=at,
+            ended=at,
             seconds=seconds,
         )
         for n, (task, at, seconds) in enumerate(waits)

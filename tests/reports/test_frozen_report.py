@@ -37,6 +37,7 @@ def add_late_data(pool: pools.ReportPool) -> None:
         pod="late-pod",
         created=late - dt.timedelta(hours=1),
         scheduled=late,
+        ended=late,
         seconds=3600,
     )
     slow = ServiceFactory(
