@@ -147,6 +147,7 @@ def test_it_gives_the_reports_wait_rows_the_queue_apart(kueue_month):
         {
             "kind": "inference",
             "attempts": 0,
+            "gave_up": 0,
             "average_seconds": Decimal(2),
             "admission_seconds": Decimal(2),
             "admitted": 1,
@@ -155,6 +156,7 @@ def test_it_gives_the_reports_wait_rows_the_queue_apart(kueue_month):
         {
             "kind": "training_batch",
             "attempts": 2,
+            "gave_up": 0,
             "average_seconds": Decimal(660),
             "admission_seconds": Decimal(600),
             "admitted": 3,
