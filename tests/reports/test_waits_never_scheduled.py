@@ -172,3 +172,22 @@ def test_it_bills_nothing_for_the_tasks_of_pods_that_only_waited(starved_prometh
     assert {
         (row.allocated_gpu_seconds, row.waits, row.mean_wait_seconds) for row in rows.values()
     } == {(0, 1, 2400)}
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_it_shows_the_pods_that_gave_up_on_the_pages(starved_prometheus, client) -> None:
+    _ingested(starved_prometheus.url, "one-batch")
+    client.force_login(factories.RoleFactory(name=Role.Name.FINANCE).user)
+    overview = client.get("/?month=2026-10").content.decode()
+    # October holds both hours: six waits, three of which gave up.
+    assert "6 scheduling attempts, 3 of 6 pods gave up waiting" in overview
+    table = overview.split('data-table="waits"', 1)[1].split("</table>", 1)[0]
+    row = table.split('data-kind="training_batch"', 1)[1].split("</tr>", 1)[0]
+    assert '<td class="num">6</td><td class="num">3</td>' in row
+    team = Team.objects.get(name=TEAM)
+    page = client.get(f"/teams/{team.pk}/?month=2026-10").content.decode()
+    assert "Gave up waiting" in page
+    task = Task.objects.get(external_id="gave-up-1")
+    page = client.get(f"/tasks/{task.pk}/").content.decode()
+    assert "gave up waiting: gone, never scheduled, last seen Pending" in page
