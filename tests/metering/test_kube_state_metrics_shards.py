@@ -248,9 +248,17 @@ def ingested(url: str, *, window_by_window: bool) -> dict:
     return {
         "usage": dict(usage),
         "capacity": sum(CapacityInterval.objects.values_list("capacity_gpu_seconds", flat=True)),
-        "waits": list(PodWait.objects.values_list("task__external_id", "pod", "seconds")),
+        # In the order the pods were created (a query's order is the table's, which the
+        # writer's order of rows does not fix).
+        "waits": list(
+            PodWait.objects.order_by("created", "pod").values_list(
+                "task__external_id", "pod", "seconds"
+            )
+        ),
         "preemptions": list(
-            Preemption.objects.values_list("task__external_id", "pod", "pods", "gpus")
+            Preemption.objects.order_by("at", "pod").values_list(
+                "task__external_id", "pod", "pods", "gpus"
+            )
         ),
         "windows": [(w.start, w.completeness, w.warnings) for w in windows],
     }
