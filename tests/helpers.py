@@ -13,6 +13,7 @@ from pathlib import Path
 
 from django.core.management import call_command
 from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 
 from billing import models
 
@@ -85,3 +86,11 @@ def http_served(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def migrate_to(target: list[tuple[str, str]] | None = None) -> None:
+    """The test database migrated to `target` (app, migration) pairs, else to the latest: a
+    migration's test writes rows as an older schema held them, then migrates them forward."""
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(target or executor.loader.graph.leaf_nodes())

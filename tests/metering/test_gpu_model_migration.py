@@ -8,7 +8,6 @@ from decimal import Decimal
 
 import pytest
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
 from metering.models import (
     CapacityHour,
@@ -19,14 +18,9 @@ from metering.models import (
     UsageHour,
     UsageInterval,
 )
+from tests.helpers import migrate_to
 
 HOUR = dt.datetime(2026, 10, 1, 2, tzinfo=dt.UTC)
-
-
-def _migrate(target: list[tuple[str, str]] | None = None) -> None:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(target or executor.loader.graph.leaf_nodes())
 
 
 @pytest.mark.django_db(transaction=True)
@@ -36,7 +30,7 @@ def test_it_gives_rows_written_before_it_the_model_nothing_and_rolls_up_per_mode
     task = Task.objects.create(
         source=source, external_id="trainer", team=team, kind="training_batch", first_seen=HOUR
     )
-    _migrate([("metering", "0005_source_ingest_from")])
+    migrate_to([("metering", "0005_source_ingest_from")])
     try:
         with connection.cursor() as cursor:
             for minutes in (0, 5):
@@ -54,7 +48,7 @@ def test_it_gives_rows_written_before_it_the_model_nothing_and_rolls_up_per_mode
                     [source.pk, HOUR + dt.timedelta(minutes=minutes)],
                 )
     finally:
-        _migrate()
+        migrate_to()
 
     assert set(UsageInterval.objects.values_list("gpu_model", flat=True)) == {""}
     assert set(CapacityInterval.objects.values_list("gpu_model", flat=True)) == {""}

@@ -12,11 +12,11 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import IntegrityError, connection, transaction
-from django.db.migrations.executor import MigrationExecutor
 
 from config.celery import app
 from metering import partitions
 from metering.models import Source, Task, Team, UsageHour, UsageInterval
+from tests.helpers import migrate_to
 from tests.metering.rollup import rollup_drift
 
 pytestmark = pytest.mark.django_db
@@ -165,12 +165,6 @@ def test_it_has_the_rollup_touch_only_the_partitions_of_the_month_written(task):
     assert rollup_drift() == []
 
 
-def _migrate(target: list[tuple[str, str]] | None = None) -> None:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(target or executor.loader.graph.leaf_nodes())
-
-
 def _relkind(table: str) -> str:
     with connection.cursor() as cursor:
         cursor.execute("SELECT relkind FROM pg_class WHERE oid = %s::regclass", [table])
@@ -181,7 +175,7 @@ def _relkind(table: str) -> str:
 def test_it_converts_plain_tables_keeping_rows_rollup_and_ids(settings) -> None:
     # Created first: the model's Source has columns of later migrations (shard patterns).
     source = Source.objects.create(name="plain", url="http://127.0.0.1:9")
-    _migrate([("metering", "0008_preemption_gpu_model")])
+    migrate_to([("metering", "0008_preemption_gpu_model")])
     try:
         assert _relkind("metering_usageinterval") == "r"
         task = Task.objects.create(
@@ -193,7 +187,7 @@ def test_it_converts_plain_tables_keeping_rows_rollup_and_ids(settings) -> None:
         )
         old = _usage(task, dt.datetime(2026, 10, 1, 2, tzinfo=dt.UTC))
     finally:
-        _migrate()
+        migrate_to()
 
     assert _relkind("metering_usageinterval") == "p"
     assert _partition_of("metering_usageinterval", old.pk) == "metering_usageinterval_p2026_10"

@@ -7,17 +7,11 @@ import datetime as dt
 
 import pytest
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
 from metering.models import PodWait, Source, Task, Team
+from tests.helpers import migrate_to
 
 CREATED = dt.datetime(2026, 10, 1, 2, tzinfo=dt.UTC)
-
-
-def _migrate(target: list[tuple[str, str]] | None = None) -> None:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(target or executor.loader.graph.leaf_nodes())
 
 
 @pytest.mark.django_db(transaction=True)
@@ -27,7 +21,7 @@ def test_it_ends_the_waits_stored_before_it_when_their_pods_were_scheduled() -> 
     task = Task.objects.create(
         source=source, external_id="trainer", team=team, kind="training_batch", first_seen=CREATED
     )
-    _migrate([("metering", "0028_window_kueue_admissions")])
+    migrate_to([("metering", "0028_window_kueue_admissions")])
     try:
         with connection.cursor() as cursor:
             cursor.execute(
@@ -36,7 +30,7 @@ def test_it_ends_the_waits_stored_before_it_when_their_pods_were_scheduled() -> 
                 [task.pk, CREATED, CREATED + dt.timedelta(seconds=600)],
             )
     finally:
-        _migrate()
+        migrate_to()
     assert list(PodWait.objects.values_list("pod", "scheduled", "ended", "seconds")) == [
         ("trainer-0", CREATED + dt.timedelta(seconds=600), CREATED + dt.timedelta(seconds=600), 600)
     ]
