@@ -506,7 +506,10 @@ def _follow_ups(
     # with staleness markers shows no pod deleted since its last tick) are described by
     # their history, as pods that ran and were gone by an interval's end are.
     described_late = {
-        pod for start, pods in gone.items() for _, pod in pods - set(observed[start].identity)
+        pod[1]
+        for start, pods in gone.items()
+        for pod in pods
+        if pod not in observed[start].identity
     }
     history = _without_identity(observed) | _disappeared(observed) | described_late
     for pods in _batches(history):
@@ -2615,7 +2618,11 @@ def _pending_gone(observed: dict[int, Observed]) -> dict[int, set[PodKey]]:
     Pending in that interval and neither Pending in this one nor alive at its end. Gone
     while waiting, or scheduled, or unseen (kube-state-metrics silent): `_gave_up` tells."""
     return {
-        before: observed[before].pending - observed[start].pending - set(observed[start].identity)
+        before: {
+            pod
+            for pod in observed[before].pending - observed[start].pending
+            if pod not in observed[start].identity  # a dict of every pod: not made a set
+        }
         for before, start in pairwise(sorted(observed))
     }
 
@@ -2641,13 +2648,14 @@ def _gave_up(
     not counted: the next batch (or the next window, ingested alone) sees whether it goes."""
     step = plan.step_seconds
     kube_state_metrics = {target for target, meters in gap_targets.items() if "identity" in meters}
+    gone = _pending_gone(observed)
     found: dict[int, dict[PodKey, GaveUp]] = {}
     for start in range(first, last + 1, step):
         before, now = observed[start - step], observed[start]
         found[start] = {}
         if not _answered_throughout(before, now, kube_state_metrics):
             continue  # a scrape gap shows no pod: not a deletion
-        for pod in sorted(before.pending - now.pending - set(now.identity)):
+        for pod in sorted(gone[start - step]):
             seen, after = before.pending_views.get(pod), now.pending_views.get(pod)
             if after is not None or seen is None or seen.scheduled:
                 continue  # still there, or scheduled (a wait of its own)

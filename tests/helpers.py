@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import re
@@ -94,3 +95,8 @@ def migrate_to(target: list[tuple[str, str]] | None = None) -> None:
     executor = MigrationExecutor(connection)
     executor.loader.build_graph()
     executor.migrate(target or executor.loader.graph.leaf_nodes())
+
+
+def interval_starts(first: dt.datetime, end: dt.datetime, step: dt.timedelta) -> list[dt.datetime]:
+    """The starts of the intervals of `step` from `first` up to `end` (excluded)."""
+    return [first + step * n for n in range(-(-(end - first) // step))]

@@ -32,7 +32,7 @@ from billing.services import PriceBookInvalid, period_close
 from metering.models import CapacityInterval, Task, Team, UsageInterval
 from tests.dashboards.conftest import make_user
 from tests.factories import SourceFactory, TaskFactory, TeamFactory, windows_complete
-from tests.helpers import run_sql
+from tests.helpers import interval_starts, run_sql
 
 pytestmark = pytest.mark.django_db
 OCTOBER = "2026-10"
@@ -57,11 +57,7 @@ DEFAULT_STANDARD, DEFAULT_OFFPEAK = Decimal("14.374"), Decimal("12.074")
 def meter(source, task: Task, node: str, spelling_at) -> None:
     """Two GPUs of `node`, held by `task` from METERED_FROM to METERED_TO, each interval
     written under the model `spelling_at(interval start)` gives."""
-    starts = []
-    moment = METERED_FROM
-    while moment < METERED_TO:
-        starts.append(moment)
-        moment += STEP
+    starts = interval_starts(METERED_FROM, METERED_TO, STEP)
     CapacityInterval.objects.bulk_create(
         CapacityInterval(
             source=source,

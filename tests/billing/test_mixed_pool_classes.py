@@ -48,7 +48,7 @@ from reports.render_focus import focus_csv
 from reports.rows import apportion
 from tests.dashboards.conftest import make_user
 from tests.factories import SourceFactory, TaskFactory, TeamFactory, windows_complete
-from tests.helpers import run_sql
+from tests.helpers import interval_starts, run_sql
 
 pytestmark = pytest.mark.django_db
 OCTOBER = "2026-10"
@@ -92,11 +92,7 @@ def mixed_pool(default_book) -> dict[str, Task]:
         name: TaskFactory(source=source, external_id=name, team=teams[team], kind=kind)
         for name, team, kind, _ in TASKS
     }
-    starts = []
-    moment = METERED_FROM
-    while moment < METERED_TO:
-        starts.append(moment)
-        moment += STEP
+    starts = interval_starts(METERED_FROM, METERED_TO, STEP)
     CapacityInterval.objects.bulk_create(
         CapacityInterval(
             source=source,

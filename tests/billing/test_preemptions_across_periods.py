@@ -18,7 +18,7 @@ from billing.selectors import period_scenario_text, period_verification
 from billing.services import period_close
 from metering.models import CapacityInterval, Preemption, Task, UsageInterval
 from tests.factories import SourceFactory, TaskFactory, TeamFactory, windows_complete
-from tests.helpers import command_output
+from tests.helpers import command_output, interval_starts
 
 pytestmark = pytest.mark.django_db
 OCTOBER, NOVEMBER = "2026-10", "2026-11"
@@ -43,11 +43,7 @@ def trainer(default_book) -> Task:
     task = TaskFactory(
         source=source, external_id="trainer", team=TeamFactory(name="vision"), kind="training_batch"
     )
-    starts = []
-    moment = METERED_FROM
-    while moment < METERED_TO:
-        starts.append(moment)
-        moment += STEP
+    starts = interval_starts(METERED_FROM, METERED_TO, STEP)
     CapacityInterval.objects.bulk_create(
         CapacityInterval(
             source=source,
