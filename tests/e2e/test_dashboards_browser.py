@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import struct
 from dataclasses import dataclass
@@ -14,17 +15,20 @@ from django.urls import reverse
 from playwright.sync_api import Browser, Page
 
 from billing.models import StatementLine
+from billing.services import price_book_create_draft
 from metering.models import Task, Team
 from reports import services as report_services
 from tests.dashboards.conftest import make_people
 from tests.e2e.conftest import CHARTS_DRAWN_JS
 from tests.pools.pages import MONTH, build_closed_page_pool
+from tests.pricing.builders import H100, L40S
 
 # Every test here starts Prometheus, a Celery worker or Chromium (tests/slow.py).
 pytestmark = pytest.mark.slow
 
-# A common laptop's screen: every page's tables fit it (OVERFLOWING_JS).
-VIEWPORT = {"width": 1280, "height": 800}
+# A small laptop's screen, or a browser beside another window: every page's tables fit it
+# (OVERFLOWING_JS), and so any wider one (the layout changes only at 1,680 px).
+VIEWPORT = {"width": 1100, "height": 800}
 # The panels and cards whose content is wider than they are: a table cut off at the panel's
 # edge, to be scrolled sideways (the overview's key services beside the waits did so below
 # 1,680 px, the demo's at 1,400).
@@ -51,6 +55,13 @@ class Site:
 def site(transactional_db, live_server, settings, tmp_path) -> Site:
     settings.TANDEM_REPORTS_DIR = str(tmp_path / "reports")
     build_closed_page_pool()
+    # Next year's draft, with GPU classes and a note: the price books' widest cells (each
+    # class's rates and models) cut its table off at 1,100 px before they wrapped.
+    price_book_create_draft(
+        effective_from=dt.date(2027, 1, 1),
+        gpu_classes=[H100, L40S],
+        notes="Next year's draft: the H100 and L40S nodes priced as their own classes.",
+    )
     make_people(passwords=["fiona", "vera"])
     vision, search = Team.objects.get(name="vision"), Team.objects.get(name="search")
     vision_task = Task.objects.get(external_id="vision-resnet-train")
