@@ -367,6 +367,10 @@ class PeriodClose(ImmutableModel):
     # Services whose SLA breaches (rule 4) in the month were judged by the default SLO, which
     # nobody stated (intervals with at least the book's minimum of requests).
     slo_unstated_services = models.PositiveIntegerField(default=0, db_default=0)
+    # Services rule 4 judged in the month whose namespace's inference pods ran, for an hour or
+    # more, as another team than the one its credits go to, nobody having stated that team
+    # (metering.selectors.services_team_moved). 0 for closes made before they were counted.
+    services_team_moved = models.PositiveIntegerField(default=0, db_default=0)
     # Capacity GPU-seconds of GPU models no class of the book lists (gpu_model_key), in a
     # book with classes, and those models as metered: priced at `default`'s rates, as the
     # book says, but a spelling the book did not foresee prices an H100 as `default`, so it
@@ -417,6 +421,7 @@ class PeriodClose(ImmutableModel):
             or self.kind_guessed_windows
             or self.unheld_busy_windows
             or self.slo_unstated_services
+            or self.services_team_moved
             or self.unclassed_gpu_seconds
         )
 

@@ -59,12 +59,14 @@ from metering.selectors import (
     LocalHourStart,
     MeteredTwice,
     OffStep,
+    ServiceTeamMoved,
     blind_spot_counts,
     capacity_parts,
     gpus_metered_twice,
     hour_start,
     hourly_rollup_serves,
     services_slo_unstated,
+    services_team_moved,
     team_usage_parts,
     usage_parts,
     windows_off_step,
@@ -222,6 +224,8 @@ class WindowProblems:
     unheld_busy_windows: int = 0
     # Services rule 4 judged in the range by the default SLO, which nobody stated (by name).
     slo_unstated: list[str] = field(default_factory=list)
+    # Services judged in the range whose namespace ran as another team than theirs, unstated.
+    team_moved: list[ServiceTeamMoved] = field(default_factory=list)
     # Pairs of sources that both meter some GPU at the same time: the month cannot close.
     metered_twice: list[MeteredTwice] = field(default_factory=list)
     # Windows written under another TANDEM_STEP_SECONDS: the source is metered no more.
@@ -254,6 +258,7 @@ def window_problems(
     return WindowProblems(
         examples=examples,
         slo_unstated=sorted(set(unstated)),
+        team_moved=services_team_moved(start=start, end=end, min_requests=min_requests),
         metered_twice=gpus_metered_twice(start=start, end=end),
         off_step=windows_off_step(start=start, end=end),
         **counts,

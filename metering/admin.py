@@ -130,22 +130,44 @@ def slos_state(modeladmin, request, queryset) -> None:
     modeladmin.message_user(request, f"stated {len(unstated)} SLOs", messages.SUCCESS)
 
 
+@admin.action(description="State the selected services' teams as they are", permissions=["change"])
+def teams_state(modeladmin, request, queryset) -> None:
+    """An operator confirms that a service's SLA credits go to the right team, though its
+    namespace's pods now run as another (metering.selectors.services_team_moved)."""
+    stated = timezone.now()
+    unstated = list(queryset.filter(team_stated__isnull=True).select_related("team"))
+    with transaction.atomic():
+        for service in unstated:
+            service.team_stated = stated
+            service.save(update_fields=["team_stated"])
+            audit_record(
+                action="change",
+                obj=service,
+                changes={"team_stated": [None, stated], "team": [service.team.name] * 2},
+                actor=request.user,
+                force=True,
+            )
+    modeladmin.message_user(request, f"stated {len(unstated)} teams", messages.SUCCESS)
+
+
 @admin.register(models.Service)
 class ServiceAdmin(AuditedModelAdmin):
-    list_display = ["external_id", "team", "slo_p99_ms", "slo_stated", "is_key"]
+    list_display = ["external_id", "team", "team_stated", "slo_p99_ms", "slo_stated", "is_key"]
     list_editable = ["slo_p99_ms", "is_key"]
     list_filter = [SloStatedFilter]
     list_select_related = ["team"]
-    readonly_fields = ["slo_stated"]
-    actions = [slos_state]
+    readonly_fields = ["slo_stated", "team_stated"]
+    actions = [slos_state, teams_state]
 
     def save_model(
         self, request: HttpRequest, obj: Any, form: forms.ModelForm, change: bool
     ) -> None:
         # An operator states it by adding the service or editing its SLO (even to the
-        # default); one already right is stated by the action above.
+        # default); one already right is stated by the action above. The same for its team.
         if not change or "slo_p99_ms" in form.changed_data:
             obj.slo_stated = timezone.now()
+        if not change or "team" in form.changed_data:
+            obj.team_stated = timezone.now()
         super().save_model(request, obj, form, change)
 
 

@@ -131,6 +131,12 @@ class Service(models.Model):
     # nobody stated: a service ingest found (a model renamed by an upgrade, a new one) is
     # judged by it, and the SLA breaches it decides move money (pricing rule 4).
     slo_stated = models.DateTimeField(null=True, blank=True)
+    # When an operator stated the team (the admin: adding the service, changing its team, or
+    # confirming it as it is). None: the team ingest gave it, its namespace's when it first met
+    # the service, kept when the namespace moves to another team; the credits of its SLA
+    # breaches go to this team (pricing rule 4), so a move nobody stated is shown
+    # (`metering.selectors.services_team_moved`).
+    team_stated = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["external_id"]

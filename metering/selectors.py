@@ -29,6 +29,7 @@ from django.db.models.lookups import GreaterThanOrEqual
 from kernel.breach import enough_requests
 from kernel.money import ROUNDING
 from kernel.period import time_zone
+from kernel.tasks import INFERENCE
 from metering.models import (
     CapacityHour,
     CapacityInterval,
@@ -36,6 +37,8 @@ from metering.models import (
     LatencyInterval,
     Service,
     Source,
+    Task,
+    Team,
     TeamHour,
     UsageHour,
     UsageInterval,
@@ -252,6 +255,7 @@ class BlindSpots:
     unheld_busy_windows: int = 0
     unheld_busy_gpu_seconds: Decimal = Decimal(0)
     slo_unstated_services: int = 0
+    services_team_moved: int = 0
 
     def closed(self) -> dict[str, int | Decimal]:
         """What a month's close stores of them (billing's PeriodClose has a field of each):
@@ -302,6 +306,8 @@ def window_blind_spots(*, start: datetime, end: datetime, min_requests: int = 1)
     )
     unstated = services_slo_unstated(start=start, end=end, min_requests=min_requests)
     found["slo_unstated_services"] = len(unstated)
+    moved = services_team_moved(start=start, end=end, min_requests=min_requests)
+    found["services_team_moved"] = len(moved)
     return BlindSpots(**{name: value for name, value in found.items() if value is not None})
 
 
@@ -325,6 +331,113 @@ def services_slo_unstated(*, start: datetime, end: datetime, min_requests: int) 
     )
     served = judged.values_list("service_id", flat=True).distinct()
     return [name for name, _ in sorted((unstated[pk], pk) for pk in served)]
+
+
+@dataclass(frozen=True)
+class ServiceTeamMoved:
+    """A service rule 4 judged in a range whose namespace's inference pods ran as another team
+    than the service's for an hour or more (that team's GPU-seconds in the namespace at least
+    the service's own team's): the credits of its SLA breaches go to the service's team all
+    the same (a service keeps the team it was first met with, docs/telemetry.md "Known gaps")."""
+
+    service: str  # its external id, `namespace/model`
+    team: str  # the service's team, to which its credits go
+    ran_as: str  # the other team: of the hours below, the one with the most GPU-seconds
+    since: datetime  # the first such hour (UTC)
+    hours: int  # how many hours of the range
+
+
+def services_team_moved(
+    *, start: datetime, end: datetime, min_requests: int
+) -> list[ServiceTeamMoved]:
+    """The services rule 4 judged in [start, end) (an interval with the book's `min_requests`)
+    whose team nobody stated (`Service.team_stated`) and whose namespace's inference pods ran
+    as another team for an hour or more of it, by their hourly usage (`UsageHour`).
+
+    A namespace usually holds one team's pods: the services' namespaces are read through the
+    task table first (a task row is a key under one team, with the span it was seen in), so
+    the month's usage and latency are read only where another team's inference task ran."""
+    services = {
+        service.pk: service
+        for service in Service.objects.filter(team_stated__isnull=True).select_related("team")
+    }
+    namespaces = {(s.source_id, s.external_id.partition("/")[0]) for s in services.values()}
+    if not namespaces:
+        return []
+    # A row's last_seen is its last interval's start (none on rows metered before it was kept).
+    seen_since = Q(last_seen__gte=start - timedelta(hours=1)) | Q(last_seen__isnull=True)
+    tasks = Task.objects.filter(seen_since, kind=INFERENCE, first_seen__lt=end).filter(
+        # The (source, namespace) pairs: few, as there are few services.
+        Q.create(
+            [Q(source_id=source, namespace=namespace) for source, namespace in namespaces],
+            connector=Q.OR,
+        )
+    )
+    teams_seen: dict[tuple[int, str], set[int]] = defaultdict(set)
+    for source, namespace, team in tasks.values_list("source_id", "namespace", "team_id"):
+        teams_seen[(source, namespace)].add(team)
+    candidates = [
+        service
+        for service in services.values()
+        if teams_seen[(service.source_id, service.external_id.partition("/")[0])]
+        - {service.team_id}
+    ]
+    if not candidates:
+        return []
+    judged = set(
+        LatencyInterval.objects.filter(
+            enough_requests_condition(min_requests),
+            service_id__in=[service.pk for service in candidates],
+            interval_start__gte=start,
+            interval_start__lt=end,
+        )
+        .values_list("service_id", flat=True)
+        .distinct()
+    )
+    candidates = [service for service in candidates if service.pk in judged]
+    if not candidates:
+        return []
+    hourly: dict[tuple[int, str], dict[datetime, dict[int, Decimal]]] = defaultdict(
+        lambda: defaultdict(dict)
+    )
+    rows = (
+        UsageHour.objects.filter(
+            hour_start__gte=start,
+            hour_start__lt=end,
+            task__kind=INFERENCE,
+            task__source_id__in={service.source_id for service in candidates},
+            task__namespace__in={s.external_id.partition("/")[0] for s in candidates},
+        )
+        .values_list("task__source_id", "task__namespace", "hour_start", "task__team_id")
+        .annotate(gpu_seconds=Sum("alloc_gpu_seconds"))
+    )
+    for source, namespace, hour, team, gpu_seconds in rows:
+        hourly[(source, namespace)][hour][team] = gpu_seconds
+    moved = []
+    for service in candidates:
+        hours = hourly[(service.source_id, service.external_id.partition("/")[0])]
+        others: dict[int, Decimal] = defaultdict(Decimal)
+        moved_hours = []
+        for hour in sorted(hours):
+            by_team = hours[hour]
+            own = by_team.get(service.team_id, Decimal(0))
+            other = {t: v for t, v in by_team.items() if t != service.team_id and v and v >= own}
+            if other:
+                moved_hours.append(hour)
+                for team, gpu_seconds in other.items():
+                    others[team] += gpu_seconds
+        if moved_hours:
+            ran_as = max(others, key=lambda team: (others[team], -team))
+            moved.append(
+                ServiceTeamMoved(
+                    service=service.external_id,
+                    team=service.team.name,
+                    ran_as=Team.objects.get(pk=ran_as).name,
+                    since=moved_hours[0],
+                    hours=len(moved_hours),
+                )
+            )
+    return sorted(moved, key=lambda found: (found.service, found.since))
 
 
 @dataclass(frozen=True)

@@ -282,6 +282,13 @@ def _blind_spots_say(period: str, blind: BlindSpots) -> None:
             period,
             blind.slo_unstated_services,
         )
+    if blind.services_team_moved:
+        logger.warning(
+            "%s closed with %d service(s) whose namespace's inference pods ran as another team"
+            " than the one their SLA credits (rule 4) went to, which nobody stated",
+            period,
+            blind.services_team_moved,
+        )
 
 
 def _unclassed_say(close: PeriodClose) -> None:

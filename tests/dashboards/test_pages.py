@@ -282,6 +282,28 @@ def test_it_names_on_the_overview_the_services_judged_by_an_slo_nobody_stated(
     assert f"moves penalties to the inference team by it: {name}." in html
 
 
+def test_it_names_on_the_overview_a_service_whose_namespace_runs_as_another_team(
+    client, people, closed_pool
+) -> None:
+    client.force_login(people.finance)
+    assert 'data-banner="team-moved"' not in client.get("/").content.decode()
+    service = Service.objects.select_related("team").get(external_id="search/ranker")
+    other = Team.objects.exclude(pk=service.team_id).order_by("name").first()
+    # The pool's tasks predate namespaces: its inference task serves the service's namespace.
+    Task.objects.filter(external_id="search-ranker").update(namespace="search")
+    # Its credits go to another team than the one its namespace's pods run as.
+    Service.objects.filter(pk=service.pk).update(team=other)
+    html = client.get("/").content.decode()
+    assert 'data-banner="team-moved"' in html
+    assert (
+        f"{service.external_id}: credits to team {other.name}; its namespace's inference pods"
+        f" ran as team {service.team.name} in "
+    ) in html
+    # An operator states that team as right: no longer named.
+    Service.objects.filter(pk=service.pk).update(team_stated=dt.datetime.now(dt.UTC))
+    assert 'data-banner="team-moved"' not in client.get("/").content.decode()
+
+
 def test_it_warns_on_the_overview_when_a_window_is_pending(client, people, closed_pool) -> None:
     client.force_login(people.finance)
     assert 'data-banner="completeness"' not in client.get("/").content.decode()

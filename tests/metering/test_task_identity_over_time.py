@@ -28,11 +28,13 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.urls import reverse
 
 from billing.models import PriceBook
 from billing.scenarios import scenario_build, scenario_price
 from billing.services import price_book_ensure_default
-from metering.models import PodWait, Preemption, Service, Task, UsageInterval
+from metering.models import PodWait, Preemption, Service, Task, Team, UsageInterval
+from metering.selectors import ServiceTeamMoved, services_team_moved, window_blind_spots
 from simulator.prometheus import PrometheusProcess
 from tests.metering.jobs import (
     KSM,
@@ -282,3 +284,52 @@ def test_it_bills_a_moved_namespaces_tasks_by_interval_and_its_service_to_the_te
         "search": {"baseline": "2.16", "standard": "0.72", "total": "2.88"},
         "vision": {"sla_penalty": "120.00", "standard": "5.75", "total": "125.75"},
     }
+
+
+def test_it_shows_a_service_whose_namespace_moved_until_its_team_is_stated(source) -> None:
+    ingest_command(SERVING, SERVING + 6 * STEP)
+    service = Service.objects.get(external_id="serving/llama")
+    judged = {"start": SERVING, "end": SERVING + 6 * STEP, "min_requests": 100}
+
+    # Its credits go to chat, whose name its pod no longer carries from 13:16: shown, with the
+    # hour the namespace's inference ran as search (as much as chat's, 900 GPU-seconds each).
+    assert services_team_moved(**judged) == [
+        ServiceTeamMoved(
+            service="serving/llama", team="chat", ran_as="search", since=SERVING, hours=1
+        )
+    ]
+    assert window_blind_spots(**judged).services_team_moved == 1
+    # Judged by no interval (too few requests for rule 4), nothing moves: not shown.
+    assert services_team_moved(**{**judged, "min_requests": 1000}) == []
+
+    # An operator states the team as it is: no longer shown, and the credits stay with chat.
+    service.team_stated = SERVING + 7 * STEP
+    service.save(update_fields=["team_stated"])
+    assert services_team_moved(**judged) == []
+    assert engine_teams(SERVING, SERVING + 6 * STEP)["chat"]["sla_credit"] == "-120.00"
+
+
+def test_it_credits_a_service_to_the_team_an_operator_gives_it_in_the_admin(
+    source, admin_client
+) -> None:
+    ingest_command(SERVING, SERVING + 6 * STEP)
+    service = Service.objects.get(external_id="serving/llama")
+    search = Team.objects.get(name="search")
+
+    answer = admin_client.post(
+        reverse("admin:metering_service_change", args=[service.pk]),
+        {
+            "source": service.source_id,
+            "external_id": service.external_id,
+            "team": search.pk,
+            "slo_p99_ms": service.slo_p99_ms,
+            "is_key": "on",
+        },
+    )
+
+    assert answer.status_code == 302, answer.content.decode()[:2000]
+    service.refresh_from_db()
+    assert service.team == search and service.team_stated is not None
+    assert services_team_moved(start=SERVING, end=SERVING + 6 * STEP, min_requests=100) == []
+    # Every credit of the range goes to search now, the intervals before the move included.
+    assert engine_teams(SERVING, SERVING + 6 * STEP)["search"]["sla_credit"] == "-120.00"
