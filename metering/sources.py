@@ -601,19 +601,39 @@ def shared_devices_query(
 
     held = f"({once('DCGM_FI_DEV_FB_USED')})"
     active, utilization = once("DCGM_FI_PROF_GR_ENGINE_ACTIVE"), once("DCGM_FI_DEV_GPU_UTIL")
-    busy = f"(({active}) or ({utilization}) / 100)"
     window = plan.ticks_window
 
-    def split(expression: str, holders: str) -> str:
-        per_tick = f"({expression}) / on({device}) group_left() count by ({device}) ({holders})"
+    def per_holder(expression: str, holders: str) -> str:
+        return f"({expression}) / on({device}) group_left() count by ({device}) ({holders})"
+
+    # dcgm-exporter with --kubernetes-virtual-gpus (4.5.3-4.8.2 on) keeps a held device's
+    # bare utilisation series beside its pods' ones only where those are the pods' own (NVML's
+    # per-process figure, `isPerProcessMetric`); any other pod series is a copy of the
+    # device's. An own figure is the pod's busy time as it stands: divided by the k holders,
+    # a GPU time-sliced between two pods lost half its busy time.
+    bare = selector(
+        plan,
+        "DCGM_FI_DEV_GPU_UTIL",
+        only,
+        'exported_pod=""',
+        label_matcher("pod", regex_alternatives(["", *own]), "=~"),
+    )
+    beside = f"clamp_max(count by ({device}) ({at_tick(bare)}), 1)"
+    holders = f"(count by ({device}) ({utilization}) unless on({device}) {beside}) or {beside}"
+    busy = (
+        f"({per_holder(active, active)})"
+        f" or (({utilization}) / 100 / on({device}) group_left() ({holders}))"
+    )
+
+    def split(per_tick: str) -> str:
         return f"max by ({DEVICE_SERIES_LABELS}) (sum_over_time(({per_tick}){window}))"
 
     # Present per GPU, whatever its devices at each tick: a MIG layout changed within the
     # interval shows the whole GPU, then its instances (measure._devices_apart).
     any_series = f"count by (UUID) ({at_tick(selector(plan, 'DCGM_FI_DEV_FB_USED', only))})"
     parts = {
-        "alloc": split(f"({held} >= bool 0) ^ -1", held),
-        "busy": split(busy, busy),
+        "alloc": split(per_holder(f"({held} >= bool 0) ^ -1", held)),
+        "busy": split(busy),
         "present": f"count_over_time(({any_series}){window})",
     }
     if seen:

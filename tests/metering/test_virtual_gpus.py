@@ -1,0 +1,243 @@
+"""dcgm-exporter's two Kubernetes modes as its current releases (4.5.3-4.8.2) write them, for
+whole GPUs and time-sliced ones (`internal/pkg/transformation/kubernetes.go`, `Process`):
+
+- with `--kubernetes-virtual-gpus`, a GPU that pods hold has each counter's series replaced by
+  one copy per pod (`pod`, `namespace`, `container`, and `vgpu` for a time-sliced replica),
+  except `DCGM_FI_DEV_GPU_UTIL` and `DCGM_FI_DEV_FB_USED` (`isPerProcessMetric`): their bare
+  device series stays, and each pod gets a series whose VALUE is its own processes' figure
+  (NVML's per-process SM utilisation, its processes' memory in MiB), with `pod_uid`, an idle
+  pod 0;
+- without it, a time-sliced replica `GPU-x::N` is mapped to `GPU-x` (`toDeviceToPod`) and the
+  last pod the kubelet lists wins: one series per counter, naming one pod, which one changing
+  from scrape to scrape (the kubelet lists pods from a map).
+
+Four nodes back-filled into a real Prometheus (promtool), each its own exporter, three windows
+of five one-minute ticks:
+
+- node-a (virtual GPUs): GPU-a held whole by Job `whole`; GPU-f free;
+- node-b (virtual GPUs): GPU-b time-sliced between Jobs `left` and `right`;
+- node-c (default mode): GPU-c time-sliced between Jobs `ping` and `pong`, its series naming
+  `ping` at even minutes and `pong` at odd ones;
+- node-d (virtual GPUs, no profiling metric: a GPU without DCP, or a counters file without
+  `DCGM_FI_PROF_GR_ENGINE_ACTIVE`): GPU-d time-sliced between Jobs `heavy` and `light`.
+
+The truth, per window: a whole GPU is its pod's 300 GPU-seconds; a time-sliced GPU gives each
+of its two pods 150 (Tandem's rule: 1/k of each tick to each of the k pods holding it), and
+busy time splits the engine activity (a copy of the device's) the same way, where a pod's
+utilisation series, its own processes', is its own busy time as it stands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from metering.models import CapacityInterval, IngestWindow, UsageInterval
+from simulator.prometheus import PrometheusProcess
+from tests.metering.jobs import KSM, SCRAPE, backfilled_prometheus, ingested_windows
+from tests.slow import starts
+
+START = datetime(2026, 10, 19, 10, tzinfo=UTC)
+STEP = timedelta(seconds=300)
+END = START + 3 * STEP
+LEAD_IN = timedelta(minutes=10)
+CREATED = START - timedelta(minutes=15)
+MIB = 1_048_576
+MODEL = "NVIDIA A100-SXM4-80GB"
+
+# node -> (exporter instance, GPUs, allocatable nvidia.com/gpu: 2 replicas a time-sliced GPU)
+NODES = {
+    "node-a": ("10.0.0.11:9400", ("GPU-a", "GPU-f"), 2),
+    "node-b": ("10.0.0.12:9400", ("GPU-b",), 2),
+    "node-c": ("10.0.0.13:9400", ("GPU-c",), 2),
+    "node-d": ("10.0.0.14:9400", ("GPU-d",), 2),
+    "node-e": ("10.0.0.15:9400", ("GPU-e",), 2),
+}
+# pod -> (node, its processes' framebuffer MiB, their SM utilisation %, replica)
+PODS = {
+    "whole-0": ("node-a", 10000, 80, ""),
+    "left-0": ("node-b", 4096, 60, "0"),
+    "right-0": ("node-b", 2048, 30, "1"),
+    "ping-0": ("node-c", 4096, 60, ""),
+    "pong-0": ("node-c", 2048, 30, ""),
+    "heavy-0": ("node-d", 4096, 60, "0"),
+    "light-0": ("node-d", 2048, 30, "1"),
+    "first-0": ("node-e", 4096, 60, ""),
+    "second-0": ("node-e", 2048, 30, ""),
+}
+# GPU -> (device framebuffer MiB, device utilisation %, engine activity; None: not collected)
+DEVICES = {
+    "GPU-a": (10240, 80, "0.8"),
+    "GPU-f": (0, 0, "0"),
+    "GPU-b": (6144, 90, "0.9"),
+    "GPU-c": (6144, 90, "0.9"),
+    "GPU-d": (6144, 90, None),
+    "GPU-e": (6144, 90, "0.9"),
+}
+HOLDERS = {
+    "GPU-a": ("whole-0",),
+    "GPU-b": ("left-0", "right-0"),
+    "GPU-c": ("ping-0", "pong-0"),
+    "GPU-d": ("heavy-0", "light-0"),
+    "GPU-e": ("first-0", "second-0"),
+}
+
+
+def _labels(node: str, gpu: int, uuid: str) -> str:
+    instance = NODES[node][0]
+    return (
+        f'gpu="{gpu}",UUID="{uuid}",device="nvidia{gpu}",modelName="{MODEL}",'
+        f'Hostname="{node}",job="dcgm-exporter",instance="{instance}"'
+    )
+
+
+def _pod_labels(pod: str, *, uid: bool) -> str:
+    replica = PODS[pod][3]
+    labels = f',namespace="ml",pod="{pod}",container="main"'
+    labels += f',pod_uid="uid-{pod}"' if uid else ""
+    return labels + (f',vgpu="{replica}"' if replica else "")
+
+
+def _virtual(node: str, gpu: int, uuid: str) -> list[str]:
+    """`--kubernetes-virtual-gpus`: the per-process counters' device series kept beside each
+    pod's own figure (with `pod_uid`), every other counter's replaced by one copy per pod."""
+    labels = _labels(node, gpu, uuid)
+    framebuffer, utilisation, active = DEVICES[uuid]
+    lines = [
+        f"DCGM_FI_DEV_FB_USED{{{labels}}} {framebuffer}",
+        f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} {utilisation}",
+    ]
+    holders = HOLDERS.get(uuid, ())
+    if not holders and active is not None:
+        lines.append(f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{labels}}} {active}")
+    for pod in holders:
+        own = labels + _pod_labels(pod, uid=True)
+        lines += [
+            f"DCGM_FI_DEV_FB_USED{{{own}}} {PODS[pod][1]}",
+            f"DCGM_FI_DEV_GPU_UTIL{{{own}}} {PODS[pod][2]}",
+        ]
+        if active is not None:
+            # A copy of the device's, `pod_uid` only with --kubernetes-enable-pod-uid.
+            copy = labels + _pod_labels(pod, uid=False)
+            lines.append(f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{copy}}} {active}")
+    return lines
+
+
+def _default(node: str, gpu: int, uuid: str, tick: int) -> list[str]:
+    """No `--kubernetes-virtual-gpus`: one series a counter, the device's values, under the
+    pod the kubelet listed last at that scrape (here `ping` at even minutes)."""
+    pod = HOLDERS[uuid][(tick // SCRAPE) % 2 if uuid == "GPU-c" else 0]
+    labels = _labels(node, gpu, uuid) + _pod_labels(pod, uid=False)
+    framebuffer, utilisation, active = DEVICES[uuid]
+    return [
+        f"DCGM_FI_DEV_FB_USED{{{labels}}} {framebuffer}",
+        f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} {utilisation}",
+        f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{labels}}} {active}",
+    ]
+
+
+def _pod(pod: str) -> list[str]:
+    base = f'{KSM},namespace="ml",pod="{pod}",uid="uid-{pod}"'
+    created = int(CREATED.timestamp())
+    return [
+        f"kube_pod_created{{{base}}} {created}",
+        f"kube_pod_status_scheduled_time{{{base}}} {created + 30}",
+        f'kube_pod_info{{{base},node="{PODS[pod][0]}",priority_class="training-batch"}} 1',
+        f'kube_pod_owner{{{base},owner_kind="Job",owner_name="{pod[:-2]}",'
+        'owner_is_controller="true"} 1',
+        f"kube_pod_labels{{{base}}} 1",
+        # A time-sliced replica is requested as a whole GPU.
+        f'kube_pod_container_resource_requests{{{base},container="main",'
+        'resource="nvidia_com_gpu",unit="integer"} 1',
+        f'kube_pod_status_phase{{{base},phase="Running"}} 1',
+    ]
+
+
+def series_at() -> dict[int, list[str]]:
+    lines: dict[int, list[str]] = {}
+    for tick in range(int((START - LEAD_IN).timestamp()), int((END + STEP).timestamp()), SCRAPE):
+        lines[tick] = [f"up{{{KSM}}} 1"]
+        for node, (instance, uuids, allocatable) in NODES.items():
+            lines[tick] += [
+                f'up{{job="dcgm-exporter",instance="{instance}"}} 1',
+                f'kube_node_status_allocatable{{{KSM},node="{node}",resource="nvidia_com_gpu",'
+                f'unit="integer"}} {allocatable}',
+            ]
+            for gpu, uuid in enumerate(uuids):
+                if node in ("node-c", "node-e"):
+                    lines[tick] += _default(node, gpu, uuid, tick)
+                else:
+                    lines[tick] += _virtual(node, gpu, uuid)
+        for pod in PODS:
+            lines[tick] += _pod(pod)
+    return lines
+
+
+@pytest.fixture(scope="module")
+@starts("Prometheus")
+def virtual_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProcess]:
+    running = backfilled_prometheus(tmp_path_factory.mktemp("virtual"), series_at())
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def windows(virtual_prometheus: PrometheusProcess) -> list[IngestWindow]:
+    return ingested_windows(virtual_prometheus.url, START, END)
+
+
+def _per_window(field: str) -> dict[str, list[Decimal | int]]:
+    """Each task's `field` in each window, in time order."""
+    found: dict[str, list[Decimal | int]] = {}
+    rows = UsageInterval.objects.order_by("interval_start").values_list("task__external_id", field)
+    for task, value in rows:
+        found.setdefault(task, []).append(value)
+    return found
+
+
+def _mib(mib: int) -> int:
+    return mib * MIB
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_it_bills_a_whole_gpu_once_beside_its_kept_device_series(windows) -> None:
+    # The device's memory and utilisation series stay beside the pod's: no second holder.
+    assert _per_window("alloc_gpu_seconds")["whole"] == [Decimal(300)] * 3
+    assert _per_window("busy_gpu_seconds")["whole"] == [Decimal(240)] * 3  # 0.8 x 300
+    # Its processes' 10,000 MiB, not the device's 10,240.
+    assert _per_window("memory_peak_bytes")["whole"] == [_mib(10000)] * 3
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_it_splits_a_virtual_gpu_between_its_pods(windows) -> None:
+    alloc, busy = _per_window("alloc_gpu_seconds"), _per_window("busy_gpu_seconds")
+    memory = _per_window("memory_avg_bytes")
+    for pod, own_mib in (("left", 4096), ("right", 2048)):
+        assert alloc[pod] == [Decimal(150)] * 3
+        # The engine activity is a copy of the device's 0.9 on each pod: half of it each.
+        assert busy[pod] == [Decimal(135)] * 3
+        assert memory[pod] == [_mib(own_mib)] * 3
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_it_takes_a_pods_own_utilisation_as_its_busy_time(windows) -> None:
+    # Without the engine activity, each pod's utilisation series is its own processes'
+    # (60% and 30% of the GPU beside the device's 90%): 0.6 x 300 and 0.3 x 300. Divided again
+    # by the two holders, as a copy of the device's would be, they were 90 and 45.
+    busy = _per_window("busy_gpu_seconds")
+    assert (busy["heavy"], busy["light"]) == ([Decimal(180)] * 3, [Decimal(90)] * 3)
+    alloc = _per_window("alloc_gpu_seconds")
+    assert (alloc["heavy"], alloc["light"]) == ([Decimal(150)] * 3, [Decimal(150)] * 3)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_it_counts_each_gpu_present_once_in_either_mode(windows) -> None:
+    capacity = dict(CapacityInterval.objects.values_list("interval_start", "capacity_gpu_seconds"))
+    assert capacity == {START + n * STEP: Decimal(6 * 300) for n in range(3)}
