@@ -2809,6 +2809,7 @@ def _derive(
     facts = IntervalFacts(identity=now.identity, warnings=list(now.warnings))
     _derive_gpus(facts, now, plan, shared)
     _derive_completeness(facts, now, before, plan, known, vanished)
+    _pods_in_turn(facts, now, before)
     _derive_io(facts, now, io_earlier)
     _derive_latency(facts, now, latency_earlier)
     facts.waits.update(scheduled)
@@ -3092,6 +3093,56 @@ def _derive_completeness(
         facts.warnings.append(message)
 
 
+def _pods_in_turn(facts: IntervalFacts, now: Observed, before: Observed) -> None:
+    """Warns of whole GPUs whose series named several pods in turn, two of them running
+    through the whole interval (kube-state-metrics: Running at its start and its end, not
+    preempted): a GPU time-sliced between them, which dcgm-exporter without
+    --kubernetes-virtual-gpus writes as one series naming the pod the kubelet listed last
+    (`toDeviceToPod`), which may change from scrape to scrape. Their shares of it are as the
+    scrapes fell, not measured; the GPU's total is right, so nothing counts missing. A pod
+    that hands a whole GPU over to another has ended (or started) within the interval, and
+    with the flag the pods' series overlap (more ticks than the GPU was present for, scrapes
+    missed or not), so neither is taken for this."""
+    holders: dict[str, set[PodKey]] = defaultdict(set)
+    held_ticks: dict[str, int] = defaultdict(int)
+    nodes: dict[str, str] = {}
+    for (uuid, instance, _, namespace, pod), series in now.series.items():
+        if instance or not pod or not series.ticks:
+            continue  # a MIG instance is never time-sliced by the device plugin
+        holders[uuid].add((namespace, pod))
+        held_ticks[uuid] += series.ticks
+        nodes[uuid] = series.node
+    in_turn = {
+        uuid: through
+        for uuid, pods in sorted(holders.items())
+        if len(pods) > 1
+        and uuid in now.gpus
+        and held_ticks[uuid] <= now.gpus[uuid].ticks
+        and len(through := sorted(pod for pod in pods if _ran_through(pod, now, before))) > 1
+    }
+    if in_turn:
+        uuid, pods = next(iter(in_turn.items()))
+        named = ", ".join(f"{namespace}/{pod}" for namespace, pod in pods)
+        facts.warnings.append(
+            f"attribution: {len(in_turn)} GPU(s) named pods in turn that all ran the whole"
+            f" interval, e.g. {uuid} on node {nodes[uuid] or '(unknown)'}: {named}; a GPU"
+            " time-sliced, which dcgm-exporter writes under one of its pods at each scrape:"
+            " their shares are as the scrapes fell, not measured. Run dcgm-exporter with"
+            " --kubernetes-virtual-gpus"
+        )
+
+
+def _ran_through(pod: PodKey, now: Observed, before: Observed) -> bool:
+    identity, earlier = now.identity.get(pod), before.identity.get(pod)
+    return (
+        identity is not None
+        and identity.running
+        and earlier is not None
+        and earlier.running
+        and pod not in now.preempted
+    )
+
+
 def _unattributed_missing(
     facts: IntervalFacts,
     now: Observed,
@@ -3118,6 +3169,10 @@ def _unattributed_missing(
     `unmetered_nodes` (another source's pool) to that source."""
     ticks = plan.step_seconds // plan.scrape_seconds
     named = {key[3:] for key in now.series if key[4]}
+    held_on: dict[str, str] = {}  # a GPU of each node that some series names a pod on
+    for key, series in sorted(now.series.items()):
+        if key[4] and series.ticks:
+            held_on.setdefault(series.node, key[0])
     outside = re.compile(plan.unmetered_nodes) if plan.unmetered_nodes else None
     unmetered: dict[str, list[tuple[PodKey, Fraction]]] = defaultdict(list)
     for pod, identity in now.identity.items():
@@ -3150,7 +3205,16 @@ def _unattributed_missing(
         if seen:  # scraped, but as free GPUs
             missing = min(seen, requested)
             facts.samples_seen -= missing
-            cause = "dcgm-exporter's pod mapping off or broken there?"
+            held = held_on.get(node)
+            cause = (
+                "dcgm-exporter's pod mapping off or broken there?"
+                if held is None
+                # The mapping works on the node: without --kubernetes-virtual-gpus, a
+                # time-sliced GPU is written under one of its pods, the others unnamed.
+                else f"dcgm-exporter names pods on its GPUs, e.g. {held}: a GPU time-sliced,"
+                " which it writes under one of its pods? Run it with"
+                " --kubernetes-virtual-gpus; else its pod mapping is broken for some GPUs"
+            )
         elif unnamed_silent:
             facts.warnings.append(
                 f"{found} (no GPU exporter reports the node by that name); not counted:"

@@ -11,7 +11,7 @@ whole GPUs and time-sliced ones (`internal/pkg/transformation/kubernetes.go`, `P
   last pod the kubelet lists wins: one series per counter, naming one pod, which one changing
   from scrape to scrape (the kubelet lists pods from a map).
 
-Four nodes back-filled into a real Prometheus (promtool), each its own exporter, three windows
+Five nodes back-filled into a real Prometheus (promtool), each its own exporter, three windows
 of five one-minute ticks:
 
 - node-a (virtual GPUs): GPU-a held whole by Job `whole`; GPU-f free;
@@ -19,7 +19,9 @@ of five one-minute ticks:
 - node-c (default mode): GPU-c time-sliced between Jobs `ping` and `pong`, its series naming
   `ping` at even minutes and `pong` at odd ones;
 - node-d (virtual GPUs, no profiling metric: a GPU without DCP, or a counters file without
-  `DCGM_FI_PROF_GR_ENGINE_ACTIVE`): GPU-d time-sliced between Jobs `heavy` and `light`.
+  `DCGM_FI_PROF_GR_ENGINE_ACTIVE`): GPU-d time-sliced between Jobs `heavy` and `light`;
+- node-e (default mode): GPU-e time-sliced between Jobs `first` and `second`, the kubelet
+  listing `first` last at every scrape, so its series never name `second`.
 
 The truth, per window: a whole GPU is its pod's 300 GPU-seconds; a time-sliced GPU gives each
 of its two pods 150 (Tandem's rule: 1/k of each tick to each of the k pods holding it), and
@@ -234,6 +236,38 @@ def test_it_takes_a_pods_own_utilisation_as_its_busy_time(windows) -> None:
     assert (busy["heavy"], busy["light"]) == ([Decimal(180)] * 3, [Decimal(90)] * 3)
     alloc = _per_window("alloc_gpu_seconds")
     assert (alloc["heavy"], alloc["light"]) == ([Decimal(150)] * 3, [Decimal(150)] * 3)
+
+
+IN_TURN = (
+    "attribution: 1 GPU(s) named pods in turn that all ran the whole interval, e.g. GPU-c on"
+    " node node-c: ml/ping-0, ml/pong-0; a GPU time-sliced, which dcgm-exporter writes under"
+    " one of its pods at each scrape: their shares are as the scrapes fell, not measured. Run"
+    " dcgm-exporter with --kubernetes-virtual-gpus"
+)
+UNNAMED = (
+    "attribution: node node-e: 1 pod(s) ran the whole interval with GPUs that no GPU series"
+    " names, e.g. ml/second-0 requesting 1 GPU(s) (dcgm-exporter names pods on its GPUs, e.g."
+    " GPU-e: a GPU time-sliced, which it writes under one of its pods? Run it with"
+    " --kubernetes-virtual-gpus; else its pod mapping is broken for some GPUs); 300"
+    " GPU-seconds counted missing"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_it_warns_of_a_time_sliced_gpu_named_for_one_pod_at_a_time(windows) -> None:
+    # Without --kubernetes-virtual-gpus the shares are as the scrapes fell (ping at 10:00,
+    # 10:02, 10:04, ...), 150 each in truth; the GPU's 300 a window are all there.
+    alloc = _per_window("alloc_gpu_seconds")
+    assert alloc["ping"] == [Decimal(180), Decimal(120), Decimal(180)]
+    assert alloc["pong"] == [Decimal(120), Decimal(180), Decimal(120)]
+    # The pod listed last throughout holds the GPU alone; its sharer's 150 are billed to it.
+    assert alloc["first"] == [Decimal(300)] * 3
+    assert "second" not in alloc
+    assert [w.warnings for w in windows] == [[UNNAMED, IN_TURN]] * 3
+    # The sharer named nowhere counts missing (a window the close refuses until accepted):
+    # 300 of node-e's GPU-seconds, 1,500 of 1,800 seen.
+    assert [(w.status, w.completeness) for w in windows] == [("done", Decimal("0.833333"))] * 3
 
 
 @pytest.mark.slow
