@@ -1955,6 +1955,8 @@ def _parse_devices(
                     ticks.cluster = cluster
                 continue
             value = numbers[text]
+            if value is None and not key[4]:
+                continue  # a bare series' peak only tells `_own_figures_unread`; a NaN, nothing
             if value is None:
                 ticks.bad = True
                 interval.warnings.append(f"devices: series {describe(labels)} has value {text}")
@@ -2810,6 +2812,7 @@ def _derive(
     _derive_gpus(facts, now, plan, shared)
     _derive_completeness(facts, now, before, plan, known, vanished)
     _pods_in_turn(facts, now, before)
+    _own_figures_unread(facts, now)
     _derive_io(facts, now, io_earlier)
     _derive_latency(facts, now, latency_earlier)
     facts.waits.update(scheduled)
@@ -3130,6 +3133,47 @@ def _pods_in_turn(facts: IntervalFacts, now: Observed, before: Observed) -> None
             " their shares are as the scrapes fell, not measured. Run dcgm-exporter with"
             " --kubernetes-virtual-gpus"
         )
+
+
+def _own_figures_unread(facts: IntervalFacts, now: Observed) -> None:
+    """Warns of devices held by pods whose own framebuffer reads 0 all interval while the
+    device's bare series, kept beside them, reads more.
+
+    dcgm-exporter with --kubernetes-virtual-gpus (4.5.3-4.8.2 on) writes a held device's
+    memory and utilisation as each pod's own processes' (NVML's per-process figures, a process
+    told to its pod by /proc/<pid>/cgroup), an idle pod 0, beside the device's. In its own PID
+    namespace (its Helm chart's `hostPID: false`) it finds no process's pod, and every pod
+    reads 0: their memory, and their busy time where it falls back to utilisation. Copies of
+    the device's values (the default mode) read as the device does."""
+    device_peak: dict[Device, Decimal] = {}
+    pod_peaks: dict[Device, list[tuple[Decimal, PodKey]]] = defaultdict(list)
+    nodes: dict[str, str] = {}
+    for (uuid, instance, _, namespace, pod), series in now.series.items():
+        if series.memory_peak is None:
+            continue
+        if pod:
+            pod_peaks[(uuid, instance)].append((series.memory_peak, (namespace, pod)))
+        else:
+            device_peak[(uuid, instance)] = series.memory_peak
+            nodes[uuid] = series.node
+    unread = {
+        device: sorted(pod for _, pod in pod_peaks[device])
+        for device, peak in sorted(device_peak.items())
+        if peak and pod_peaks.get(device) and not any(own for own, _ in pod_peaks[device])
+    }
+    if not unread:
+        return
+    (uuid, instance), pods = next(iter(unread.items()))
+    named = ", ".join(f"{namespace}/{pod}" for namespace, pod in pods)
+    facts.warnings.append(
+        f"memory: {len(unread)} GPU(s) held by pods whose own framebuffer reads 0 while the"
+        f" GPU's reads up to {device_peak[(uuid, instance)]:,} MiB, e.g. {uuid} on node"
+        f" {nodes[uuid] or '(unknown)'} ({named}): dcgm-exporter with"
+        " --kubernetes-virtual-gpus sees its pods' processes only in the host's PID namespace"
+        " (hostPID: true; its Helm chart's default is false), so their memory, and their busy"
+        " time where it falls back to GPU_UTIL, read 0 (or the memory is a process no pod"
+        " requested)"
+    )
 
 
 def _ran_through(pod: PodKey, now: Observed, before: Observed) -> bool:

@@ -79,8 +79,9 @@ logger = logging.getLogger(__name__)
 # each scrape target's `up` names (`Observed.target_pods`); 16: and the pods Pending in it
 # (`Observed.pending`, the combiner's identity meter) with what a follow-up read of those that
 # may have given up waiting (`Observed.pending_views`): a shard stages neither, but an
-# `Observed` of 15 unpickles without them.
-OBSERVATION_VERSION = 16
+# `Observed` of 15 unpickles without them; 17: a held device's bare series holds its peak
+# framebuffer where not 0 (`measure._own_figures_unread`), which 16 dropped.
+OBSERVATION_VERSION = 17
 
 Asked = TypeVar("Asked")
 

@@ -459,7 +459,8 @@ class Part:
     how: str = "max"  # "max" or "sum" of the series sharing `by`
     pods_only: bool = False  # only pod-attributed series (see `pod_series`)
     # With `pods_only`, a device's bare series too where some point of it is not 0 (a free
-    # GPU that was busy: measure._unheld_busy); an idle one's zeros cost nothing further.
+    # GPU that was busy: measure._unheld_busy; a held GPU's memory beside its pods' own:
+    # measure._own_figures_unread); an idle one's zeros cost nothing further.
     busy_bare: bool = False
     # More queries whose series join this one's answer before it is grouped: a shard's node
     # set needs two selectors (see NodeSet), which never hold the same series.
@@ -495,7 +496,8 @@ def devices_parts(plan: QueryPlan) -> dict[str, Part]:
 
     A whole GPU or MIG instance has exactly one series per tick (its pod's, or the bare one
     when free), so a pod's allocation is its series' ticks x share. A time-sliced GPU shows
-    its bare series beside its pods' ones: see `shared_devices_query`.
+    its pods' series side by side, and with dcgm-exporter's --kubernetes-virtual-gpus any
+    held GPU keeps its bare FB_USED beside its pods' own figures: see `shared_devices_query`.
     """
     by = device_series_labels(plan)
     series = gpu_series(plan, "DCGM_FI_DEV_FB_USED")
@@ -520,8 +522,10 @@ def devices_parts(plan: QueryPlan) -> dict[str, Part]:
     # holds, so the per-tick query counts them (measure._time_sliced_devices).
     return {
         "ticks": _gpu_part("count_over_time", frame_buffers, by_target, how="sum", samples=samples),
+        # A held device's bare series too, where not 0: with --kubernetes-virtual-gpus it
+        # stands beside its pods' own figures (measure._own_figures_unread).
         "memory_peak": _gpu_part(
-            "max_over_time", frame_buffers, by, pods_only=True, samples=samples
+            "max_over_time", frame_buffers, by, pods_only=True, busy_bare=True, samples=samples
         ),
         "memory_avg": _gpu_part(
             "avg_over_time", frame_buffers, by, pods_only=True, samples=samples

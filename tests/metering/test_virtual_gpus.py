@@ -103,9 +103,10 @@ def _pod_labels(pod: str, *, uid: bool) -> str:
     return labels + (f',vgpu="{replica}"' if replica else "")
 
 
-def _virtual(node: str, gpu: int, uuid: str) -> list[str]:
+def _virtual(node: str, gpu: int, uuid: str, *, processes_seen: bool) -> list[str]:
     """`--kubernetes-virtual-gpus`: the per-process counters' device series kept beside each
-    pod's own figure (with `pod_uid`), every other counter's replaced by one copy per pod."""
+    pod's own figure (with `pod_uid`), every other counter's replaced by one copy per pod.
+    An exporter that does not see the GPU's processes' pods writes each pod's figures 0."""
     labels = _labels(node, gpu, uuid)
     framebuffer, utilisation, active = DEVICES[uuid]
     lines = [
@@ -117,9 +118,10 @@ def _virtual(node: str, gpu: int, uuid: str) -> list[str]:
         lines.append(f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{labels}}} {active}")
     for pod in holders:
         own = labels + _pod_labels(pod, uid=True)
+        memory, utilisation = PODS[pod][1:3] if processes_seen else (0, 0)
         lines += [
-            f"DCGM_FI_DEV_FB_USED{{{own}}} {PODS[pod][1]}",
-            f"DCGM_FI_DEV_GPU_UTIL{{{own}}} {PODS[pod][2]}",
+            f"DCGM_FI_DEV_FB_USED{{{own}}} {memory}",
+            f"DCGM_FI_DEV_GPU_UTIL{{{own}}} {utilisation}",
         ]
         if active is not None:
             # A copy of the device's, `pod_uid` only with --kubernetes-enable-pod-uid.
@@ -158,7 +160,7 @@ def _pod(pod: str) -> list[str]:
     ]
 
 
-def series_at() -> dict[int, list[str]]:
+def series_at(*, processes_seen: bool = True) -> dict[int, list[str]]:
     lines: dict[int, list[str]] = {}
     for tick in range(int((START - LEAD_IN).timestamp()), int((END + STEP).timestamp()), SCRAPE):
         lines[tick] = [f"up{{{KSM}}} 1"]
@@ -172,7 +174,7 @@ def series_at() -> dict[int, list[str]]:
                 if node in ("node-c", "node-e"):
                     lines[tick] += _default(node, gpu, uuid, tick)
                 else:
-                    lines[tick] += _virtual(node, gpu, uuid)
+                    lines[tick] += _virtual(node, gpu, uuid, processes_seen=processes_seen)
         for pod in PODS:
             lines[tick] += _pod(pod)
     return lines
@@ -182,6 +184,18 @@ def series_at() -> dict[int, list[str]]:
 @starts("Prometheus")
 def virtual_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProcess]:
     running = backfilled_prometheus(tmp_path_factory.mktemp("virtual"), series_at())
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+@starts("Prometheus")
+def hidden_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProcess]:
+    """The same pool, its exporters with --kubernetes-virtual-gpus in their own PID namespace
+    (the Helm chart's `hostPID: false`): /proc/<pid>/cgroup of the GPU's processes is not
+    there, so no process is told to its pod and every pod's own figures are 0."""
+    lines = series_at(processes_seen=False)
+    running = backfilled_prometheus(tmp_path_factory.mktemp("hidden"), lines)
     yield running
     running.stop()
 
@@ -275,3 +289,39 @@ def test_it_warns_of_a_time_sliced_gpu_named_for_one_pod_at_a_time(windows) -> N
 def test_it_counts_each_gpu_present_once_in_either_mode(windows) -> None:
     capacity = dict(CapacityInterval.objects.values_list("interval_start", "capacity_gpu_seconds"))
     assert capacity == {START + n * STEP: Decimal(6 * 300) for n in range(3)}
+
+
+HIDDEN = (
+    "memory: 3 GPU(s) held by pods whose own framebuffer reads 0 while the GPU's reads up to"
+    " 10,240 MiB, e.g. GPU-a on node node-a (ml/whole-0): dcgm-exporter with"
+    " --kubernetes-virtual-gpus sees its pods' processes only in the host's PID namespace"
+    " (hostPID: true; its Helm chart's default is false), so their memory, and their busy time"
+    " where it falls back to GPU_UTIL, read 0 (or the memory is a process no pod requested)"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_it_warns_where_the_exporter_cannot_see_the_pods_processes(hidden_prometheus) -> None:
+    windows = ingested_windows(hidden_prometheus.url, START, END)
+    # The pods' own figures read 0: memory, and busy time without the engine activity.
+    peaks = _per_window("memory_peak_bytes")
+    assert {pod: peaks[pod] for pod in ("whole", "left", "heavy")} == {
+        "whole": [0] * 3,
+        "left": [0] * 3,
+        "heavy": [0] * 3,
+    }
+    busy = _per_window("busy_gpu_seconds")
+    assert (busy["whole"], busy["left"], busy["heavy"]) == (
+        [Decimal(240)] * 3,  # the engine activity, a copy of the device's
+        [Decimal(135)] * 3,
+        [Decimal(0)] * 3,
+    )
+    assert _per_window("alloc_gpu_seconds")["heavy"] == [Decimal(150)] * 3
+    assert [w.warnings for w in windows] == [[UNNAMED, IN_TURN, HIDDEN]] * 3
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_it_says_nothing_of_memory_where_the_pods_processes_are_seen(windows) -> None:
+    assert not any(warning.startswith("memory:") for w in windows for warning in w.warnings)
