@@ -200,6 +200,48 @@ def hidden_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom
     running.stop()
 
 
+def _scraped_by_service_monitor(lines: dict[int, list[str]]) -> dict[int, list[str]]:
+    """The pool as a ServiceMonitor without `honor_labels` stores it: the exporter's pod
+    labels as `exported_*`, its own pod's (the target's) as `pod` and `namespace` on each of
+    its series and its `up`, and kube-state-metrics describing that pod (a DaemonSet's)."""
+    exporters = {instance: f"dcgm-exporter-{node}" for node, (instance, _, _) in NODES.items()}
+    scraped: dict[int, list[str]] = {}
+    for tick, samples in lines.items():
+        scraped[tick] = []
+        for line in samples:
+            instance = next((i for i in exporters if f'instance="{i}"' in line), None)
+            if instance is None:
+                scraped[tick].append(line)
+                continue
+            for label in ("namespace", "pod", "container", "pod_uid"):
+                line = line.replace(f',{label}="', f',exported_{label}="')
+            name, rest = line.split("}", 1)
+            target = f',namespace="gpu-operator",pod="{exporters[instance]}"'
+            scraped[tick].append(f"{name}{target}}}{rest}")
+        for instance, pod in exporters.items():
+            base = f'{KSM},namespace="gpu-operator",pod="{pod}",uid="uid-{pod}"'
+            host = instance.split(":")[0]
+            scraped[tick] += [
+                f'kube_pod_info{{{base},node="x",pod_ip="{host}",priority_class=""}} 1',
+                f'kube_pod_owner{{{base},owner_kind="DaemonSet",owner_name="dcgm-exporter",'
+                'owner_is_controller="true"} 1',
+                f"kube_pod_labels{{{base}}} 1",
+                f'kube_pod_status_phase{{{base},phase="Running"}} 1',
+            ]
+    return scraped
+
+
+@pytest.fixture(scope="module")
+@starts("Prometheus")
+def relabelled_prometheus(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[PrometheusProcess]:
+    lines = _scraped_by_service_monitor(series_at())
+    running = backfilled_prometheus(tmp_path_factory.mktemp("relabelled"), lines)
+    yield running
+    running.stop()
+
+
 @pytest.fixture
 def windows(virtual_prometheus: PrometheusProcess) -> list[IngestWindow]:
     return ingested_windows(virtual_prometheus.url, START, END)
@@ -325,3 +367,18 @@ def test_it_warns_where_the_exporter_cannot_see_the_pods_processes(hidden_promet
 @pytest.mark.django_db
 def test_it_says_nothing_of_memory_where_the_pods_processes_are_seen(windows) -> None:
     assert not any(warning.startswith("memory:") for w in windows for warning in w.warnings)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_it_reads_the_same_through_a_service_monitor(relabelled_prometheus) -> None:
+    # The pods' labels spelled `exported_*`, the exporter's own pod on every series, the
+    # kept device series' among them: the same rows and warnings as the exporter wrote them.
+    windows = ingested_windows(relabelled_prometheus.url, START, END)
+    fields = ("alloc_gpu_seconds", "busy_gpu_seconds", "memory_peak_bytes")
+    found = {field: _per_window(field) for field in fields}
+    assert found["busy_gpu_seconds"]["heavy"] == [Decimal(180)] * 3
+    assert found["memory_peak_bytes"]["left"] == [_mib(4096)] * 3
+    assert found["alloc_gpu_seconds"]["whole"] == [Decimal(300)] * 3
+    assert "dcgm-exporter" not in found["alloc_gpu_seconds"]
+    assert [w.warnings for w in windows] == [[UNNAMED, IN_TURN]] * 3
