@@ -11,7 +11,7 @@ whole GPUs and time-sliced ones (`internal/pkg/transformation/kubernetes.go`, `P
   last pod the kubelet lists wins: one series per counter, naming one pod, which one changing
   from scrape to scrape (the kubelet lists pods from a map).
 
-Five nodes back-filled into a real Prometheus (promtool), each its own exporter, three windows
+Six nodes back-filled into a real Prometheus (promtool), each its own exporter, three windows
 of five one-minute ticks:
 
 - node-a (virtual GPUs): GPU-a held whole by Job `whole`; GPU-f free;
@@ -21,7 +21,8 @@ of five one-minute ticks:
 - node-d (virtual GPUs, no profiling metric: a GPU without DCP, or a counters file without
   `DCGM_FI_PROF_GR_ENGINE_ACTIVE`): GPU-d time-sliced between Jobs `heavy` and `light`;
 - node-e (default mode): GPU-e time-sliced between Jobs `first` and `second`, the kubelet
-  listing `first` last at every scrape, so its series never name `second`.
+  listing `first` last at every scrape, so its series never name `second`;
+- node-f (virtual GPUs): GPU-m cut into MIG instances, a `3g.40gb` held by Job `slice`.
 
 The truth, per window: a whole GPU is its pod's 300 GPU-seconds; a time-sliced GPU gives each
 of its two pods 150 (Tandem's rule: 1/k of each tick to each of the k pods holding it), and
@@ -57,6 +58,7 @@ NODES = {
     "node-c": ("10.0.0.13:9400", ("GPU-c",), 2),
     "node-d": ("10.0.0.14:9400", ("GPU-d",), 2),
     "node-e": ("10.0.0.15:9400", ("GPU-e",), 2),
+    "node-f": ("10.0.0.16:9400", ("GPU-m",), 0),
 }
 # pod -> (node, its processes' framebuffer MiB, their SM utilisation %, replica)
 PODS = {
@@ -69,6 +71,7 @@ PODS = {
     "light-0": ("node-d", 2048, 30, "1"),
     "first-0": ("node-e", 4096, 60, ""),
     "second-0": ("node-e", 2048, 30, ""),
+    "slice-0": ("node-f", 20000, 0, ""),
 }
 # GPU -> (device framebuffer MiB, device utilisation %, engine activity; None: not collected)
 DEVICES = {
@@ -130,6 +133,30 @@ def _virtual(node: str, gpu: int, uuid: str, *, processes_seen: bool) -> list[st
     return lines
 
 
+# A MIG GPU's instances: (GPU_I_ID, profile, holding pod or None, FB_USED MiB, engine activity)
+MIG = {"GPU-m": (("1", "3g.40gb", "slice-0", 20480, "0.5"), ("2", "4g.40gb", None, 0, "0"))}
+
+
+def _mig(node: str, gpu: int, uuid: str, *, processes_seen: bool) -> list[str]:
+    """`--kubernetes-virtual-gpus` on a GPU cut into MIG instances, which report no
+    utilisation: a held instance keeps its bare framebuffer series beside its pod's own (its
+    processes' in that instance), its engine activity copied to the pod."""
+    lines = []
+    for instance, profile, pod, framebuffer, active in MIG[uuid]:
+        labels = _labels(node, gpu, uuid) + f',GPU_I_PROFILE="{profile}",GPU_I_ID="{instance}"'
+        lines.append(f"DCGM_FI_DEV_FB_USED{{{labels}}} {framebuffer}")
+        if pod is None:
+            lines.append(f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{labels}}} {active}")
+            continue
+        memory = PODS[pod][1] if processes_seen else 0
+        own, copy = _pod_labels(pod, uid=True), _pod_labels(pod, uid=False)
+        lines += [
+            f"DCGM_FI_DEV_FB_USED{{{labels}{own}}} {memory}",
+            f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{labels}{copy}}} {active}",
+        ]
+    return lines
+
+
 def _default(node: str, gpu: int, uuid: str, tick: int) -> list[str]:
     """No `--kubernetes-virtual-gpus`: one series a counter, the device's values, under the
     pod the kubelet listed last at that scrape (here `ping` at even minutes)."""
@@ -146,6 +173,7 @@ def _default(node: str, gpu: int, uuid: str, tick: int) -> list[str]:
 def _pod(pod: str) -> list[str]:
     base = f'{KSM},namespace="ml",pod="{pod}",uid="uid-{pod}"'
     created = int(CREATED.timestamp())
+    resource = "nvidia_com_mig_3g.40gb" if pod == "slice-0" else "nvidia_com_gpu"
     return [
         f"kube_pod_created{{{base}}} {created}",
         f"kube_pod_status_scheduled_time{{{base}}} {created + 30}",
@@ -153,9 +181,9 @@ def _pod(pod: str) -> list[str]:
         f'kube_pod_owner{{{base},owner_kind="Job",owner_name="{pod[:-2]}",'
         'owner_is_controller="true"} 1',
         f"kube_pod_labels{{{base}}} 1",
-        # A time-sliced replica is requested as a whole GPU.
+        # A time-sliced replica is requested as a whole GPU, a MIG instance as its profile.
         f'kube_pod_container_resource_requests{{{base},container="main",'
-        'resource="nvidia_com_gpu",unit="integer"} 1',
+        f'resource="{resource}",unit="integer"}} 1',
         f'kube_pod_status_phase{{{base},phase="Running"}} 1',
     ]
 
@@ -173,6 +201,8 @@ def series_at(*, processes_seen: bool = True) -> dict[int, list[str]]:
             for gpu, uuid in enumerate(uuids):
                 if node in ("node-c", "node-e"):
                     lines[tick] += _default(node, gpu, uuid, tick)
+                elif uuid in MIG:
+                    lines[tick] += _mig(node, gpu, uuid, processes_seen=processes_seen)
                 else:
                     lines[tick] += _virtual(node, gpu, uuid, processes_seen=processes_seen)
         for pod in PODS:
@@ -284,6 +314,14 @@ def test_it_splits_a_virtual_gpu_between_its_pods(windows) -> None:
 
 @pytest.mark.slow
 @pytest.mark.django_db
+def test_it_bills_a_mig_instance_once_beside_its_kept_device_series(windows) -> None:
+    assert _per_window("alloc_gpu_seconds")["slice"] == [Decimal("128.571429")] * 3  # 3/7
+    assert _per_window("busy_gpu_seconds")["slice"] == [Decimal("64.285714")] * 3  # x 0.5
+    assert _per_window("memory_peak_bytes")["slice"] == [_mib(20000)] * 3
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
 def test_it_takes_a_pods_own_utilisation_as_its_busy_time(windows) -> None:
     # Without the engine activity, each pod's utilisation series is its own processes'
     # (60% and 30% of the GPU beside the device's 90%): 0.6 x 300 and 0.3 x 300. Divided again
@@ -322,19 +360,19 @@ def test_it_warns_of_a_time_sliced_gpu_named_for_one_pod_at_a_time(windows) -> N
     assert "second" not in alloc
     assert [w.warnings for w in windows] == [[UNNAMED, IN_TURN]] * 3
     # The sharer named nowhere counts missing (a window the close refuses until accepted):
-    # 300 of node-e's GPU-seconds, 1,500 of 1,800 seen.
-    assert [(w.status, w.completeness) for w in windows] == [("done", Decimal("0.833333"))] * 3
+    # 300 of node-e's GPU-seconds, 1,800 of 2,100 seen.
+    assert [(w.status, w.completeness) for w in windows] == [("done", Decimal("0.857143"))] * 3
 
 
 @pytest.mark.slow
 @pytest.mark.django_db
 def test_it_counts_each_gpu_present_once_in_either_mode(windows) -> None:
     capacity = dict(CapacityInterval.objects.values_list("interval_start", "capacity_gpu_seconds"))
-    assert capacity == {START + n * STEP: Decimal(6 * 300) for n in range(3)}
+    assert capacity == {START + n * STEP: Decimal(7 * 300) for n in range(3)}  # MIG: one GPU
 
 
 HIDDEN = (
-    "memory: 3 GPU(s) held by pods whose own framebuffer reads 0 while the GPU's reads up to"
+    "memory: 4 GPU(s) held by pods whose own framebuffer reads 0 while the GPU's reads up to"
     " 10,240 MiB, e.g. GPU-a on node node-a (ml/whole-0): dcgm-exporter with"
     " --kubernetes-virtual-gpus sees its pods' processes only in the host's PID namespace"
     " (hostPID: true; its Helm chart's default is false), so their memory, and their busy time"
