@@ -519,14 +519,14 @@ def _follow_ups(
         result = runner.run_parts("pending_pods", sources.pending_pods_parts(plan, pods))
         _parse_pending_pods(result, observed, plan)
     exporters = _exporters_own_series_freed(observed)
-    shared, repeated = _time_sliced_devices(observed, plan)
+    shared, repeated, beside = _time_sliced_devices(observed, plan)
     for uuids in _batches(shared):
         seen = not repeated.isdisjoint(uuids)
         query = sources.shared_devices_query(plan, uuids, seen=seen, exporters=exporters)
         result = runner.run("shared", query)
         _parse_shared(result, observed, plan)
-    for interval in observed.values():
-        _gpu_presence(interval, plan, shared)
+    for start, interval in observed.items():
+        _gpu_presence(interval, plan, shared, beside.get(start, set()))
     known = _known_gpus(observed)
     for instances in _batches(_silent_unknown_targets(observed, known)):
         result = runner.run("silent", sources.silent_devices_query(plan, instances))
@@ -2279,36 +2279,48 @@ PARSERS: dict[str, Callable[[sources.QueryRun, dict[int, Observed], sources.Quer
 
 def _time_sliced_devices(
     observed: dict[int, Observed], plan: sources.QueryPlan
-) -> tuple[set[str], set[str]]:
+) -> tuple[set[str], set[str], dict[int, set[Device]]]:
     """GPUs whose series may overlap in time, so that only a per-tick view counts them right:
     more series-ticks than ticks in some interval, several series and fewer series-ticks
     than ticks (samples missing could hide an overlap), or a series two scrape targets
-    answered for; and, apart, those last ones (`SeriesTicks.also_target`).
+    answered for; and, apart, those last ones (`SeriesTicks.also_target`); and, per interval,
+    the devices held by one pod beside their own bare series (`_held_beside_bare`), which
+    need no per-tick view.
 
     A whole GPU or MIG instance shows one series per tick (handing over from one pod to the
-    next, or to its bare series, never overlaps); a time-sliced GPU shows its bare series and
-    its pods' ones side by side, and the same GPU may be held whole in other ticks. Whatever
-    the mix, the per-tick queries split and count each tick by what it shows.
+    next, or to its bare series, never overlaps), but under dcgm-exporter's
+    --kubernetes-virtual-gpus its bare series stays beside its pod's; a time-sliced GPU shows
+    its pods' series side by side (and, in that mode, its bare series beside them), and the
+    same GPU may be held whole in other ticks. Whatever the mix, the per-tick queries split
+    and count each tick by what it shows.
     """
     ticks_per_interval = plan.step_seconds // plan.scrape_seconds
     shared: set[str] = set()
     repeated_anywhere: set[str] = set()
-    for interval in observed.values():
+    beside: dict[int, set[Device]] = {}
+    for start, interval in observed.items():
         per_device: dict[Device, list[int]] = defaultdict(lambda: [0, 0])
+        bare: dict[Device, int] = {}
         repeated: dict[str, SeriesTicks] = {}
         targets: dict[str, set[Target]] = defaultdict(set)
-        for (uuid, instance, *_), series in interval.series.items():
+        for (uuid, instance, _, _, pod), series in interval.series.items():
             if series.ticks:
                 per_device[(uuid, instance)][0] += series.ticks
                 per_device[(uuid, instance)][1] += 1
                 targets[uuid].add(series.target)
+                if not pod:
+                    bare[(uuid, instance)] = series.ticks
             if series.also_target is not None:
                 repeated.setdefault(uuid, series)
-        shared |= {
-            uuid
-            for (uuid, _), (ticks, count) in per_device.items()
+        overlapping = {
+            device
+            for device, (ticks, count) in per_device.items()
             if ticks > ticks_per_interval or (count > 1 and ticks < ticks_per_interval)
         }
+        held = _held_beside_bare(interval, overlapping, per_device, bare, targets)
+        if held:
+            beside[start] = held
+        shared |= {uuid for uuid, _ in overlapping - held}
         shared |= set(repeated)
         shared |= _devices_apart(interval, per_device, targets, ticks_per_interval)
         repeated_anywhere |= set(repeated)
@@ -2320,7 +2332,42 @@ def _time_sliced_devices(
                 f" {uuid} by {_target_text(first)} and {_target_text(second)} (an exporter"
                 " scraped twice, or replaced); each tick counted once"
             )
-    return shared, repeated_anywhere
+    # A GPU per-tick in one interval is so in all (its devices' keys would mix the two ways).
+    beside = {
+        start: {device for device in held if device[0] not in shared}
+        for start, held in beside.items()
+    }
+    return shared, repeated_anywhere, beside
+
+
+def _held_beside_bare(
+    interval: Observed,
+    overlapping: set[Device],
+    per_device: dict[Device, list[int]],
+    bare: dict[Device, int],
+    targets: dict[str, set[Target]],
+) -> set[Device]:
+    """Of the devices whose series overlap, those held by one pod beside their own bare
+    series at every scrape its one exporter answered: dcgm-exporter with
+    --kubernetes-virtual-gpus (4.5.3-4.8.2 on) keeps a held device's bare DCGM_FI_DEV_FB_USED
+    beside its pod's (`isPerProcessMetric`), so every held device overlaps. One pod cannot
+    overlap another: its series' ticks are its own, and the device was present at the bare
+    series' ticks, every answered scrape (`_gpu_presence`). Without this, every GPU of such
+    a pool went through the per-tick query, at 10,000 GPUs forty narrowed subqueries a batch.
+
+    Not where a target's answered scrapes are unknown (no `up`), nor where two pods' series
+    or two targets are in the interval: those stay per tick."""
+    held = set()
+    for device in overlapping:
+        ticks, count = per_device[device]
+        bare_ticks = bare.get(device)
+        if count != 2 or bare_ticks is None or len(targets[device[0]]) != 1:
+            continue
+        (target,) = targets[device[0]]
+        answered = interval.targets.get(target, (0, None))[1]
+        if answered is not None and bare_ticks == answered and ticks - bare_ticks <= answered:
+            held.add(device)
+    return held
 
 
 def _devices_apart(
@@ -2447,14 +2494,17 @@ def _free(interval: Observed, key: SeriesKey) -> Target:
     return series.target
 
 
-def _gpu_presence(observed: Observed, plan: sources.QueryPlan, shared: set[str]) -> None:
+def _gpu_presence(
+    observed: Observed, plan: sources.QueryPlan, shared: set[str], beside: set[Device]
+) -> None:
     """Ticks at which each physical GPU was present, whatever its use in each tick: a device
     of a GPU whose series may overlap counts the ticks with any series (per tick, from
-    Prometheus); any other device the sum of its series' ticks (they never overlap). A MIG
-    GPU is present when its instances are."""
+    Prometheus); one held by a pod beside its own bare series, the bare series' ticks
+    (`_held_beside_bare`); any other device the sum of its series' ticks (they never
+    overlap). A MIG GPU is present when its instances are."""
     devices: dict[Device, int] = defaultdict(int)
     gpus = observed.gpus
-    for (uuid, instance, *_), series in observed.series.items():
+    for (uuid, instance, _, _, pod), series in observed.series.items():
         if series.ticks:
             gpu = gpus.get(uuid)
             if gpu is None:  # not setdefault, which would build a GpuInfo for every series
@@ -2463,7 +2513,9 @@ def _gpu_presence(observed: Observed, plan: sources.QueryPlan, shared: set[str])
             gpu.fault_domain = series.fault_domain
             gpu.model = gpu.model or series.model
             if uuid not in shared:
-                devices[(uuid, instance)] += series.ticks
+                # Beside its pod's, the bare series holds every tick the device was present.
+                if not pod or (uuid, instance) not in beside:
+                    devices[(uuid, instance)] += series.ticks
             elif (uuid, "") not in observed.present:
                 observed.warnings.append(f"devices: {uuid} has no per-tick presence")
     # Per tick, a GPU's presence is of all its devices at once (a MIG layout changed within

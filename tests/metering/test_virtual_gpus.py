@@ -371,6 +371,19 @@ def test_it_counts_each_gpu_present_once_in_either_mode(windows) -> None:
     assert capacity == {START + n * STEP: Decimal(7 * 300) for n in range(3)}  # MIG: one GPU
 
 
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_it_asks_per_tick_only_for_the_gpus_pods_share(windows) -> None:
+    # A GPU (or MIG instance) held by one pod keeps its bare series beside the pod's, so its
+    # series overlap; one pod cannot overlap another, so it needs no per-tick query: asked
+    # for every held GPU, a 10,000-GPU pool's batch asked forty of them.
+    shared = " ".join(
+        query["promql"] for query in windows[0].recorded_queries if query["meter"] == "shared"
+    )
+    assert all(f"GPU-{gpu}" in shared for gpu in "bd"), shared
+    assert not any(f"GPU-{gpu}" in shared for gpu in "afm"), shared
+
+
 HIDDEN = (
     "memory: 4 GPU(s) held by pods whose own framebuffer reads 0 while the GPU's reads up to"
     " 10,240 MiB, e.g. GPU-a on node node-a (ml/whole-0): dcgm-exporter with"
