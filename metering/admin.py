@@ -108,46 +108,39 @@ class SloStatedFilter(admin.SimpleListFilter):
         return queryset
 
 
-@admin.action(description="State the selected services' SLOs as they are", permissions=["change"])
-def slos_state(modeladmin, request, queryset) -> None:
-    """An operator confirms an SLO that is already right (the default included)."""
+def _services_state(request: HttpRequest, queryset: QuerySet, stated_field: str, field: str) -> int:
+    """Marks `stated_field` now on the selected services that have none, each audited with
+    the `field` it confirms (unchanged); returns how many."""
     stated = timezone.now()
-    unstated = list(queryset.filter(slo_stated__isnull=True))
+    unstated = list(queryset.filter(**{f"{stated_field}__isnull": True}).select_related("team"))
     with transaction.atomic():
         for service in unstated:
-            service.slo_stated = stated
-            service.save(update_fields=["slo_stated"])
+            setattr(service, stated_field, stated)
+            service.save(update_fields=[stated_field])
+            value = service.team.name if field == "team" else getattr(service, field)
             audit_record(
                 action="change",
                 obj=service,
-                changes={
-                    "slo_stated": [None, stated],
-                    "slo_p99_ms": [service.slo_p99_ms, service.slo_p99_ms],
-                },
+                changes={stated_field: [None, stated], field: [value, value]},
                 actor=request.user,
                 force=True,
             )
-    modeladmin.message_user(request, f"stated {len(unstated)} SLOs", messages.SUCCESS)
+    return len(unstated)
+
+
+@admin.action(description="State the selected services' SLOs as they are", permissions=["change"])
+def slos_state(modeladmin, request, queryset) -> None:
+    """An operator confirms an SLO that is already right (the default included)."""
+    stated = _services_state(request, queryset, "slo_stated", "slo_p99_ms")
+    modeladmin.message_user(request, f"stated {stated} SLOs", messages.SUCCESS)
 
 
 @admin.action(description="State the selected services' teams as they are", permissions=["change"])
 def teams_state(modeladmin, request, queryset) -> None:
     """An operator confirms that a service's SLA credits go to the right team, though its
     namespace's pods now run as another (metering.selectors.services_team_moved)."""
-    stated = timezone.now()
-    unstated = list(queryset.filter(team_stated__isnull=True).select_related("team"))
-    with transaction.atomic():
-        for service in unstated:
-            service.team_stated = stated
-            service.save(update_fields=["team_stated"])
-            audit_record(
-                action="change",
-                obj=service,
-                changes={"team_stated": [None, stated], "team": [service.team.name] * 2},
-                actor=request.user,
-                force=True,
-            )
-    modeladmin.message_user(request, f"stated {len(unstated)} teams", messages.SUCCESS)
+    stated = _services_state(request, queryset, "team_stated", "team")
+    modeladmin.message_user(request, f"stated {stated} teams", messages.SUCCESS)
 
 
 @admin.register(models.Service)

@@ -166,3 +166,17 @@ def test_it_takes_an_slo_that_is_not_the_default_for_stated_where_it_migrates() 
     default.refresh_from_db()
     other.refresh_from_db()
     assert default.slo_stated is None and other.slo_stated is not None
+
+
+def test_it_states_a_services_team_as_it_is_audited(operator_client) -> None:
+    service = ServiceFactory(external_id="chat/right", team_stated=None)
+
+    response = operator_client.post(
+        "/admin/metering/service/", {"action": "teams_state", "_selected_action": [service.pk]}
+    )
+
+    assert response.status_code == 302, response.content.decode()[:2000]
+    service.refresh_from_db()
+    assert service.team_stated is not None
+    entry = AuditEntry.objects.get(object_type="metering.service", object_id=str(service.pk))
+    assert entry.changes["team"] == [service.team.name, service.team.name]
