@@ -3158,12 +3158,19 @@ def _pods_in_turn(facts: IntervalFacts, now: Observed, before: Observed) -> None
     that hands a whole GPU over to another has ended (or started) within the interval, and
     with the flag the pods' series overlap (more ticks than the GPU was present for, scrapes
     missed or not), so neither is taken for this."""
+    # The GPUs that two pod series name, in one pass over the keys: nearly always none.
+    named, twice = set(), set()
+    for uuid, instance, _, _, pod in now.series:
+        if pod and not instance:  # a MIG instance is never time-sliced by the device plugin
+            (twice if uuid in named else named).add(uuid)
+    if not twice:
+        return
     holders: dict[str, set[PodKey]] = defaultdict(set)
     held_ticks: dict[str, int] = defaultdict(int)
     nodes: dict[str, str] = {}
     for (uuid, instance, _, namespace, pod), series in now.series.items():
-        if instance or not pod or not series.ticks:
-            continue  # a MIG instance is never time-sliced by the device plugin
+        if uuid not in twice or instance or not pod or not series.ticks:
+            continue
         holders[uuid].add((namespace, pod))
         held_ticks[uuid] += series.ticks
         nodes[uuid] = series.node
@@ -3197,17 +3204,20 @@ def _own_figures_unread(facts: IntervalFacts, now: Observed) -> None:
     namespace (its Helm chart's `hostPID: false`) it finds no process's pod, and every pod
     reads 0: their memory, and their busy time where it falls back to utilisation. Copies of
     the device's values (the default mode) read as the device does."""
+    # A bare series has a peak only where it was not 0 (`sources.Part.busy_bare`): nearly
+    # always none, and then the pods' series need no pass.
     device_peak: dict[Device, Decimal] = {}
-    pod_peaks: dict[Device, list[tuple[Decimal, PodKey]]] = defaultdict(list)
     nodes: dict[str, str] = {}
-    for (uuid, instance, _, namespace, pod), series in now.series.items():
-        if series.memory_peak is None:
-            continue
-        if pod:
-            pod_peaks[(uuid, instance)].append((series.memory_peak, (namespace, pod)))
-        else:
+    for (uuid, instance, _, _, pod), series in now.series.items():
+        if not pod and series.memory_peak:
             device_peak[(uuid, instance)] = series.memory_peak
             nodes[uuid] = series.node
+    if not device_peak:
+        return
+    pod_peaks: dict[Device, list[tuple[Decimal, PodKey]]] = defaultdict(list)
+    for (uuid, instance, _, namespace, pod), series in now.series.items():
+        if pod and series.memory_peak is not None and (uuid, instance) in device_peak:
+            pod_peaks[(uuid, instance)].append((series.memory_peak, (namespace, pod)))
     unread = {
         device: sorted(pod for _, pod in pod_peaks[device])
         for device, peak in sorted(device_peak.items())
