@@ -27,8 +27,10 @@ from tests.pricing.builders import H100, L40S
 pytestmark = pytest.mark.slow
 
 # A small laptop's screen, or a browser beside another window: every page's tables fit it
-# (OVERFLOWING_JS), and so any wider one (the layout changes only at 1,680 px).
+# (OVERFLOWING_JS), and so any wider one (the layout changes at 1,680 px), and a tablet's
+# across, below the layout's other change at 1,100 px (NARROW).
 VIEWPORT = {"width": 1100, "height": 800}
+NARROW = {"width": 1024, "height": 768}
 # The panels and cards whose content is wider than they are: a table cut off at the panel's
 # edge, to be scrolled sideways (the overview's key services beside the waits did so below
 # 1,680 px, the demo's at 1,400).
@@ -141,6 +143,11 @@ def test_it_walks_finance_through_every_page_to_a_task_and_the_downloads(
         assert open_page(page, f"{site.base}{path}") == 200, path
         assert page.locator("main table tbody tr").count() >= 1, path
         assert page.evaluate(OVERFLOWING_JS) == [], path
+    page.set_viewport_size(NARROW)
+    for path in [*site.chart_pages, *site.table_pages]:
+        open_page(page, f"{site.base}{path}")
+        assert page.evaluate(OVERFLOWING_JS) == [], (NARROW, path)
+    page.set_viewport_size(VIEWPORT)
 
     # From the month's statements, follow vision's off-peak line to the tasks behind it.
     open_page(page, f"{site.base}{site.statement_period}")
