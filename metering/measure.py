@@ -2364,7 +2364,7 @@ def _held_beside_bare(
         if count != 2 or bare_ticks is None or len(targets[device[0]]) != 1:
             continue
         (target,) = targets[device[0]]
-        answered = interval.targets.get(target, (0, None))[1]
+        answered = _answered(interval, target)
         if answered is not None and bare_ticks == answered and ticks - bare_ticks <= answered:
             held.add(device)
     return held
@@ -2397,7 +2397,7 @@ def _devices_apart(
         if count < 2 or most[uuid] >= ticks_per_interval:
             continue
         (target, *others) = targets[uuid]
-        answered = None if others else interval.targets.get(target, (0, None))[1]
+        answered = None if others else _answered(interval, target)
         if answered is None or most[uuid] < answered:
             apart.add(uuid)
     return apart
@@ -2492,6 +2492,12 @@ def _free(interval: Observed, key: SeriesKey) -> Target:
         if series.busy is not None:
             found.busy = series.busy if found.busy is None else max(found.busy, series.busy)
     return series.target
+
+
+def _answered(interval: Observed, target: Target) -> int | None:
+    """How many scrapes of the interval `target` answered (its `up`); None where the source
+    holds no `up` of it."""
+    return interval.targets.get(target, (0, None))[1]
 
 
 def _gpu_presence(

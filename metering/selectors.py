@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -323,14 +323,24 @@ def services_slo_unstated(*, start: datetime, end: datetime, min_requests: int) 
     )
     if not unstated:
         return []
-    judged = LatencyInterval.objects.filter(
-        enough_requests_condition(min_requests),
-        service_id__in=unstated,
-        interval_start__gte=start,
-        interval_start__lt=end,
-    )
-    served = judged.values_list("service_id", flat=True).distinct()
+    served = _services_judged(unstated, start=start, end=end, min_requests=min_requests)
     return [name for name, _ in sorted((unstated[pk], pk) for pk in served)]
+
+
+def _services_judged(
+    services: Iterable[int], *, start: datetime, end: datetime, min_requests: int
+) -> set[int]:
+    """Of these services, those of which rule 4 judged an interval in [start, end)."""
+    return set(
+        LatencyInterval.objects.filter(
+            enough_requests_condition(min_requests),
+            service_id__in=list(services),
+            interval_start__gte=start,
+            interval_start__lt=end,
+        )
+        .values_list("service_id", flat=True)
+        .distinct()
+    )
 
 
 @dataclass(frozen=True)
@@ -357,19 +367,19 @@ def services_team_moved(
     A namespace usually holds one team's pods: the services' namespaces are read through the
     task table first (a task row is a key under one team, with the span it was seen in), so
     the month's usage and latency are read only where another team's inference task ran."""
-    services = {
-        service.pk: service
+    # Each service with its namespace, the external id up to its "/".
+    services = [
+        (service, (service.source_id, service.external_id.partition("/")[0]))
         for service in Service.objects.filter(team_stated__isnull=True).select_related("team")
-    }
-    namespaces = {(s.source_id, s.external_id.partition("/")[0]) for s in services.values()}
-    if not namespaces:
+    ]
+    if not services:
         return []
     # A row's last_seen is its last interval's start (none on rows metered before it was kept).
     seen_since = Q(last_seen__gte=start - timedelta(hours=1)) | Q(last_seen__isnull=True)
     tasks = Task.objects.filter(seen_since, kind=INFERENCE, first_seen__lt=end).filter(
         # The (source, namespace) pairs: few, as there are few services.
         Q.create(
-            [Q(source_id=source, namespace=namespace) for source, namespace in namespaces],
+            [Q(source_id=source, namespace=namespace) for _, (source, namespace) in services],
             connector=Q.OR,
         )
     )
@@ -377,24 +387,16 @@ def services_team_moved(
     for source, namespace, team in tasks.values_list("source_id", "namespace", "team_id"):
         teams_seen[(source, namespace)].add(team)
     candidates = [
-        service
-        for service in services.values()
-        if teams_seen[(service.source_id, service.external_id.partition("/")[0])]
-        - {service.team_id}
+        (service, namespace)
+        for service, namespace in services
+        if teams_seen[namespace] - {service.team_id}
     ]
     if not candidates:
         return []
-    judged = set(
-        LatencyInterval.objects.filter(
-            enough_requests_condition(min_requests),
-            service_id__in=[service.pk for service in candidates],
-            interval_start__gte=start,
-            interval_start__lt=end,
-        )
-        .values_list("service_id", flat=True)
-        .distinct()
+    judged = _services_judged(
+        [service.pk for service, _ in candidates], start=start, end=end, min_requests=min_requests
     )
-    candidates = [service for service in candidates if service.pk in judged]
+    candidates = [(service, namespace) for service, namespace in candidates if service.pk in judged]
     if not candidates:
         return []
     hourly: dict[tuple[int, str], dict[datetime, dict[int, Decimal]]] = defaultdict(
@@ -405,17 +407,17 @@ def services_team_moved(
             hour_start__gte=start,
             hour_start__lt=end,
             task__kind=INFERENCE,
-            task__source_id__in={service.source_id for service in candidates},
-            task__namespace__in={s.external_id.partition("/")[0] for s in candidates},
+            task__source_id__in={source for _, (source, _) in candidates},
+            task__namespace__in={namespace for _, (_, namespace) in candidates},
         )
         .values_list("task__source_id", "task__namespace", "hour_start", "task__team_id")
         .annotate(gpu_seconds=Sum("alloc_gpu_seconds"))
     )
     for source, namespace, hour, team, gpu_seconds in rows:
         hourly[(source, namespace)][hour][team] = gpu_seconds
-    moved = []
-    for service in candidates:
-        hours = hourly[(service.source_id, service.external_id.partition("/")[0])]
+    found = []  # (service, the team it ran as, the hours it did)
+    for service, namespace in candidates:
+        hours = hourly[namespace]
         others: dict[int, Decimal] = defaultdict(Decimal)
         moved_hours = []
         for hour in sorted(hours):
@@ -427,16 +429,18 @@ def services_team_moved(
                 for team, gpu_seconds in other.items():
                     others[team] += gpu_seconds
         if moved_hours:
-            ran_as = max(others, key=lambda team: (others[team], -team))
-            moved.append(
-                ServiceTeamMoved(
-                    service=service.external_id,
-                    team=service.team.name,
-                    ran_as=Team.objects.get(pk=ran_as).name,
-                    since=moved_hours[0],
-                    hours=len(moved_hours),
-                )
-            )
+            found.append((service, max(others, key=lambda t: (others[t], -t)), moved_hours))
+    names = dict(Team.objects.filter(pk__in={t for _, t, _ in found}).values_list("pk", "name"))
+    moved = [
+        ServiceTeamMoved(
+            service=service.external_id,
+            team=service.team.name,
+            ran_as=names[ran_as],
+            since=hours[0],
+            hours=len(hours),
+        )
+        for service, ran_as, hours in found
+    ]
     return sorted(moved, key=lambda found: (found.service, found.since))
 
 
