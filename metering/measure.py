@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from fractions import Fraction
-from functools import cache
+from functools import cache, lru_cache
 from itertools import pairwise
 from typing import Any
 
@@ -1862,6 +1862,13 @@ class _Numbers(dict[str, Decimal | None]):
         return value
 
 
+def _by_end(observed: dict[int, Observed], step: int) -> dict[int, Observed]:
+    """Each interval by its end, the time a range query evaluates it at: a point's interval in
+    one look-up of the answer's own timestamp (whole seconds, as every range query starts on
+    the step grid; anything else is looked up by its whole seconds, as before)."""
+    return {start + step: interval for start, interval in observed.items()}
+
+
 def _points(
     result: sources.QueryRun,
     observed: dict[int, Observed],
@@ -1875,6 +1882,7 @@ def _points(
     answers repeat a few values ("1", "0", tick counts) over a million points a batch."""
     step = plan.step_seconds
     numbers = _Numbers()
+    ends = _by_end(observed, step)
     for series in result.series:
         labels = series.labels
         key = pod_of(labels)
@@ -1883,7 +1891,7 @@ def _points(
         if needs_pod and not (namespace and pod):
             missing = ["namespace" if pod else "pod", *missing]
         for evaluated_at, text in series.values:
-            interval = observed.get(int(evaluated_at) - step)
+            interval = ends.get(evaluated_at) or observed.get(int(evaluated_at) - step)
             if interval is None:
                 continue
             if missing:
@@ -1923,6 +1931,7 @@ def _parse_devices(
 ) -> None:
     step = plan.step_seconds
     numbers = _Numbers()
+    ends = _by_end(observed, step)
     for series in result.series:
         labels = series.labels
         meter = labels.get("meter")
@@ -1936,7 +1945,7 @@ def _parse_devices(
             model = labels.get("modelName", "")
             cluster = labels.get(plan.cluster_label, "") if plan.cluster_label else ""
         for evaluated_at, text in series.values:
-            interval = observed.get(int(evaluated_at) - step)
+            interval = ends.get(evaluated_at) or observed.get(int(evaluated_at) - step)
             if interval is None:
                 continue
             ticks = interval.series.get(key)
@@ -2982,12 +2991,20 @@ class _PodSums:
 
 
 def _from_parts(whole: int | Decimal | Fraction, split: Fraction | None = None) -> Fraction:
+    value = _parts_fraction(whole)
+    return value if split is None else value + split / SHARE_PARTS
+
+
+@lru_cache(maxsize=4096)
+def _parts_fraction(whole: int | Decimal | Fraction) -> Fraction:
+    """`whole` SHARE_PARTS of a GPU-second as a rational. Cached: a batch's sums repeat a few
+    hundred values (every pod that held its GPU all interval has the same allocation) over
+    about two per pod and interval, and building a Fraction (its gcd) cost a third of
+    `_derive_gpus`. Equal keys (2 and Decimal("2.0")) are equal rationals."""
     if isinstance(whole, Decimal):
         numerator, denominator = whole.as_integer_ratio()
-        value = Fraction(numerator, denominator * SHARE_PARTS)
-    else:
-        value = Fraction(whole, SHARE_PARTS)
-    return value if split is None else value + split / SHARE_PARTS
+        return Fraction(numerator, denominator * SHARE_PARTS)
+    return Fraction(whole, SHARE_PARTS)
 
 
 def _derive_gpus(
@@ -3032,13 +3049,23 @@ def _derive_gpus(
             model_key = (namespace, pod, model)
             allocated = ticks * share
             busy_parts = None if busy is None else busy * share
-            for summed in (_sums(sums, key), _sums(model_sums, model_key)):
-                summed.alloc += allocated
-                if busy_parts is None:
-                    continue
-                if isinstance(busy_parts, Decimal):
+            # The pod's sums and the pod and model's alike, spelled out: this runs for every
+            # series of every interval.
+            pod_sums = sums.get(key)
+            if pod_sums is None:
+                pod_sums = sums[key] = _PodSums()
+            pod_model_sums = model_sums.get(model_key)
+            if pod_model_sums is None:
+                pod_model_sums = model_sums[model_key] = _PodSums()
+            pod_sums.alloc += allocated
+            pod_model_sums.alloc += allocated
+            if busy_parts is None:
+                pass
+            elif isinstance(busy_parts, Decimal):
+                for summed in (pod_sums, pod_model_sums):
                     summed.busy = busy_parts if summed.busy is None else summed.busy + busy_parts
-                else:
+            else:
+                for summed in (pod_sums, pod_model_sums):
                     summed.split_busy = (summed.split_busy or 0) + busy_parts
             if series.memory_peak is not None:
                 peak = round(series.memory_peak * sources.MIB)
@@ -3074,13 +3101,6 @@ def _derive_gpus(
     facts.capacity_by_model.update(
         (key, Fraction(value)) for key, value in capacity_by_model.items()
     )
-
-
-def _sums(sums: dict[Any, _PodSums], key: tuple[str, ...]) -> _PodSums:
-    found = sums.get(key)
-    if found is None:
-        found = sums[key] = _PodSums()
-    return found
 
 
 def _derive_completeness(
@@ -3281,10 +3301,6 @@ def _unattributed_missing(
     `unmetered_nodes` (another source's pool) to that source."""
     ticks = plan.step_seconds // plan.scrape_seconds
     named = {key[3:] for key in now.series if key[4]}
-    held_on: dict[str, str] = {}  # a GPU of each node that some series names a pod on
-    for key, series in sorted(now.series.items()):
-        if key[4] and series.ticks:
-            held_on.setdefault(series.node, key[0])
     outside = re.compile(plan.unmetered_nodes) if plan.unmetered_nodes else None
     unmetered: dict[str, list[tuple[PodKey, Fraction]]] = defaultdict(list)
     for pod, identity in now.identity.items():
@@ -3305,6 +3321,10 @@ def _unattributed_missing(
         if silent_nodes and unmetered
         else []
     )
+    held_on: dict[str, str] = {}  # a GPU of each node that some series names a pod on
+    for key, series in sorted(now.series.items()) if unmetered else ():
+        if key[4] and series.ticks:
+            held_on.setdefault(series.node, key[0])
     for node, pods in sorted(unmetered.items()):
         (namespace, name), gpus = min(pods)
         found = (
