@@ -23,7 +23,6 @@ TRUNCATEd before each run and after the last.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import os
@@ -31,29 +30,25 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._kept import checkout_option, kept_parser
+
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kept", type=Path, help="a folder kept by benchmarks/ingest.py --keep")
-    parser.add_argument("--gpus", type=int, default=1000)
-    parser.add_argument("--hours", type=int, default=24)
-    parser.add_argument("--scrape", type=int, default=150)
+    parser = kept_parser(__doc__.splitlines()[0], hours=24)
     parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument(
-        "--checkout",
-        type=Path,
-        default=Path(__file__).resolve().parent.parent,
-        help="the Tandem checkout whose code ingests (default: this one)",
-    )
+    checkout_option(parser, "ingests")
     options = parser.parse_args()
     sys.path.insert(0, str(options.checkout.resolve()))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
     django.setup()
-    # The checkout's own code, imported once Django is set up. Only what every checkout has
-    # (services, ingest, the bench's BATCH): the pool's windows are made here, not by a helper
-    # of this checkout's benchmarks that the other checkout may lack.
+    # The checkout's own code, imported once Django is set up: its metering (services, ingest);
+    # the bench's helpers (BATCH, the CPU reading, the TRUNCATE) are this one's, whose
+    # `benchmarks` package came first. The pool's windows are made here, not by a helper of
+    # this checkout's benchmarks that the other checkout may lack.
     from benchmarks.ingest import BATCH, cpu_seconds, truncate_metering
     from metering import ingest, services
     from metering.models import Source

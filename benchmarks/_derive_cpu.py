@@ -43,18 +43,13 @@ def main() -> None:
             sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "0"}
         )
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from benchmarks._kept import kept_first, kept_parser
+    from benchmarks._kept import checkout_option, kept_first, kept_parser
 
     parser = kept_parser(__doc__.splitlines()[0], hours=24)
     parser.add_argument("--at", type=int, default=5, help="hours into the pool")
     parser.add_argument("--windows", type=int, default=72, help="a catch-up task's")
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument(
-        "--checkout",
-        type=Path,
-        default=Path(__file__).resolve().parent.parent,
-        help="the Tandem checkout whose code parses and derives (default: this one)",
-    )
+    checkout_option(parser, "parses and derives")
     options = parser.parse_args()
     options.kept = options.kept.resolve()
     sys.path.insert(0, str(options.checkout.resolve()))

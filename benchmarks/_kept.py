@@ -1,6 +1,7 @@
-"""What the breakdown scripts share (`_write_phase.py`, `_shards.py`): the arguments naming a
-pool kept by `benchmarks/ingest.py --keep`, its first sample, its Prometheus, and timers
-put around functions by name. Imports nothing of Tandem's: a script sets Django up first."""
+"""What the breakdown scripts share (`_write_phase.py`, `_shards.py`, `_day_cpu.py`,
+`_derive_cpu.py`): the arguments naming a pool kept by `benchmarks/ingest.py --keep` and the
+checkout to run, its first sample, its Prometheus, and timers put around functions by name.
+Imports nothing of Tandem's: a script sets Django up first."""
 
 from __future__ import annotations
 
@@ -22,6 +23,17 @@ def kept_parser(description: str, *, hours: int) -> argparse.ArgumentParser:
     parser.add_argument("--hours", type=int, default=hours)
     parser.add_argument("--scrape", type=int, default=150)
     return parser
+
+
+def checkout_option(parser: argparse.ArgumentParser, runs: str) -> None:
+    """--checkout: the Tandem checkout whose code `runs` (default: this one), so that two
+    checkouts can be compared on the same kept pool (the script puts it first on sys.path)."""
+    parser.add_argument(
+        "--checkout",
+        type=Path,
+        default=Path(__file__).resolve().parent.parent,
+        help=f"the Tandem checkout whose code {runs} (default: this one)",
+    )
 
 
 def kept_first(options: argparse.Namespace) -> int:
