@@ -2879,6 +2879,7 @@ def _derive(
     _derive_gpus(facts, now, plan, shared)
     _derive_completeness(facts, now, before, plan, known, vanished)
     _pods_in_turn(facts, now, before)
+    _names_taken_over(facts, now, before)
     _own_figures_unread(facts, now)
     _derive_io(facts, now, io_earlier)
     _derive_latency(facts, now, latency_earlier)
@@ -3172,6 +3173,50 @@ def _derive_completeness(
                 " the node (the exporter's target gone from Prometheus, or its samples late)"
             )
         facts.warnings.append(message)
+
+
+def _names_taken_over(facts: IntervalFacts, now: Observed, before: Observed) -> None:
+    """Warns of a pod name that two pods held in one interval under different tasks, teams or
+    priority classes: the pod the interval before ended with, and another created under its
+    name (kube-state-metrics' scheduled time of the name changed: a pod's own never does).
+    dcgm-exporter names the pod, not its uid, and the interval's pod is read at its end, so
+    all its GPU time goes to the second (docs/telemetry.md "Known gaps"); where both count
+    alike (a StatefulSet's `name-0` recreated), it is billed right either way."""
+    views, views_before = now.identity, before.identity
+    # Every pod that held a GPU, every interval: one pass, nearly always finding none.
+    changed = [
+        pod
+        for pod in facts.alloc
+        if pod in views
+        and pod in views_before
+        and views[pod].scheduled != views_before[pod].scheduled
+    ]
+    for pod in sorted(changed):
+        identity, earlier = views[pod], views_before[pod]
+        if identity.scheduled is None or earlier.scheduled is None:
+            continue
+        allocated = facts.alloc[pod]
+        namespace, name = pod
+        was, is_now = (
+            (view.task_name(name), view.team_label, view.priority_class)
+            for view in (earlier, identity)
+        )
+        if was == is_now:
+            continue
+        seconds = allocated if allocated.denominator == 1 else round(allocated, 1)
+        facts.warnings.append(
+            f"attribution: pod {namespace}/{name} was created anew within the interval"
+            f" (scheduled {datetime.fromtimestamp(identity.scheduled, UTC):%H:%M:%S} UTC):"
+            f" {_counted_as(earlier, name)} before, {_counted_as(identity, name)} after;"
+            f" all {seconds} of its GPU-seconds are counted as the latter's (dcgm-exporter"
+            " names the pod, not its uid)"
+        )
+
+
+def _counted_as(identity: PodIdentity, name: str) -> str:
+    team = f", team {identity.team_label}" if identity.team_label else ""
+    kind = f", {identity.priority_class}" if identity.priority_class else ""
+    return f"task {identity.task_name(name)}{team}{kind}"
 
 
 def _pods_in_turn(facts: IntervalFacts, now: Observed, before: Observed) -> None:

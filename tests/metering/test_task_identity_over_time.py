@@ -33,7 +33,15 @@ from django.urls import reverse
 from billing.models import PriceBook
 from billing.scenarios import scenario_build, scenario_price
 from billing.services import price_book_ensure_default
-from metering.models import PodWait, Preemption, Service, Task, Team, UsageInterval
+from metering.models import (
+    IngestWindow,
+    PodWait,
+    Preemption,
+    Service,
+    Task,
+    Team,
+    UsageInterval,
+)
 from metering.selectors import ServiceTeamMoved, services_team_moved, window_blind_spots
 from simulator.prometheus import PrometheusProcess
 from tests.metering.jobs import (
@@ -239,12 +247,26 @@ def test_it_counts_a_jobs_preemptions_on_from_its_run_before(source) -> None:
     assert engine_teams(LLM_AGAIN, LLM_AGAIN + 3 * STEP)["nlp"]["compensation"] == "-6.47"
 
 
+TAKEN_OVER = (
+    "attribution: pod lab/runner-0 was created anew within the interval (scheduled 12:03:00"
+    " UTC): task eval-a, team red, training-batch before, task eval-b, team blue,"
+    " training-batch after; all 240 of its GPU-seconds are counted as the latter's"
+    " (dcgm-exporter names the pod, not its uid)"
+)
+
+
 def test_it_gives_a_window_to_the_pod_that_holds_its_name_at_the_end(source) -> None:
     ingest_command(RUNNER, RUNNER + 4 * STEP)
 
     # eval-a ran 600 GPU-seconds (120 of them in the 12:00 window), eval-b 360 (120 there):
     # the window's pod is read at its end, so all 240 of 12:00 are eval-b's.
     assert gpu_seconds(namespace="lab") == {"eval-a": 480, "eval-b": 480}
+    # Not silently: the window says so, and no other does.
+    taken_over = {
+        window.start: [w for w in window.warnings if "created anew" in w]
+        for window in IngestWindow.objects.filter(start__gte=RUNNER).order_by("start")
+    }
+    assert taken_over == {RUNNER + n * STEP: [TAKEN_OVER] if n == 2 else [] for n in range(4)}
     assert sorted(
         Task.objects.filter(namespace="lab").values_list("external_id", "team__name")
     ) == [
