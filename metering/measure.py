@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from fractions import Fraction
-from functools import cache, lru_cache
+from functools import cache
 from itertools import pairwise
 from typing import Any
 
@@ -2991,21 +2991,25 @@ class _PodSums:
     split_busy: Fraction | None = None
 
 
-def _from_parts(whole: int | Decimal | Fraction, split: Fraction | None = None) -> Fraction:
-    value = _parts_fraction(whole)
+def _from_parts(
+    rationals: dict[int | Decimal | Fraction, Fraction],
+    whole: int | Decimal | Fraction,
+    split: Fraction | None = None,
+) -> Fraction:
+    """`whole` SHARE_PARTS of a GPU-second (and `split`, SHARE_PARTS too) as a rational; each
+    distinct `whole` made once per interval in `rationals`: an interval's sums repeat a few
+    values (every pod that held its GPU all interval has the same allocation), and building
+    a Fraction (its gcd) for each cost a third of `_derive_gpus`. Equal keys (2 and
+    Decimal("2.0")) are equal rationals."""
+    value = rationals.get(whole)
+    if value is None:
+        if isinstance(whole, Decimal):
+            numerator, denominator = whole.as_integer_ratio()
+            value = Fraction(numerator, denominator * SHARE_PARTS)
+        else:
+            value = Fraction(whole, SHARE_PARTS)
+        rationals[whole] = value
     return value if split is None else value + split / SHARE_PARTS
-
-
-@lru_cache(maxsize=4096)
-def _parts_fraction(whole: int | Decimal | Fraction) -> Fraction:
-    """`whole` SHARE_PARTS of a GPU-second as a rational. Cached: a batch's sums repeat a few
-    hundred values (every pod that held its GPU all interval has the same allocation) over
-    about two per pod and interval, and building a Fraction (its gcd) cost a third of
-    `_derive_gpus`. Equal keys (2 and Decimal("2.0")) are equal rationals."""
-    if isinstance(whole, Decimal):
-        numerator, denominator = whole.as_integer_ratio()
-        return Fraction(numerator, denominator * SHARE_PARTS)
-    return Fraction(whole, SHARE_PARTS)
 
 
 def _derive_gpus(
@@ -3077,14 +3081,15 @@ def _derive_gpus(
             if series.memory_avg is not None:
                 averages[key].append(series.memory_avg)
                 model_averages[model_key].append(series.memory_avg)
+    rationals: dict[int | Decimal | Fraction, Fraction] = {}
     for found, alloc, busy in (
         (sums, facts.alloc, facts.busy),
         (model_sums, facts.alloc_by_model, facts.busy_by_model),
     ):
         for key, summed in found.items():
-            alloc[key] = _from_parts(summed.alloc)
+            alloc[key] = _from_parts(rationals, summed.alloc)
             if summed.busy is not None or summed.split_busy is not None:
-                busy[key] = _from_parts(summed.busy or 0, summed.split_busy)
+                busy[key] = _from_parts(rationals, summed.busy or 0, summed.split_busy)
     # Per GPU: the mean over the pod's devices (a sum would count a time-sliced GPU's memory
     # once per pod).
     for key, values in averages.items():
