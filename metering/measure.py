@@ -2879,7 +2879,7 @@ def _derive(
     _derive_gpus(facts, now, plan, shared)
     _derive_completeness(facts, now, before, plan, known, vanished)
     _pods_in_turn(facts, now, before)
-    _names_taken_over(facts, now, before)
+    _names_taken_over(facts, now, before, scheduled)
     _own_figures_unread(facts, now)
     _derive_io(facts, now, io_earlier)
     _derive_latency(facts, now, latency_earlier)
@@ -2998,9 +2998,8 @@ def _from_parts(
 ) -> Fraction:
     """`whole` SHARE_PARTS of a GPU-second (and `split`, SHARE_PARTS too) as a rational; each
     distinct `whole` made once per interval in `rationals`: an interval's sums repeat a few
-    values (every pod that held its GPU all interval has the same allocation), and building
-    a Fraction (its gcd) for each cost a third of `_derive_gpus`. Equal keys (2 and
-    Decimal("2.0")) are equal rationals."""
+    values (every pod that held its GPU all interval has the same allocation), and a Fraction
+    is dear to build (its gcd). Equal keys (2 and Decimal("2.0")) are equal rationals."""
     value = rationals.get(whole)
     if value is None:
         if isinstance(whole, Decimal):
@@ -3064,12 +3063,10 @@ def _derive_gpus(
                 pod_model_sums = model_sums[model_key] = _PodSums()
             pod_sums.alloc += allocated
             pod_model_sums.alloc += allocated
-            if busy_parts is None:
-                pass
-            elif isinstance(busy_parts, Decimal):
+            if isinstance(busy_parts, Decimal):
                 for summed in (pod_sums, pod_model_sums):
                     summed.busy = busy_parts if summed.busy is None else summed.busy + busy_parts
-            else:
+            elif busy_parts is not None:
                 for summed in (pod_sums, pod_model_sums):
                     summed.split_busy = (summed.split_busy or 0) + busy_parts
             if series.memory_peak is not None:
@@ -3180,45 +3177,36 @@ def _derive_completeness(
         facts.warnings.append(message)
 
 
-def _names_taken_over(facts: IntervalFacts, now: Observed, before: Observed) -> None:
+def _names_taken_over(
+    facts: IntervalFacts, now: Observed, before: Observed, scheduled: dict[PodKey, int]
+) -> None:
     """Warns of a pod name that two pods held in one interval under different tasks, teams or
     priority classes: the pod the interval before ended with, and another created under its
-    name (kube-state-metrics' scheduled time of the name changed: a pod's own never does).
-    dcgm-exporter names the pod, not its uid, and the interval's pod is read at its end, so
-    all its GPU time goes to the second (docs/telemetry.md "Known gaps"); where both count
-    alike (a StatefulSet's `name-0` recreated), it is billed right either way."""
-    views, views_before = now.identity, before.identity
-    # Every pod that held a GPU, every interval: one pass, nearly always finding none.
-    changed = [
-        pod
-        for pod in facts.alloc
-        if pod in views
-        and pod in views_before
-        and views[pod].scheduled != views_before[pod].scheduled
-    ]
-    for pod in sorted(changed):
-        identity, earlier = views[pod], views_before[pod]
-        if identity.scheduled is None or earlier.scheduled is None:
-            continue
-        allocated = facts.alloc[pod]
+    name, scheduled in this interval (`scheduled`, from `_scheduled_since`: a pod's own
+    scheduled time never changes). dcgm-exporter names the pod, not its uid, and the
+    interval's pod is read at its end, so all its GPU time goes to the second
+    (docs/telemetry.md "Known gaps"); where both count alike (a StatefulSet's `name-0`
+    recreated), it is billed right either way."""
+    for pod in sorted(scheduled.keys() & facts.alloc.keys()):
+        earlier = before.identity.get(pod)
+        if earlier is None or earlier.scheduled is None:
+            continue  # a new name, or its pod Pending before: no other pod held it
         namespace, name = pod
-        was, is_now = (
-            (view.task_name(name), view.team_label, view.priority_class)
-            for view in (earlier, identity)
-        )
+        was, is_now = _counted_as(earlier, name), _counted_as(now.identity[pod], name)
         if was == is_now:
             continue
+        allocated = facts.alloc[pod]
         seconds = allocated if allocated.denominator == 1 else round(allocated, 1)
         facts.warnings.append(
             f"attribution: pod {namespace}/{name} was created anew within the interval"
-            f" (scheduled {datetime.fromtimestamp(identity.scheduled, UTC):%H:%M:%S} UTC):"
-            f" {_counted_as(earlier, name)} before, {_counted_as(identity, name)} after;"
-            f" all {seconds} of its GPU-seconds are counted as the latter's (dcgm-exporter"
-            " names the pod, not its uid)"
+            f" (scheduled {datetime.fromtimestamp(scheduled[pod], UTC):%H:%M:%S} UTC):"
+            f" {was} before, {is_now} after; all {seconds} of its GPU-seconds are counted as"
+            " the latter's (dcgm-exporter names the pod, not its uid)"
         )
 
 
 def _counted_as(identity: PodIdentity, name: str) -> str:
+    """What a pod counts as: its task, its team label and its priority class, where set."""
     team = f", team {identity.team_label}" if identity.team_label else ""
     kind = f", {identity.priority_class}" if identity.priority_class else ""
     return f"task {identity.task_name(name)}{team}{kind}"
