@@ -7,8 +7,12 @@ worker does, with a timer around each part of the write (the task upsert, buildi
 the usage DELETE + COPY, the other tables, the windows' update), and prints the seconds of
 each, of the measure phase, and the write phase against a raw COPY of the same rows
 (benchmarks/ingest.py's reference). Then what the usage table's rollup trigger and checks
-add to a COPY of those rows (`usage_copy_parts`). Not run by `make bench` (it needs a kept
-pool, and the bench's figures are same-run ratios; these are a breakdown).
+add to a COPY of those rows (`usage_copy_parts`), and, for the tables whose rows each batch
+updates in place (the GPU sightings, the tasks, the hourly rollup), how many updates stayed on
+their page (HOT, no index touched) and the tables' and indexes' sizes after the ingest:
+`--task-windows 1` writes the pool window by window, as a live source does. Not run by
+`make bench` (it needs a kept pool, and the bench's figures are same-run ratios; these are a
+breakdown).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_ingest \\
       .venv/bin/python benchmarks/ingest.py --gpus 1000 --hours 6 --scrape 150 --keep
@@ -49,7 +53,7 @@ from benchmarks.ingest import (  # noqa: E402
     truncate_metering,
     usage_rows_text,
 )
-from metering import identity, ingest, services, writer  # noqa: E402
+from metering import identity, ingest, partitions, services, writer  # noqa: E402
 from metering.models import Source, UsageInterval  # noqa: E402
 
 SECONDS = PartTimers()
@@ -93,11 +97,13 @@ def main() -> None:
             end=dt.datetime.fromtimestamp(last, dt.UTC),
         )
         ids = [window.pk for window in windows]
+        updated_before = updated_in_place()
         began = time.perf_counter()
         per_task = options.task_windows
         for index in range(0, len(ids), per_task):
             ingest.windows_ingest(window_ids=ids[index : index + per_task])
         total = time.perf_counter() - began
+        updated = updated_in_place()
         _, copy_rate = copy_rows_per_second(source)
         usage_copy = usage_copy_parts(source)
     rows = UsageInterval.objects.count()
@@ -114,6 +120,33 @@ def main() -> None:
     for label, seconds in usage_copy.items():
         print(f"  {label:<50} {seconds:7.2f} s")
     print(f"  {'into a plain table with the same indexes':<50} {rows / copy_rate:7.2f} s")
+    print("the tables whose rows the ingest updated in place, after it (updates on the page: HOT):")
+    for table, (updates, hot, table_size, index_size) in updated.items():
+        updates -= updated_before.get(table, (0, 0))[0]
+        hot -= updated_before.get(table, (0, 0))[1]
+        if updates:
+            print(
+                f"  {table:<36} {updates:>9,} updates, {hot / updates:4.0%} on the page;"
+                f" table {table_size / 2**20:6.1f} MiB, indexes {index_size / 2**20:6.1f} MiB"
+            )
+
+
+def updated_in_place() -> dict[str, tuple[int, int, int, int]]:
+    """Per table whose rows every batch updates (the GPU sightings, the tasks, the hourly
+    rollup's partitions): updates and HOT updates so far (PostgreSQL's counters), and the
+    sizes of the table and of its indexes now."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, too
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT s.relname, s.n_tup_upd, s.n_tup_hot_upd, pg_table_size(s.relid),"
+            " pg_indexes_size(s.relid) FROM pg_stat_user_tables s"
+            " WHERE s.relname IN ('metering_gpusighting', 'metering_task') OR s.relid IN"
+            " (SELECT inhrelid FROM pg_inherits WHERE inhparent = ANY(%s::regclass[]))"
+            " ORDER BY s.relname",
+            [list(partitions.ROLLUP_TABLES)],
+        )
+        return {name: tuple(figures) for name, *figures in cursor.fetchall()}
 
 
 def usage_copy_parts(source: Source) -> dict[str, float]:

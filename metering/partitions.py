@@ -49,6 +49,20 @@ PARTITIONED: dict[str, str] = {
     "metering_capacityhour": "hour_start",
     "metering_latencyhourbucket": "hour_start",
 }
+# The rollup tables' rows are updated in place: an hour's rows by every window of the hour
+# that a live source writes (eleven times after the first), and again by a window written
+# again. PostgreSQL packs a table's pages full by default, leaving no room for the new
+# version of a row beside the old: each update then writes a new entry into every index and
+# leaves the old ones to vacuum. Pages 30% free keep such updates on the page (HOT), with no
+# index touched. A month's partition is created with it (`_partition_create`); migration
+# 0031 set it on the partitions there were.
+ROLLUP_TABLES = (
+    "metering_usagehour",
+    "metering_teamhour",
+    "metering_capacityhour",
+    "metering_latencyhourbucket",
+)
+ROLLUP_FILLFACTOR = 70
 # What an archive puts back: the rollup tables are rebuilt from these by their triggers.
 INTERVAL_TABLES = (
     "metering_usageinterval",
@@ -148,7 +162,11 @@ def _partition_create(cursor: Any, table: str, key: str, month: Month) -> None:
     name = partition_name(table, month)
     default = default_partition_name(table)
     start, end = _instant(month.start), _instant(month.end)
-    cursor.execute(f"CREATE TABLE {name} (LIKE {table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)")
+    # PostgreSQL takes no fillfactor on a partitioned table: each partition is given its own.
+    storage = f" WITH (fillfactor = {ROLLUP_FILLFACTOR})" if table in ROLLUP_TABLES else ""
+    cursor.execute(
+        f"CREATE TABLE {name} (LIKE {table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS){storage}"
+    )
     cursor.execute(
         f"WITH moved AS (DELETE FROM {default} WHERE {key} >= {start} AND {key} < {end}"
         f" RETURNING *) INSERT INTO {name} SELECT * FROM moved"

@@ -72,6 +72,30 @@ def test_it_creates_partitions_ahead_and_an_insert_two_months_ahead_lands_in_its
     assert _partition_of("metering_usagehour", hour.pk) == "metering_usagehour_p2031_05"
 
 
+def _fillfactor(table: str) -> str | None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT option_value FROM pg_class c, pg_options_to_table(c.reloptions)"
+            " WHERE c.oid = %s::regclass AND option_name = 'fillfactor'",
+            [table],
+        )
+        found = cursor.fetchone()
+    return found[0] if found else None
+
+
+def test_it_leaves_room_on_the_pages_of_the_tables_whose_rows_are_updated_in_place() -> None:
+    partitions.partitions_ensure(now=NOW, months_ahead=0)
+
+    assert _fillfactor("metering_gpusighting") == "50"  # every GPU, every window
+    assert _fillfactor("metering_task") == "70"
+    for table in partitions.ROLLUP_TABLES:
+        assert _fillfactor(partitions.default_partition_name(table)) == "70"
+        assert _fillfactor(partitions.partition_name(table, partitions.month_of("2031-03"))) == "70"
+    # Interval rows are written once, never updated: their pages stay full.
+    for table in partitions.INTERVAL_TABLES:
+        assert _fillfactor(partitions.partition_name(table, partitions.month_of("2031-03"))) is None
+
+
 def test_it_puts_a_row_of_a_month_without_partition_in_the_default_one_then_moves_it(task):
     early = _usage(task, dt.datetime(2031, 9, 1, 0, tzinfo=dt.UTC))  # September in Shanghai
     assert _partition_of("metering_usageinterval", early.pk) == "metering_usageinterval_default"
