@@ -87,7 +87,11 @@ class Task(models.Model):
     metered, so no statement, task page or report of the past changes team.
     """
 
-    source = models.ForeignKey(Source, on_delete=models.PROTECT, related_name="tasks")
+    # No index of its own: the unique key (source, namespace, external_id, team) begins with it
+    # (migration 0032; as every table below whose unique key begins with its foreign key).
+    source = models.ForeignKey(
+        Source, on_delete=models.PROTECT, related_name="tasks", db_index=False
+    )
     # Empty on rows metered before tasks were keyed by namespace; ingest fills it in when it
     # next meets the same name under the same team (metering.services._legacy_tasks_adopt).
     namespace = models.CharField(max_length=253, blank=True, default="", db_default="")
@@ -122,7 +126,9 @@ class Task(models.Model):
 class Service(models.Model):
     """An inference service with a latency objective (SLO on P99)."""
 
-    source = models.ForeignKey(Source, on_delete=models.PROTECT, related_name="services")
+    source = models.ForeignKey(
+        Source, on_delete=models.PROTECT, related_name="services", db_index=False
+    )
     external_id = models.CharField(max_length=300)  # namespace/model_name by default
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="services")
     slo_p99_ms = models.PositiveIntegerField(default=1000)
@@ -187,7 +193,9 @@ class UsageInterval(models.Model):
 
 
 class CapacityInterval(models.Model):
-    source = models.ForeignKey(Source, on_delete=models.PROTECT, related_name="capacity")
+    source = models.ForeignKey(
+        Source, on_delete=models.PROTECT, related_name="capacity", db_index=False
+    )
     fault_domain = models.CharField(max_length=200, blank=True)
     interval_start = models.DateTimeField()
     gpus_present = models.DecimalField(max_digits=12, decimal_places=6)
@@ -212,7 +220,9 @@ class CapacityInterval(models.Model):
 class LatencyInterval(models.Model):
     """Histogram bucket increments of one service within one interval (cumulative by `le`)."""
 
-    service = models.ForeignKey(Service, on_delete=models.PROTECT, related_name="latency")
+    service = models.ForeignKey(
+        Service, on_delete=models.PROTECT, related_name="latency", db_index=False
+    )
     interval_start = models.DateTimeField()
     # [[le_seconds_as_string, cumulative_count], ...], last le is "+Inf"
     buckets = models.JSONField()
@@ -232,7 +242,9 @@ class LatencyInterval(models.Model):
 
 
 class Preemption(models.Model):
-    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="preemptions")
+    task = models.ForeignKey(
+        Task, on_delete=models.PROTECT, related_name="preemptions", db_index=False
+    )
     # One row per task and interval: the first of its pods evicted, and how many were.
     pod = models.CharField(max_length=300, blank=True)
     pods = models.PositiveIntegerField(default=1)
@@ -264,7 +276,7 @@ class PodWait(models.Model):
     incarnation keeps its own wait, so a later one never overwrites an earlier month's (health
     numbers of a closed month stay as closed)."""
 
-    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="waits")
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="waits", db_index=False)
     pod = models.CharField(max_length=300)
     created = models.DateTimeField()
     scheduled = models.DateTimeField(null=True, blank=True)
@@ -303,7 +315,9 @@ class IngestQueries(models.Model):
     of the write phase, and ~60 MB a day). A run ingested again records its queries anew and
     the record its windows no longer use is deleted in the same transaction."""
 
-    source = models.ForeignKey(Source, on_delete=models.PROTECT, related_name="ingest_queries")
+    source = models.ForeignKey(
+        Source, on_delete=models.PROTECT, related_name="ingest_queries", db_index=False
+    )
     first_start = models.DateTimeField()
     last_start = models.DateTimeField()
     queries = models.JSONField(default=list)  # [{"meter", "promql", "samples", "seconds", ...}]
@@ -324,7 +338,9 @@ class IngestWindow(models.Model):
         DONE = "done"
         FAILED = "failed"
 
-    source = models.ForeignKey(Source, on_delete=models.PROTECT, related_name="windows")
+    source = models.ForeignKey(
+        Source, on_delete=models.PROTECT, related_name="windows", db_index=False
+    )
     start = models.DateTimeField()
     end = models.DateTimeField()
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
@@ -436,7 +452,9 @@ class GpuSighting(models.Model):
     pool twice (`selectors.gpus_metered_twice`), and the month refuses to close. A row per
     month keeps each multirange to a month's gaps and each check to its months' rows."""
 
-    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="gpu_sightings")
+    source = models.ForeignKey(
+        Source, on_delete=models.CASCADE, related_name="gpu_sightings", db_index=False
+    )
     month = models.DateField()  # the first day of the UTC month
     uuid = models.TextField()
     node = models.CharField(max_length=253, blank=True)  # where it was last written from
@@ -485,7 +503,9 @@ class IngestShard(models.Model):
         PENDING = "pending"
         STAGED = "staged"
 
-    batch = models.ForeignKey(IngestBatch, on_delete=models.CASCADE, related_name="shard_rows")
+    batch = models.ForeignKey(
+        IngestBatch, on_delete=models.CASCADE, related_name="shard_rows", db_index=False
+    )
     index = models.PositiveSmallIntegerField()
     nodes = models.TextField(blank=True)  # the node set, as an operator reads it
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
@@ -526,7 +546,9 @@ class UnboundedDecimalField(models.DecimalField):
 class UsageHour(models.Model):
     """Sums of one task's usage intervals that start within one UTC hour."""
 
-    task = models.ForeignKey(Task, on_delete=models.DO_NOTHING, related_name="usage_hours")
+    task = models.ForeignKey(
+        Task, on_delete=models.DO_NOTHING, related_name="usage_hours", db_index=False
+    )
     hour_start = models.DateTimeField()
     intervals = models.PositiveIntegerField()
     alloc_gpu_seconds = models.DecimalField(max_digits=24, decimal_places=6)
@@ -561,7 +583,9 @@ class TeamHour(models.Model):
     gets a row of its own, see `Task`); kube-state-metrics may change its kind.
     """
 
-    team = models.ForeignKey(Team, on_delete=models.DO_NOTHING, related_name="usage_hours")
+    team = models.ForeignKey(
+        Team, on_delete=models.DO_NOTHING, related_name="usage_hours", db_index=False
+    )
     kind = models.CharField(max_length=32, choices=TASK_KIND_CHOICES)
     hour_start = models.DateTimeField()
     alloc_gpu_seconds = models.DecimalField(max_digits=24, decimal_places=6)
@@ -580,7 +604,9 @@ class TeamHour(models.Model):
 class CapacityHour(models.Model):
     """Capacity GPU-seconds of one source's intervals that start within one UTC hour."""
 
-    source = models.ForeignKey(Source, on_delete=models.DO_NOTHING, related_name="capacity_hours")
+    source = models.ForeignKey(
+        Source, on_delete=models.DO_NOTHING, related_name="capacity_hours", db_index=False
+    )
     hour_start = models.DateTimeField()
     capacity_gpu_seconds = models.DecimalField(max_digits=24, decimal_places=6)
     gpu_model = models.CharField(max_length=200, blank=True, default="", db_default="")
@@ -605,7 +631,7 @@ class LatencyHourBucket(models.Model):
     """
 
     service = models.ForeignKey(
-        Service, on_delete=models.DO_NOTHING, related_name="latency_hour_buckets"
+        Service, on_delete=models.DO_NOTHING, related_name="latency_hour_buckets", db_index=False
     )
     hour_start = models.DateTimeField()
     le = models.CharField(max_length=64)  # the bound as stored in the interval's buckets
