@@ -122,8 +122,8 @@ def main() -> None:
     print(f"  {'into a plain table with the same indexes':<50} {rows / copy_rate:7.2f} s")
     print("the tables whose rows the ingest updated in place, after it (updates on the page: HOT):")
     for table, (updates, hot, table_size, index_size) in updated.items():
-        updates -= updated_before.get(table, (0, 0))[0]
-        hot -= updated_before.get(table, (0, 0))[1]
+        updates_before, hot_before, *_ = updated_before.get(table, (0, 0, 0, 0))
+        updates, hot = updates - updates_before, hot - hot_before
         if updates:
             print(
                 f"  {table:<36} {updates:>9,} updates, {hot / updates:4.0%} on the page;"
@@ -137,7 +137,6 @@ def updated_in_place() -> dict[str, tuple[int, int, int, int]]:
     sizes of the table and of its indexes now."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, too
-    with connection.cursor() as cursor:
         cursor.execute(
             "SELECT s.relname, s.n_tup_upd, s.n_tup_hot_upd, pg_table_size(s.relid),"
             " pg_indexes_size(s.relid) FROM pg_stat_user_tables s"

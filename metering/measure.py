@@ -3351,16 +3351,16 @@ def _unattributed_missing(
             continue
         if identity.node not in silent_nodes:
             unmetered[identity.node].append((pod, identity.gpus_requested))
+    if not unmetered:  # every interval of a healthy pool: nothing below to work out
+        return
     # An exporter that missed scrapes under a name kube-state-metrics gives no pod's node (a
     # `Hostname` that is not the node's name): its GPUs, counted missing already, may be
     # those of a node that looks unreported.
-    unnamed_silent = (
-        sorted(silent_nodes - {identity.node for identity in now.identity.values()} - now.gpu_nodes)
-        if silent_nodes and unmetered
-        else []
+    unnamed_silent = sorted(
+        silent_nodes - {identity.node for identity in now.identity.values()} - now.gpu_nodes
     )
     held_on: dict[str, str] = {}  # a GPU of each node that some series names a pod on
-    for key, series in sorted(now.series.items()) if unmetered else ():
+    for key, series in sorted(now.series.items()):
         if key[4] and series.ticks:
             held_on.setdefault(series.node, key[0])
     for node, pods in sorted(unmetered.items()):

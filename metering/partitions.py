@@ -49,26 +49,21 @@ PARTITIONED: dict[str, str] = {
     "metering_capacityhour": "hour_start",
     "metering_latencyhourbucket": "hour_start",
 }
-# The rollup tables' rows are updated in place: an hour's rows by every window of the hour
-# that a live source writes (eleven times after the first), and again by a window written
-# again. PostgreSQL packs a table's pages full by default, leaving no room for the new
-# version of a row beside the old: each update then writes a new entry into every index and
-# leaves the old ones to vacuum. Pages 30% free keep such updates on the page (HOT), with no
-# index touched. A month's partition is created with it (`_partition_create`); migration
-# 0031 set it on the partitions there were.
-ROLLUP_TABLES = (
-    "metering_usagehour",
-    "metering_teamhour",
-    "metering_capacityhour",
-    "metering_latencyhourbucket",
-)
-ROLLUP_FILLFACTOR = 70
 # What an archive puts back: the rollup tables are rebuilt from these by their triggers.
 INTERVAL_TABLES = (
     "metering_usageinterval",
     "metering_capacityinterval",
     "metering_latencyinterval",
 )
+# The rollup tables (the rest) have rows updated in place: an hour's rows by every window of
+# the hour that a live source writes (eleven times after the first), and again by a window
+# written again. PostgreSQL packs a table's pages full by default, leaving no room for the new
+# version of a row beside the old: each update then writes a new entry into every index and
+# leaves the old ones to vacuum. Pages 30% free keep such updates on the page (HOT), with no
+# index touched. A month's partition is created with it (`_partition_create`); migration
+# 0031 set it on the partitions there were.
+ROLLUP_TABLES = tuple(table for table in PARTITIONED if table not in INTERVAL_TABLES)
+ROLLUP_FILLFACTOR = 70
 MANIFEST = "manifest.json"
 ARCHIVE_FORMAT = 1
 COPY_BLOCK = 1 << 20
