@@ -670,6 +670,7 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
     histogram_targets = {t for t, meters in observation.gap_targets.items() if "latency" in meters}
     scheduled = _scheduled_since(observed)
     gave_up = _gave_up(observed, plan, first, last, gap_targets)
+    no_gpu = _asking_no_gpu(observed)
     intervals = {}
     for start in range(first, last + 1, step):
         now = observed[start]
@@ -685,6 +686,7 @@ def derive(observation: Observation, plan: sources.QueryPlan, first: int, last: 
             vanished.get(start, {}),
         )
         intervals[start].gave_up = gave_up[start]
+        _pool_pods_only(intervals[start], no_gpu)
         _gap_targets_warn(intervals[start], now, gap_targets)
         _latency_unseen(intervals[start], now, observed[start - step], plan, histogram_targets)
         _mapping_labels_dropped(intervals[start], now, observed[start - step], plan)
@@ -2735,6 +2737,45 @@ def _gave_up(
                 continue
             found[start][pod] = GaveUp(seen.created, ended, before.identity.get(pod))
     return found
+
+
+def _asking_no_gpu(observed: dict[int, Observed]) -> set[PodKey]:
+    """The pods kube-state-metrics describes in the batch that request no GPU in any of its
+    views and hold none: the cluster's CPU-only pods. kube-state-metrics and cAdvisor report
+    every pod of the cluster, and a real one runs many beside the GPU pool's (13% of the
+    pods of Alibaba's `openb` trace): their scheduling waits, I/O and evictions are none of
+    the pool's (`_pool_pods_only`).
+
+    Requests are read in the views at the intervals' ends, and with the creation time of
+    each pod newly scheduled (`sources.pod_details_parts`); a pod that neither shows
+    (created and gone between two intervals' ends without being scheduled, as many that give
+    up waiting are) counts.
+    And none is left out where no pod of the batch shows a GPU request (kube-state-metrics
+    told not to write `kube_pod_container_resource_requests`): a missing request then tells
+    nothing."""
+    described: set[PodKey] = set()
+    asking: set[PodKey] = set()
+    requests_read = False
+    for interval in observed.values():
+        for pod, identity in interval.identity.items():
+            if identity.from_kube and (not identity.from_history or identity.created):
+                described.add(pod)  # a view that reads the requests (see below)
+            if identity.gpus_requested:
+                requests_read = True
+            if identity.gpus_requested or identity.gpus:
+                asking.add(pod)
+        asking.update((namespace, pod) for _, _, _, namespace, pod in interval.series)
+    return described - asking if requests_read else set()
+
+
+def _pool_pods_only(facts: IntervalFacts, no_gpu: set[PodKey]) -> None:
+    """An interval's facts without the pods that ask for no GPU (`_asking_no_gpu`): no wait,
+    no I/O and no preemption of theirs makes a task of the pool's or moves its health numbers."""
+    if not no_gpu:
+        return
+    for found in (facts.waits, facts.gave_up, facts.io, facts.preemptions):
+        for pod in no_gpu.intersection(found):
+            del found[pod]
 
 
 def _answered_throughout(before: Observed, now: Observed, targets: set[Target]) -> bool:
