@@ -236,7 +236,7 @@ def _device_lines(gpu: Gpu, holders: list[TracePod]) -> list[str]:
         f'gpu="{gpu.index}",UUID="{gpu.uuid}",device="nvidia{gpu.index}",'
         f'modelName="{gpu.model}",Hostname="{gpu.node}",{DCGM_JOB},instance="{gpu.address}:9400"'
     )
-    engine = f"{min(1, 0.3 * len(holders)):.1f}"
+    engine = _engine(len(holders))
     lines = [
         f"DCGM_FI_DEV_FB_USED{{{labels}}} {POD_FB_MIB * len(holders)}",
         f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} {min(100, POD_UTIL * len(holders))}",
@@ -284,6 +284,11 @@ def _pod_lines(pod: TracePod, tick: int, node: str, *, requests: bool) -> list[s
     ]
 
 
+def _engine(holders: int) -> str:
+    """A GPU's engine activity with `holders` pods on it (0.3 each, at most 1), as written."""
+    return str(min(Decimal(1), Decimal("0.3") * holders))
+
+
 def _cadvisor_lines(pod: TracePod, tick: int) -> list[str]:
     """The kubelet's cAdvisor counters of a running CPU-only pod (as for every pod it runs):
     the pod level and its one container, growing by IO_PER_SECOND of each since it started."""
@@ -320,6 +325,24 @@ def expected_allocation(gpus: list[Gpu]) -> dict[tuple[str, str, datetime, str],
             for pod in holders:
                 key = (pod.namespace, pod.name, _interval(tick), gpu.model)
                 exact[key] += Fraction(SCRAPE, len(holders))
+    return {key: six_places(value) for key, value in exact.items()}
+
+
+def expected_busy(gpus: list[Gpu]) -> dict[tuple[str, str, datetime, str], Decimal]:
+    """(namespace, pod, interval start, GPU model) -> busy GPU-seconds: at each tick a GPU's
+    engine activity (a copy of the device's on each of its pods' series) split between the k
+    pods holding it, as its allocation is."""
+    exact: dict[tuple[str, str, datetime, str], Fraction] = defaultdict(Fraction)
+    day = range(int(START.timestamp()), int(END.timestamp()))
+    for tick in ticks():
+        if tick not in day:
+            continue
+        for gpu in gpus:
+            holders = gpu.holders(tick)
+            engine = Fraction(_engine(len(holders)))
+            for pod in holders:
+                key = (pod.namespace, pod.name, _interval(tick), gpu.model)
+                exact[key] += engine * SCRAPE / len(holders)
     return {key: six_places(value) for key, value in exact.items()}
 
 
@@ -385,10 +408,13 @@ def stored_waits() -> dict[str, Wait]:
     return in_the_day({pod: (seconds, ended, scheduled) for pod, seconds, ended, scheduled in rows})
 
 
-def stored_allocation() -> dict[tuple[str, str, datetime, str], Decimal]:
-    """(namespace, pod, interval start, GPU model) -> GPU-seconds, the rows that hold some."""
+def stored_allocation(
+    field: str = "alloc_gpu_seconds",
+) -> dict[tuple[str, str, datetime, str], Decimal]:
+    """(namespace, pod, interval start, GPU model) -> GPU-seconds (`field`: allocated, or
+    busy), the rows that hold some."""
     rows = UsageInterval.objects.values_list(
-        "task__namespace", "task__external_id", "interval_start", "gpu_model", "alloc_gpu_seconds"
+        "task__namespace", "task__external_id", "interval_start", "gpu_model", field
     )
     return {
         (namespace, pod, start, model): alloc

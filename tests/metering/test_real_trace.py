@@ -71,6 +71,22 @@ def test_it_meters_each_pod_of_a_real_day_to_the_micro_gpu_second(
 
 @pytest.mark.slow
 @pytest.mark.django_db
+def test_it_splits_busy_time_as_allocation_on_the_shared_gpus(
+    trace_day: real_trace.Day,  # noqa: F811
+    ingested_day: None,
+) -> None:
+    """Effective utilization's numerator: a shared GPU's engine activity, which every one of
+    its pods' series carries, split between the pods holding it at each tick."""
+    expected = real_trace.expected_busy(trace_day[1])
+    assert stored_allocation("busy_gpu_seconds") == expected
+    # Each pod is 0.3 busy a tick (the engine 0.3 per holder): on a GPU it shares, more than
+    # 0.3 of its allocation, which is a 1/k share.
+    allocated = real_trace.expected_allocation(trace_day[1])
+    assert sum(1 for key, busy in expected.items() if busy > allocated[key] * 3 / 10) > 100
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
 def test_it_counts_the_96_gpus_present_and_every_window_complete(ingested_day: None) -> None:
     capacity: dict = defaultdict(Decimal)
     for start, seconds in CapacityInterval.objects.values_list(
