@@ -133,6 +133,7 @@ class PendingView:
     created: int | None = None  # `kube_pod_created`'s value, Unix seconds
     scheduled: bool = False  # a `kube_pod_status_scheduled_time` sample in the interval
     last_pending_tick: int | None = None  # the point of the last tick slot it was Pending at
+    requests_gpus: bool = False  # a GPU request (of any GPU resource) in the interval
 
 
 @dataclass
@@ -2263,6 +2264,8 @@ def _parse_pending_pods(
             view.created = round(value)
         elif meter == "scheduled":
             view.scheduled = True
+        elif meter == "requests":
+            view.requests_gpus = view.requests_gpus or value > 0
         else:
             tick = round(value)
             view.last_pending_tick = max(view.last_pending_tick or tick, tick)
@@ -2746,26 +2749,27 @@ def _asking_no_gpu(observed: dict[int, Observed]) -> set[PodKey]:
     pods of Alibaba's `openb` trace): their scheduling waits, I/O and evictions are none of
     the pool's (`_pool_pods_only`).
 
-    Requests are read in the views at the intervals' ends, and with the creation time of
-    each pod newly scheduled (`sources.pod_details_parts`); a pod that neither shows
-    (created and gone between two intervals' ends without being scheduled, as many that give
-    up waiting are) counts.
-    And none is left out where no pod of the batch shows a GPU request (kube-state-metrics
-    told not to write `kube_pod_container_resource_requests`): a missing request then tells
-    nothing."""
+    Requests are read in the views at the intervals' ends, with the creation time of each
+    pod newly scheduled (`sources.pod_details_parts`) and with the pods gone while Pending
+    (`sources.pending_pods_parts`), so every pod a wait is recorded for has one read. None
+    is left out where no pod of the batch shows a GPU request (kube-state-metrics told not
+    to write `kube_pod_container_resource_requests`): a missing request then tells nothing."""
     described: set[PodKey] = set()
-    asking: set[PodKey] = set()
-    requests_read = False
+    requested: set[PodKey] = set()  # a GPU request in some view
+    holding: set[PodKey] = set()  # a GPU series
     for interval in observed.values():
         for pod, identity in interval.identity.items():
             if identity.from_kube and (not identity.from_history or identity.created):
                 described.add(pod)  # a view that reads the requests (see below)
-            if identity.gpus_requested:
-                requests_read = True
             if identity.gpus_requested or identity.gpus:
-                asking.add(pod)
-        asking.update((namespace, pod) for _, _, _, namespace, pod in interval.series)
-    return described - asking if requests_read else set()
+                requested.add(pod)
+        for pod, view in interval.pending_views.items():
+            if view.created is not None:
+                described.add(pod)
+            if view.requests_gpus:
+                requested.add(pod)
+        holding.update((namespace, pod) for _, _, _, namespace, pod in interval.series)
+    return described - requested - holding if requested else set()
 
 
 def _pool_pods_only(facts: IntervalFacts, no_gpu: set[PodKey]) -> None:

@@ -915,18 +915,23 @@ def pending_pods_parts(plan: QueryPlan, pods: Iterable[str]) -> dict[str, Part]:
     over each interval, their creation time (whether kube-state-metrics showed the pod at
     all), whether it showed a scheduled time, and the tick of the last sample at which it
     showed the pod Pending (as `preemption_ticks_query` finds a tick: the point whose slot
-    holds it), narrowed by name like `pod_details_parts`."""
+    holds it), narrowed by name like `pod_details_parts`; and whether it requested a GPU (of
+    the mapping's resource or a MIG instance's: measure._asking_no_gpu leaves out the pods that
+    request none)."""
     names = regex_alternatives(pods)
     pod = _labels(POD_LABELS)
+    gpu = label_matcher("resource", f"{plan.gpu_resource}|{MIG_RESOURCES.pattern}", "=~")
     parts = {}
     for pod_label in ("exported_pod", "pod"):
         only = label_matcher(pod_label, names, "=~")
         created = selector(plan, "kube_pod_created", only)
         scheduled = selector(plan, "kube_pod_status_scheduled_time", only)
+        requests_ = selector(plan, "kube_pod_container_resource_requests", gpu, only)
         pending = selector(plan, "kube_pod_status_phase", 'phase="Pending"', only)
         at_tick = f"last_over_time({pending}{plan.tick_slot})"
         parts[f"created:{pod_label}"] = Part(f"last_over_time({created}{plan.window})", pod)
         parts[f"scheduled:{pod_label}"] = Part(f"last_over_time({scheduled}{plan.window})", pod)
+        parts[f"requests:{pod_label}"] = Part(f"max_over_time({requests_}{plan.window})", pod)
         parts[f"pending_tick:{pod_label}"] = Part(
             f"max_over_time(timestamp({at_tick} == 1){plan.ticks_window})", pod
         )

@@ -55,7 +55,7 @@ PODS: tuple[tuple[str, int, int | None, int | None], ...] = (
 )
 
 
-def _pod_lines(pod: str, created: int, scheduled: int | None, tick: int) -> list[str]:
+def pod_lines(pod: str, created: int, scheduled: int | None, tick: int) -> list[str]:
     base = f'{KSM},namespace="ml",pod="{pod}",uid="uid-{pod}"'
     lines = [
         f"kube_pod_created{{{base}}} {created}",
@@ -93,7 +93,7 @@ def series_at() -> dict[int, list[str]]:
         lines[tick] = [f"up{{{DCGM_TARGET}}} 1", f"up{{{KSM}}} 1"]
         for pod, created, scheduled, deleted in PODS:
             if created <= tick < (deleted or end) and tick % STEP.seconds:
-                lines[tick] += _pod_lines(pod, created, scheduled, tick)
+                lines[tick] += pod_lines(pod, created, scheduled, tick)
                 if scheduled is not None and tick >= scheduled:
                     holder = pod
         if holder:

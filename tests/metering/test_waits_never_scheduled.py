@@ -20,7 +20,14 @@ from metering.models import IngestWindow, PodWait, Source, Task, UsageInterval
 from simulator.prometheus import PrometheusProcess
 from tests.metering.conftest import ingest_span, source_remove
 from tests.metering.jobs import KSM, SCRAPE, backfilled_prometheus, jobs_source
-from tests.metering.pending_pods import END, START, TEAM, pending_prometheus, series_at
+from tests.metering.pending_pods import (
+    END,
+    START,
+    TEAM,
+    pending_prometheus,
+    pod_lines,
+    series_at,
+)
 from tests.slow import starts
 
 
@@ -171,3 +178,43 @@ def test_it_stores_the_same_waits_sharded(starved_prometheus, shards: list[str])
         assert stored_waits() == WAITS
     finally:
         source_remove(source.pk)
+
+
+def _quick_prometheus(out: Path) -> PrometheusProcess:
+    """The same pool and two pods Pending from 11:06 and gone before the 11:09 scrape, within
+    the 11:05 interval (no interval's end shows them): `quick-gpu-1` asks for a GPU, as the
+    pool's pods do, `quick-cpu-1` for CPUs only (a CronJob of the cluster's, say)."""
+    gpu_request = 'resource="nvidia_com_gpu",unit="integer"} 1'
+    lines = series_at()
+    for tick in range(int(_at(11, 6).timestamp()), int(_at(11, 9).timestamp()), SCRAPE):
+        lines[tick] = lines[tick] + pod_lines(
+            "quick-gpu-1", int(_at(11, 6).timestamp()), None, tick
+        )
+        lines[tick] += [
+            line.replace(gpu_request, 'resource="cpu",unit="core"} 2')
+            for line in pod_lines("quick-cpu-1", int(_at(11, 6).timestamp()), None, tick)
+        ]
+    return backfilled_prometheus(out, lines)
+
+
+@pytest.fixture(scope="module")
+@starts("Prometheus")
+def quick_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProcess]:
+    running = _quick_prometheus(tmp_path_factory.mktemp("quick"))
+    yield running
+    running.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch", [1, 24], ids=["window-by-window", "one-batch"])
+@pytest.mark.django_db
+def test_it_counts_a_pod_gone_within_an_interval_only_if_it_asks_for_a_gpu(
+    quick_prometheus, batch: int
+) -> None:
+    """Read from its Pending ticks alone, a pod created and gone within one interval shows
+    its request there too: the GPU pod's wait counts (created 11:06, last Pending at the
+    11:08 scrape: 180 s), the CPU-only pod's does not (docs/telemetry.md, "Pods that ask for
+    no GPU")."""
+    ingest_span(jobs_source(quick_prometheus.url), START, END, batch=batch)
+    assert stored_waits() == sorted([*WAITS, ("quick-gpu-1", 180, None, _at(11, 9))])
+    assert not Task.objects.filter(external_id="quick-cpu-1").exists()
