@@ -20,17 +20,20 @@ scrapes fall between the intervals' boundaries):
   show (docs/telemetry.md, "Shared GPUs"): each GPU's bare `FB_USED` and `GPU_UTIL`, a free
   GPU's engine activity, and for each pod holding it its own `FB_USED`, `GPU_UTIL` and
   engine activity;
+- the kubelet's cAdvisor: each running CPU-only pod's disk counters (as for every pod it runs;
+  the GPU pods' are left out, which no assertion here reads);
 - `up` of every target.
 
 Namespaces are the QoS classes (LS online, BE batch, Burstable research, Guaranteed
 platform), each its own team; LS pods run as inference, the others as training.
 
-What exact metering finds (`expected_allocation`, `expected_waits`): a pod holds each of its
-GPUs at every tick from its scheduling to its deletion, 60 s a tick, split evenly between the
-pods holding a shared GPU at that tick; its wait is from creation to scheduling where a tick
+What exact metering finds (`expected_allocation`, `expected_busy`, `expected_waits`): a pod
+holds each of its GPUs at every tick from its scheduling to its deletion, 60 s a tick, split
+evenly between the pods holding a shared GPU at that tick, and its busy time is the GPU's
+engine activity split the same way; its wait is from creation to scheduling where a tick
 shows it running, else, where a tick shows it Pending, to the end of its last Pending tick
 (it gave up waiting, or was scheduled and gone between two scrapes: the same to anything
-that reads the exporters); a pod no tick shows has neither.
+that reads the exporters); a pod no tick shows has neither. A CPU-only pod has none of them.
 """
 
 from __future__ import annotations
