@@ -26,7 +26,6 @@ TRUNCATEd before and after), e.g.
 
 from __future__ import annotations
 
-import ast
 import logging
 import os
 import sys
@@ -46,7 +45,6 @@ from django.core.management import call_command  # noqa: E402
 
 from benchmarks._table import Row, report, within  # noqa: E402
 from benchmarks.ingest import (  # noqa: E402
-    TIMINGS,
     compaction_settled,
     cpu_seconds,
     reference_scan,
@@ -67,7 +65,8 @@ DAY = "the openb trace's day (96 GPUs, 366 pods)"
 
 
 class Batches(logging.Handler):
-    """The batches the ingest measured, from its log lines: (first window start, windows)."""
+    """The batches the ingest measured, from the timings each batch logs with its line
+    (`extra`): (first window start, windows), and each meter's evaluation and samples."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
@@ -75,11 +74,14 @@ class Batches(logging.Handler):
         self.meters: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
 
     def emit(self, record: logging.LogRecord) -> None:
-        for windows, start, timings in TIMINGS.findall(record.getMessage()):
-            self.found.append((start, int(windows)))
-            for meter, (seconds, samples) in ast.literal_eval(timings)["meters"].items():
-                self.meters[meter][0] += seconds
-                self.meters[meter][1] += samples
+        timings = getattr(record, "timings", None)
+        if timings is None:
+            return
+        first = record.args[2]  # ingest logs (windows, source, the first start, timings)
+        self.found.append((str(first), timings["windows"]))
+        for meter, (seconds, samples) in timings["meters"].items():
+            self.meters[meter][0] += seconds
+            self.meters[meter][1] += samples
 
 
 def main() -> list[Row]:
@@ -140,7 +142,7 @@ def _ingested(prometheus, gpus: list[real_trace.Gpu]) -> list[Row]:
     first, end = int(real_trace.START.timestamp()), int(real_trace.END.timestamp())
     scan, scanned = reference_scan(prometheus.url, first, end)
     expected = real_trace.expected_allocation(gpus)
-    stored = real_trace.stored_allocation()
+    stored = real_trace.stored_usage()
     equal = sum(1 for key, value in expected.items() if stored.get(key) == value)
     exact = equal == len(expected) == len(stored)
     print(

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import csv
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
@@ -312,41 +312,41 @@ def _interval(tick: int) -> datetime:
 
 
 def six_places(value: Fraction) -> Decimal:
+    """Rounded once, half up, to 6 places (pricing.md); worked out here rather than with
+    `kernel`'s helper so the expected figures owe nothing to Tandem's code."""
     exact = Decimal(value.numerator) / Decimal(value.denominator)
     return exact.quantize(Decimal("0.000001"), rounding=ROUND_HALF_UP)
 
 
-def expected_allocation(gpus: list[Gpu]) -> dict[tuple[str, str, datetime, str], Decimal]:
-    """(namespace, pod, interval start, GPU model) -> GPU-seconds, for the day's intervals."""
-    exact: dict[tuple[str, str, datetime, str], Fraction] = defaultdict(Fraction)
-    day = range(int(START.timestamp()), int(END.timestamp()))
+UsageKey = tuple[str, str, datetime, str]  # namespace, pod, interval start, GPU model
+
+
+def _split_per_tick(
+    gpus: list[Gpu], per_gpu_tick: Callable[[int], Fraction]
+) -> dict[UsageKey, Decimal]:
+    """Over the day's ticks, `per_gpu_tick(k)` GPU-seconds of each GPU held by k pods, split
+    evenly between them, summed per pod and interval."""
+    exact: dict[UsageKey, Fraction] = defaultdict(Fraction)
     for tick in ticks():
-        if tick not in day:
+        if not START.timestamp() <= tick < END.timestamp():
             continue
         for gpu in gpus:
             holders = gpu.holders(tick)
             for pod in holders:
                 key = (pod.namespace, pod.name, _interval(tick), gpu.model)
-                exact[key] += Fraction(SCRAPE, len(holders))
+                exact[key] += per_gpu_tick(len(holders)) / len(holders)
     return {key: six_places(value) for key, value in exact.items()}
 
 
-def expected_busy(gpus: list[Gpu]) -> dict[tuple[str, str, datetime, str], Decimal]:
-    """(namespace, pod, interval start, GPU model) -> busy GPU-seconds: at each tick a GPU's
-    engine activity (a copy of the device's on each of its pods' series) split between the k
-    pods holding it, as its allocation is."""
-    exact: dict[tuple[str, str, datetime, str], Fraction] = defaultdict(Fraction)
-    day = range(int(START.timestamp()), int(END.timestamp()))
-    for tick in ticks():
-        if tick not in day:
-            continue
-        for gpu in gpus:
-            holders = gpu.holders(tick)
-            engine = Fraction(_engine(len(holders)))
-            for pod in holders:
-                key = (pod.namespace, pod.name, _interval(tick), gpu.model)
-                exact[key] += engine * SCRAPE / len(holders)
-    return {key: six_places(value) for key, value in exact.items()}
+def expected_allocation(gpus: list[Gpu]) -> dict[UsageKey, Decimal]:
+    """GPU-seconds per pod and interval: each tick of a GPU, 60 s, split between its pods."""
+    return _split_per_tick(gpus, lambda _: Fraction(SCRAPE))
+
+
+def expected_busy(gpus: list[Gpu]) -> dict[UsageKey, Decimal]:
+    """Busy GPU-seconds per pod and interval: at each tick a GPU's engine activity (a copy of
+    the device's on each of its pods' series) split between its pods, as its allocation is."""
+    return _split_per_tick(gpus, lambda holders: Fraction(_engine(holders)) * SCRAPE)
 
 
 def expected_waits(pods: list[TracePod]) -> dict[str, tuple[int, datetime, datetime | None]]:
@@ -411,16 +411,13 @@ def stored_waits() -> dict[str, Wait]:
     return in_the_day({pod: (seconds, ended, scheduled) for pod, seconds, ended, scheduled in rows})
 
 
-def stored_allocation(
-    field: str = "alloc_gpu_seconds",
-) -> dict[tuple[str, str, datetime, str], Decimal]:
-    """(namespace, pod, interval start, GPU model) -> GPU-seconds (`field`: allocated, or
-    busy), the rows that hold some."""
+def stored_usage(field: str = "alloc_gpu_seconds") -> dict[UsageKey, Decimal]:
+    """The stored GPU-seconds (`field`: allocated, or busy) per pod and interval, where some."""
     rows = UsageInterval.objects.values_list(
         "task__namespace", "task__external_id", "interval_start", "gpu_model", field
     )
     return {
-        (namespace, pod, start, model): alloc
-        for namespace, pod, start, model, alloc in rows
-        if alloc
+        (namespace, pod, start, model): seconds
+        for namespace, pod, start, model, seconds in rows
+        if seconds
     }

@@ -19,7 +19,7 @@ from tests.metering.real_trace import (  # noqa: F401 (a fixture)
     START,
     day_ingested,
     in_the_day,
-    stored_allocation,
+    stored_usage,
     stored_waits,
     trace_day,
 )
@@ -63,7 +63,7 @@ def test_it_meters_each_pod_of_a_real_day_to_the_micro_gpu_second(
     ingested_day: None,
 ) -> None:
     expected = real_trace.expected_allocation(trace_day[1])
-    stored = stored_allocation()
+    stored = stored_usage()
     assert len(expected) > 10_000
     assert stored == expected
     assert sum(stored.values()) == Decimal("3769740")  # 1,047.15 GPU-hours
@@ -78,7 +78,7 @@ def test_it_splits_busy_time_as_allocation_on_the_shared_gpus(
     """Effective utilization's numerator: a shared GPU's engine activity, which every one of
     its pods' series carries, split between the pods holding it at each tick."""
     expected = real_trace.expected_busy(trace_day[1])
-    assert stored_allocation("busy_gpu_seconds") == expected
+    assert stored_usage("busy_gpu_seconds") == expected
     # Each pod is 0.3 busy a tick (the engine 0.3 per holder): on a GPU it shares, more than
     # 0.3 of its allocation, which is a 1/k share.
     allocated = real_trace.expected_allocation(trace_day[1])

@@ -13,7 +13,7 @@ from tests.metering import real_trace
 from tests.metering.real_trace import (  # noqa: F401 (a fixture)
     day_ingested,
     in_the_day,
-    stored_allocation,
+    stored_usage,
     stored_waits,
     trace_day,
 )
@@ -44,4 +44,4 @@ def test_it_keeps_every_wait_where_no_pod_shows_its_request(
     gpu_pods = {pod: wait for pod, wait in stored.items() if pod not in cpu_only}
     assert gpu_pods == in_the_day(real_trace.expected_waits(pods))
     assert len(set(stored) & cpu_only) == 47  # counted: nothing tells them apart
-    assert stored_allocation() == real_trace.expected_allocation(gpus)
+    assert stored_usage() == real_trace.expected_allocation(gpus)
