@@ -35,7 +35,7 @@ from kernel.gpu_models import gpu_model_key
 from kernel.histogram import is_infinity
 from kernel.money import half_up_rational_text
 from kernel.numbers import exact_sum, whole_number
-from metering import sources
+from metering import sample_texts, shared_split, sources
 
 PodKey = tuple[str, str]  # (namespace, pod)
 # (UUID, GPU_I_ID, GPU_I_PROFILE, namespace, pod); namespace and pod are "" for the bare
@@ -524,7 +524,10 @@ def _follow_ups(
     for uuids in _batches(shared):
         seen = not repeated.isdisjoint(uuids)
         query = sources.shared_devices_query(plan, uuids, seen=seen, exporters=exporters)
-        result = runner.run("shared", query)
+        if plan.splits_shared_from_samples:
+            result = _shared_from_samples(runner, query, uuids, seen, exporters)
+        else:
+            result = runner.run("shared", query)
         _parse_shared(result, observed, plan)
     for start, interval in observed.items():
         _gpu_presence(interval, plan, shared, beside.get(start, set()))
@@ -562,6 +565,31 @@ def _follow_ups(
         _counters_unfound_warn(observed, meter, resumed)
     _observe_kueue(runner, observed, plan)
     return shared
+
+
+def _shared_from_samples(
+    runner: _Runner, query: str, uuids: list[str], seen: bool, exporters: list[str]
+) -> sources.QueryRun:
+    """`query`'s answer (sources.shared_devices_query) from the GPUs' raw samples, split per
+    tick in Python (metering.shared_split), recorded under the expression it stands for."""
+    fetched = {
+        metric: runner.samples("shared", selected)
+        for metric, selected in shared_split.selectors(runner.plan, uuids).items()
+    }
+    runs = list(fetched.values())
+    samples = {metric: run.series for metric, run in fetched.items()}
+    result = replace(
+        runs[0],
+        promql=query,
+        start=runner.start,
+        end=runner.end,
+        seconds=sum(run.seconds for run in runs),
+        evaluation_seconds=sum(run.evaluation_seconds for run in runs),
+        samples=sum(run.samples for run in runs),
+        series=shared_split.split(samples, runner.plan, seen=seen, exporters=exporters),
+    )
+    runner.record("shared", query, result)
+    return result
 
 
 # Each of Kueue's counts (sources.KUEUE_COUNTERS): where an interval holds its readings, and
@@ -1661,7 +1689,7 @@ def _grouped(result: sources.QueryRun, name: str, part: sources.Part) -> sources
         else:
             members.append(series)
     summed = part.how != "max"
-    reduce = _sum_text if summed else _max_text
+    reduce = sample_texts.sum_text if summed else sample_texts.max_text
     grouped = []
     repeated: dict[Any, list] = {}
     for key, members in groups.items():
@@ -1716,7 +1744,7 @@ def _one_target_sums(
             kept = points[evaluated_at][0]
             count[1] = f"{describe(labels)} from {_target_text(kept)} and {_target_text(target)}"
         count[0] += 1
-    return [[at, _sum_text(texts)] for at, (_, texts) in points.items()]
+    return [[at, sample_texts.sum_text(texts)] for at, (_, texts) in points.items()]
 
 
 def _target_text(target: Target) -> str:
@@ -1738,29 +1766,6 @@ def _repeated_warn(
                 f"{result.name}: {count} sum(s) of series had points from a second scrape"
                 f" target too, e.g. {example}; each counted once"
             )
-
-
-def _max_text(texts: list[str]) -> str:
-    """The largest of the samples as Prometheus' `max` picks it: NaN gives way to any value.
-    Compared as Decimals (exact, as every sample Tandem keeps; "+Inf" and "NaN" read too)."""
-    first = texts[0]
-    if texts.count(first) == len(texts):  # one text, or the same one at every tick
-        return first
-    best, best_value = first, Decimal(first)
-    for text in texts[1:]:
-        value = Decimal(text)
-        if best_value.is_nan() or (not value.is_nan() and value > best_value):
-            best, best_value = text, value
-    return best
-
-
-def _sum_text(texts: list[str]) -> str:
-    if len(texts) == 1:
-        return texts[0]
-    try:
-        return str(sum(Decimal(text) for text in texts))
-    except (ArithmeticError, ValueError):  # +Inf + -Inf: as Prometheus, NaN
-        return "NaN"
 
 
 def _over_time(
@@ -1792,33 +1797,12 @@ def _over_time(
     return {function: replace(run, series=answers[function]) for function in functions}
 
 
-def _mean_text(texts: list[str]) -> str:
-    """avg_over_time of the samples: exact where they are numbers (Prometheus' float mean
-    differs from it by far less than the half byte at which a mean in MiB rounds), NaN or an
-    infinity as Prometheus writes them otherwise."""
-    first = texts[0]
-    if texts.count(first) == len(texts):
-        return first  # most intervals: the same reading at every tick
-    values = [Decimal(text) for text in texts]
-    if all(value.is_finite() for value in values):
-        return str(sum(values) / len(values))
-    return _special_text(values)
-
-
-def _special_text(values: list[Decimal]) -> str:
-    """The mean of samples holding NaN or an infinity, as Prometheus writes it."""
-    infinities = {value for value in values if value.is_infinite()}
-    if any(value.is_nan() for value in values) or len(infinities) > 1:
-        return "NaN"
-    return "+Inf" if infinities.pop() > 0 else "-Inf"
-
-
 # The range functions taken from raw samples (the device meter's parts), as Prometheus computes
 # them; texts as it writes them (the largest is one of the samples' own texts).
 OVER_TIME: dict[str, Callable[[list[str]], str]] = {
     "count_over_time": lambda texts: str(len(texts)),
-    "max_over_time": _max_text,
-    "avg_over_time": _mean_text,
+    "max_over_time": sample_texts.max_text,
+    "avg_over_time": sample_texts.mean_text,
 }
 
 
