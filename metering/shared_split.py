@@ -57,7 +57,7 @@ PerTick = dict[int, dict[Holder, str]]
 
 def selectors(plan: sources.QueryPlan, uuids: Iterable[str]) -> dict[str, str]:
     """The three metrics' series of these GPUs, every one (bare, pods', exporters' own): which
-    of them the expression reads is told from their labels (`_holder`, `_bare`)."""
+    of them the expression reads is told from their labels (`_holder`, `_bare_ticks`)."""
     only = sources.label_matcher("UUID", sources.regex_alternatives(uuids), "=~")
     return {metric: sources.selector(plan, metric, only) for metric in METRICS}
 
@@ -87,14 +87,14 @@ def split(
     )
     held_at_least_zero = _Memo(lambda text: _at_least_zero(_number(text)))
     for at, holders in held.items():
-        end = at // 1000 // step * step + step  # the interval's end, where it is answered
+        end = _end_of(at, step)
         for holders_of in _by_device(holders).values():
             share = ("1", len(holders_of))
             for holder in holders_of:
                 tick = share if held_at_least_zero[holders[holder]] else INFINITE
                 ticks[("alloc", holder, end)][tick] += 1
     for at in active.keys() | utilization.keys():
-        end = at // 1000 // step * step + step
+        end = _end_of(at, step)
         engines, own_figures = active.get(at, {}), utilization.get(at, {})
         for holders_of in _by_device(engines).values():
             for holder in holders_of:
@@ -177,7 +177,7 @@ def _present(series: Sequence[sources.Series], scrape_ms: int, step: int) -> lis
     for uuid, at in ticks.items():
         counts: dict[int, int] = defaultdict(int)
         for tick in at:
-            counts[tick // 1000 // step * step + step] += 1
+            counts[_end_of(tick, step)] += 1
         labels = {"UUID": uuid, "meter": "present"} if uuid else {"meter": "present"}
         answered.append(_series(labels, {end: str(count) for end, count in counts.items()}))
     return answered
@@ -189,7 +189,7 @@ def _seen(held: PerTick, step: int) -> list[sources.Series]:
     texts: dict[Holder, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
     for at, holders in held.items():
         for holder, text in holders.items():
-            texts[holder][at // 1000 // step * step + step].append(text)
+            texts[holder][_end_of(at, step)].append(text)
     answered = []
     for holder, by_end in texts.items():
         labels = _labels(holder)
@@ -211,6 +211,11 @@ def _last_per_slot(values: Sequence[Sequence], scrape_ms: int) -> dict[int, str]
     for at, text in values:
         found[round(float(at) * 1000) // scrape_ms * scrape_ms] = text
     return found
+
+
+def _end_of(at: int, step: int) -> int:
+    """The end of the interval that holds the tick `at` (ms): where its sums are answered."""
+    return at // 1000 // step * step + step
 
 
 def _by_device(holders: Iterable[Holder]) -> dict[Device, list[Holder]]:
