@@ -14,6 +14,7 @@ Prometheus answers for `sources.shared_devices_query`, held to a real Prometheus
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -165,10 +166,22 @@ def test_it_answers_what_prometheus_answers_for_the_split(
     assert len({point[1] for point in expected}) == WINDOWS
 
 
+def _gpus_named(queries: list[dict]) -> list[str]:
+    """The GPUs the split's recorded expressions name, in order."""
+    named = []
+    for query in queries:
+        if query["meter"] == "shared":
+            found = re.search(r'UUID=~"([^"]+)"', query["promql"])
+            assert found, query["promql"]
+            named += found[1].split("|")
+    return named
+
+
 def _measured_alike(
     client: sources.PrometheusClient, plan: sources.QueryPlan, first: int, last: int
-) -> tuple[int, int]:
-    """Both ways over [first, last]: (intervals compared, the split's requests)."""
+) -> tuple[int, int, int]:
+    """Both ways over [first, last]: (intervals compared, the split's requests asked of
+    Prometheus, and its groups taken from samples)."""
     asked = measure.measure(
         client, dataclasses.replace(plan, shared_from_samples=False), first, last
     )
@@ -176,10 +189,10 @@ def _measured_alike(
         client, dataclasses.replace(plan, shared_from_samples=True), first, last
     )
     assert taken.intervals == asked.intervals, datetime.fromtimestamp(first, UTC)
-    split = [query["promql"] for query in asked.queries if query["meter"] == "shared"]
-    # The windows' records name the same expressions, however they were answered.
-    assert [q["promql"] for q in taken.queries if q["meter"] == "shared"] == split
-    return len(asked.intervals), len(split)
+    # The windows' records name the same GPUs' expressions, however they were answered.
+    assert _gpus_named(taken.queries) == _gpus_named(asked.queries)
+    requests = [sum(1 for q in m.queries if q["meter"] == "shared") for m in (asked, taken)]
+    return len(asked.intervals), *requests
 
 
 @pytest.mark.slow
@@ -200,8 +213,8 @@ def test_it_measures_the_simulated_week_alike_either_way(
         while at < end:
             first = int(at.timestamp())
             last = int(min(at + timedelta(hours=6), end).timestamp()) - STEP
-            found = _measured_alike(client, plan, first, last)
-            compared, shared = compared + found[0], shared + found[1]
+            intervals, asked, _ = _measured_alike(client, plan, first, last)
+            compared, shared = compared + intervals, shared + asked
             at += timedelta(hours=6)
     finally:
         client.close()
@@ -213,22 +226,35 @@ def test_it_measures_the_simulated_week_alike_either_way(
 def test_it_measures_the_real_day_alike_either_way(
     tmp_path: Path,
     trace_day: real_trace.Day,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """In requests of one GPU each too (as a batch of many time-sliced GPUs at a dense scrape
+    is cut, `measure._shared_gpus_per_request`): the groups add up to the same facts."""
+    monkeypatch.setattr(measure, "SHARED_SAMPLES_PER_REQUEST", 1)
     lines = real_trace.series_at(*trace_day, requests=True)
     prometheus = backfilled_prometheus(tmp_path, lines, real_trace.SCRAPE)
     client = sources.PrometheusClient(url=prometheus.url)
     plan = _plan(client)
-    compared = shared = 0
+    compared = asked = taken = 0
     try:
         first = int(real_trace.START.timestamp())
         end = int(real_trace.END.timestamp())
         while first < end:
             last = min(first + 72 * STEP, end) - STEP
             found = _measured_alike(client, plan, first, last)
-            compared, shared = compared + found[0], shared + found[1]
+            compared, asked, taken = compared + found[0], asked + found[1], taken + found[2]
             first = last + STEP
     finally:
         client.close()
         prometheus.stop()
     assert compared == (end - int(real_trace.START.timestamp())) // STEP
-    assert shared > 0
+    assert 0 < asked < taken  # one request of each batch's GPUs, against one per GPU
+
+
+def test_it_names_as_many_time_sliced_gpus_a_request_as_keep_it_near_its_samples() -> None:
+    plan = sources.query_plan_for(Source(scrape_interval_seconds=15), step_seconds=STEP)
+    first = START
+    assert measure._shared_gpus_per_request(plan, first, first + 71 * STEP) == 17  # 1,440 ticks
+    sparse = sources.query_plan_for(Source(scrape_interval_seconds=150), step_seconds=STEP)
+    assert measure._shared_gpus_per_request(sparse, first, first + 71 * STEP) == 173
+    assert measure._shared_gpus_per_request(sparse, first, first) == measure.NARROWED_BATCH
