@@ -32,13 +32,9 @@ django.setup()
 
 from benchmarks.ingest import compaction_settled  # noqa: E402
 from metering import sources  # noqa: E402
-from metering.models import (  # noqa: E402
-    DEFAULT_LABEL_MAPPING,
-    DEFAULT_PRIORITY_CLASS_KINDS,
-    Source,
-)
-from simulator.prometheus import backfill, lookback_for, start_prometheus  # noqa: E402
-from tests.metering import exposition, real_trace  # noqa: E402
+from metering.models import Source  # noqa: E402
+from tests.metering import real_trace  # noqa: E402
+from tests.metering.jobs import backfilled_prometheus  # noqa: E402
 
 SUBQUERY_RANGE = re.compile(r"\[[0-9a-z]+:[0-9a-z]+\]( offset \S+)?$")
 
@@ -86,23 +82,12 @@ def main() -> None:
         {gpu.uuid for gpu in gpus for tick in real_trace.ticks() if len(gpu.holders(tick)) > 1}
     )
     with tempfile.TemporaryDirectory(prefix="tandem-shared-") as scratch:
-        out = Path(scratch)
-        lines = real_trace.series_at(pods, gpus)
-        exposition.write_openmetrics(out / "day.om", sorted(lines), lines)
-        backfill(out / "day.om", out / "tsdb")
         scrape = real_trace.SCRAPE
-        prometheus = start_prometheus(
-            out / "tsdb", lookback_delta=lookback_for(scrape), scrape_interval=f"{scrape}s"
-        )
+        lines = real_trace.series_at(pods, gpus)
+        prometheus = backfilled_prometheus(Path(scratch), lines, scrape)
         try:
             compaction_settled(prometheus.url)
-            source = Source(
-                name="probe",
-                url=prometheus.url,
-                scrape_interval_seconds=scrape,
-                label_mapping=dict(DEFAULT_LABEL_MAPPING),
-                priority_class_kinds=dict(DEFAULT_PRIORITY_CLASS_KINDS),
-            )
+            source = Source(scrape_interval_seconds=scrape)
             step = real_trace.STEP
             plan = sources.query_plan_for(source, step_seconds=step)
             as_ingest = sources.shared_devices_query(plan, shared)

@@ -52,14 +52,9 @@ from benchmarks.ingest import (  # noqa: E402
     truncate_metering,
 )
 from metering import ingest, services  # noqa: E402
-from metering.models import (  # noqa: E402
-    DEFAULT_LABEL_MAPPING,
-    DEFAULT_PRIORITY_CLASS_KINDS,
-    Source,
-)
 from metering.windows import catchup_windows_per_task  # noqa: E402
-from simulator.prometheus import backfill, lookback_for, start_prometheus  # noqa: E402
-from tests.metering import exposition, real_trace  # noqa: E402
+from tests.metering import real_trace  # noqa: E402
+from tests.metering.jobs import backfilled_prometheus, jobs_source  # noqa: E402
 
 DAY = "the openb trace's day (96 GPUs, 366 pods)"
 
@@ -90,17 +85,10 @@ def main() -> list[Row]:
     pods = real_trace.trace_pods()
     gpus = real_trace.placed(pods, real_trace.trace_gpus())
     with tempfile.TemporaryDirectory(prefix="tandem-openb-") as scratch:
-        out = Path(scratch)
         lines = real_trace.series_at(pods, gpus)
-        exposition.write_openmetrics(out / "day.om", sorted(lines), lines)
         began = time.perf_counter()
-        backfill(out / "day.om", out / "tsdb")
+        prometheus = backfilled_prometheus(Path(scratch), lines, real_trace.SCRAPE)
         backfilled = time.perf_counter() - began
-        prometheus = start_prometheus(
-            out / "tsdb",
-            lookback_delta=lookback_for(real_trace.SCRAPE),
-            scrape_interval=f"{real_trace.SCRAPE}s",
-        )
         try:
             compacted = compaction_settled(prometheus.url)
             rows = _ingested(prometheus, gpus)
@@ -108,19 +96,16 @@ def main() -> list[Row]:
             prometheus.stop()
             truncate_metering()
     samples = sum(map(len, lines.values()))
-    print(f"{DAY}: {samples:,} samples, back-filled in {backfilled:.1f} s,", end=" ")
+    print(
+        f"{DAY}: {samples:,} samples, written, back-filled and served in {backfilled:.1f} s,",
+        end=" ",
+    )
     print(f"Prometheus' compaction of them waited out ({compacted:.0f} s)")
     return rows
 
 
 def _ingested(prometheus, gpus: list[real_trace.Gpu]) -> list[Row]:
-    source = Source.objects.create(
-        name="openb",
-        url=prometheus.url,
-        scrape_interval_seconds=real_trace.SCRAPE,
-        label_mapping=dict(DEFAULT_LABEL_MAPPING),
-        priority_class_kinds=dict(DEFAULT_PRIORITY_CLASS_KINDS),
-    )
+    source = jobs_source(prometheus.url)  # the test's source: a 60 s scrape, the defaults
     windows = services.windows_create(source=source, start=real_trace.START, end=real_trace.END)
     ids = [window.pk for window in windows]
     batches = Batches()

@@ -527,12 +527,12 @@ def _follow_ups(
     exporters = _exporters_own_series_freed(observed)
     shared, repeated, beside = _time_sliced_devices(observed, plan)
     size = NARROWED_BATCH
-    if plan.splits_shared_from_samples:
+    if plan.shared_from_samples:
         size = _shared_gpus_per_request(plan, runner.first, runner.last)
     for uuids in _batches(shared, size):
         seen = not repeated.isdisjoint(uuids)
         query = sources.shared_devices_query(plan, uuids, seen=seen, exporters=exporters)
-        if plan.splits_shared_from_samples:
+        if plan.shared_from_samples:
             result = _shared_from_samples(runner, query, uuids, seen, exporters)
         else:
             result = runner.run("shared", query)
@@ -580,21 +580,20 @@ def _shared_from_samples(
 ) -> sources.QueryRun:
     """`query`'s answer (sources.shared_devices_query) from the GPUs' raw samples, split per
     tick in Python (metering.shared_split), recorded under the expression it stands for."""
-    fetched = {
+    runs = {
         metric: runner.samples("shared", selected)
         for metric, selected in shared_split.selectors(runner.plan, uuids).items()
     }
-    runs = list(fetched.values())
-    samples = {metric: run.series for metric, run in fetched.items()}
-    result = replace(
-        runs[0],
-        promql=query,
-        start=runner.start,
-        end=runner.end,
-        seconds=sum(run.seconds for run in runs),
-        evaluation_seconds=sum(run.evaluation_seconds for run in runs),
-        samples=sum(run.samples for run in runs),
-        series=shared_split.split(samples, runner.plan, seen=seen, exporters=exporters),
+    samples = {metric: run.series for metric, run in runs.items()}
+    result = sources.QueryRun(
+        "shared",
+        query,
+        runner.start,
+        runner.end,
+        sum(run.seconds for run in runs.values()),
+        sum(run.evaluation_seconds for run in runs.values()),
+        shared_split.split(samples, runner.plan, seen=seen, exporters=exporters),
+        sum(run.samples for run in runs.values()),
     )
     runner.record("shared", query, result)
     return result
@@ -1668,8 +1667,8 @@ def _shared_gpus_per_request(plan: sources.QueryPlan, first: int, last: int) -> 
     many as keep it near SHARED_SAMPLES_PER_REQUEST samples over the batch, at
     SHARED_SERIES_PER_GPU series a metric, and at most NARROWED_BATCH. A worker holds one
     group's three answers at a time: at a 15 s scrape, 250 such GPUs over a 72-window batch
-    would be 1.44 M samples a metric, 4.3 M in all, about 750 MB once decoded (measured with
-    tracemalloc on answers of that shape); 17 a request, about 50 MB."""
+    would be 1.44 M samples a metric, 4.3 M in all, each a decoded JSON pair; 17 a request
+    are about 98,000 a metric."""
     ticks = (last - first + plan.step_seconds) // plan.scrape_seconds
     fitting = SHARED_SAMPLES_PER_REQUEST // (ticks * SHARED_SERIES_PER_GPU)
     return max(1, min(NARROWED_BATCH, fitting))

@@ -45,7 +45,7 @@ def mean_text(texts: list[str]) -> str:
 
 
 def special_text(values: list[Decimal]) -> str:
-    """The mean of samples holding NaN or an infinity, as Prometheus writes it."""
+    """The mean or the sum of samples holding NaN or an infinity, as Prometheus writes it."""
     infinities = {value for value in values if value.is_infinite()}
     if any(value.is_nan() for value in values) or len(infinities) > 1:
         return "NaN"

@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from fractions import Fraction
 from functools import lru_cache
 
+from kernel.numbers import exact_sum
 from metering import sample_texts, sources
 
 FRAME_BUFFER = "DCGM_FI_DEV_FB_USED"
@@ -53,6 +54,8 @@ HOLDER_LABELS = ("UUID", "GPU_I_ID", "GPU_I_PROFILE", "namespace", "pod")
 Device = tuple[str, str]  # (UUID, GPU_I_ID): whose holders share a tick
 # Per tick (ms since the epoch), per holder: its value's text at that tick.
 PerTick = dict[int, dict[Holder, str]]
+# Each series' labels and its samples by tick: the text of its last sample in the tick's slot.
+Slotted = list[tuple[Mapping[str, str], dict[int, str]]]
 
 
 def selectors(plan: sources.QueryPlan, uuids: Iterable[str]) -> dict[str, str]:
@@ -73,10 +76,14 @@ def split(
     cover, from each metric's raw samples (`selectors`), in Prometheus' order."""
     own = frozenset(exporters)
     scrape_ms = plan.scrape_seconds * 1000
-    held = _per_tick(samples[FRAME_BUFFER], own, scrape_ms)
-    active = _per_tick(samples[ACTIVE], own, scrape_ms)
-    utilization = _per_tick(samples[UTILIZATION], own, scrape_ms)
-    beside = _bare_ticks(samples[UTILIZATION], own, scrape_ms)
+    frame_buffers, activities, utilisations = (
+        [(one.labels, _last_per_slot(one.values, scrape_ms)) for one in samples[metric]]
+        for metric in METRICS
+    )
+    held = _per_tick(frame_buffers, own)
+    active = _per_tick(activities, own)
+    utilization = _per_tick(utilisations, own)
+    beside = _bare_ticks(utilisations, own)
     step = plan.step_seconds
     # Per part, holder and interval end: how many ticks gave each (value's text, divisor).
     # A holder's ticks repeat a few of them (1/k of a tick, the engine's copy of the
@@ -85,13 +92,12 @@ def split(
     ticks: dict[tuple[str, Holder, int], dict[tuple[str, int], int]] = defaultdict(
         lambda: defaultdict(int)
     )
-    held_at_least_zero = _Memo(lambda text: _at_least_zero(_number(text)))
     for at, holders in held.items():
         end = _end_of(at, step)
         for holders_of in _by_device(holders).values():
             share = ("1", len(holders_of))
             for holder in holders_of:
-                tick = share if held_at_least_zero[holders[holder]] else INFINITE
+                tick = share if _at_least_zero(holders[holder]) else INFINITE
                 ticks[("alloc", holder, end)][tick] += 1
     for at in active.keys() | utilization.keys():
         end = _end_of(at, step)
@@ -111,22 +117,22 @@ def split(
         _series({**_labels(holder), "meter": meter}, by_end)
         for (meter, holder), by_end in sums.items()
     ]
-    answered += _present(samples[FRAME_BUFFER], scrape_ms, step)
+    answered += _present(frame_buffers, step)
     if seen:
         answered += _seen(held, step)
     answered.sort(key=lambda series: sorted(series.labels.items()))
     return answered
 
 
-def _per_tick(series: Sequence[sources.Series], own: frozenset[str], scrape_ms: int) -> PerTick:
+def _per_tick(series: Slotted, own: frozenset[str]) -> PerTick:
     """Each holder's value at each tick: the last sample of each of its series in the tick's
     slot, the largest of those where several series are one holder's (`max`: NaN gives way)."""
     found: dict[int, dict[Holder, list[str]]] = defaultdict(lambda: defaultdict(list))
-    for one in series:
-        holder = _holder(one.labels, own)
+    for labels, slots in series:
+        holder = _holder(labels, own)
         if holder is None:
             continue
-        for at, text in _last_per_slot(one.values, scrape_ms).items():
+        for at, text in slots.items():
             found[at][holder].append(text)
     return {
         at: {holder: sample_texts.max_text(texts) for holder, texts in holders.items()}
@@ -153,26 +159,23 @@ def _holder(labels: Mapping[str, str], own: frozenset[str]) -> Holder | None:
     )
 
 
-def _bare_ticks(
-    series: Sequence[sources.Series], own: frozenset[str], scrape_ms: int
-) -> set[tuple[int, Device]]:
+def _bare_ticks(series: Slotted, own: frozenset[str]) -> set[tuple[int, Device]]:
     """(tick, device) where the device's bare utilisation series (no pod, or an exporter's
     own) has a sample: its pods' utilisation series are their own figures there."""
     found: set[tuple[int, Device]] = set()
-    for one in series:
-        labels = one.labels
+    for labels, slots in series:
         if labels.get("exported_pod") or labels.get("pod", "") not in own | {""}:
             continue
         device = (labels.get("UUID", ""), labels.get("GPU_I_ID", ""))
-        found.update((at, device) for at in _last_per_slot(one.values, scrape_ms))
+        found.update((at, device) for at in slots)
     return found
 
 
-def _present(series: Sequence[sources.Series], scrape_ms: int, step: int) -> list[sources.Series]:
+def _present(series: Slotted, step: int) -> list[sources.Series]:
     """Per GPU, the ticks of each interval at which any of its frame-buffer series had one."""
     ticks: dict[str, set[int]] = defaultdict(set)
-    for one in series:
-        ticks[one.labels.get("UUID", "")].update(_last_per_slot(one.values, scrape_ms))
+    for labels, slots in series:
+        ticks[labels.get("UUID", "")].update(slots)
     answered = []
     for uuid, at in ticks.items():
         counts: dict[int, int] = defaultdict(int)
@@ -240,59 +243,25 @@ INFINITE = ("+Inf", 1)
 @lru_cache(maxsize=4096)
 def _sum_of(counted: tuple[tuple[tuple[str, int], int], ...]) -> str:
     """The text of the sum of each value / its divisor, as many times as counted: most
-    holders' intervals are one of a few (a whole interval at 1/2, 1/3 of a tick)."""
-    total = _Sum()
-    for (text, divisor), count in counted:
-        number = _number(text)
-        if number.is_finite():
-            total.add(Fraction(number) * count / divisor)
-        else:
-            total.add(sample_texts.special_text([number]))
-    return total.text()
+    holders' intervals are one of a few (a whole interval at 1/2, 1/3 of a tick). NaN and
+    infinities as Prometheus adds them."""
+    values = [(Decimal(text), divisor, count) for (text, divisor), count in counted]
+    special = [value for value, _, _ in values if not value.is_finite()]
+    if special:
+        return sample_texts.special_text(special)
+    return _go_text(
+        exact_sum(Fraction(value) * count / divisor for value, divisor, count in values)
+    )
 
 
-class _Memo(dict[str, bool]):
-    """A function of a value's text, computed once per text (readings repeat)."""
-
-    def __init__(self, function: Callable[[str], bool]) -> None:
-        super().__init__()
-        self.function = function
-
-    def __missing__(self, text: str) -> bool:
-        found = self[text] = self.function(text)
-        return found
+@lru_cache(maxsize=4096)
+def _at_least_zero(text: str) -> bool:
+    """Whether a frame-buffer reading counts as held (`>= bool 0`); readings repeat."""
+    value = Decimal(text)  # "NaN", "+Inf" and "-Inf" read as Decimal's own
+    return not value.is_nan() and value >= 0
 
 
-def _number(text: str) -> Decimal:
-    return Decimal(text)  # "NaN", "+Inf" and "-Inf" read as Decimal's own
-
-
-def _at_least_zero(number: Decimal) -> bool:
-    return not number.is_nan() and number >= 0
-
-
-class _Sum:
-    """A sum over ticks, exact where finite; NaN and infinities as Prometheus adds them."""
-
-    __slots__ = ("finite", "special")
-
-    def __init__(self) -> None:
-        self.finite = Fraction(0)
-        self.special: str | None = None
-
-    def add(self, value: Fraction | str) -> None:
-        if isinstance(value, Fraction):
-            self.finite += value
-        elif self.special is None or self.special == value:
-            self.special = value
-        else:  # NaN beside anything, or +Inf and -Inf
-            self.special = "NaN"
-
-    def text(self) -> str:
-        return self.special if self.special is not None else _go_text(self.finite)
-
-
-def _go_text(value: Fraction) -> str:
+def _go_text(value: Fraction | int) -> str:
     """A float's text as Prometheus writes it (Go's `'f'`, shortest digits that read back the
     same float): the exact value rounded to a float first, as Prometheus' own sum would be."""
     number = float(value)

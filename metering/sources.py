@@ -236,9 +236,12 @@ class QueryPlan:
     # Whether the device meter reads its series' raw samples (see `reads_raw_samples`); None
     # decides by the scrape interval.
     raw_samples: bool | None = None
-    # Whether the time-sliced GPUs' split is taken from their raw samples (see
-    # `splits_shared_from_samples`); None: it is. False asks Prometheus (the tests' oracle).
-    shared_from_samples: bool | None = None
+    # Whether the time-sliced GPUs' per-tick split (`shared_devices_query`) is taken in Python
+    # from their raw samples, read once a batch (metering.shared_split), instead of asked of
+    # Prometheus, which evaluates it at every scrape tick whatever the samples. Every tick's
+    # samples lie in the interval of its tick: windows are aligned to the step and the scrape
+    # interval divides it (`query_plan_for`). False asks Prometheus (the tests' oracle).
+    shared_from_samples: bool = True
 
     def kind_of(self, priority_class: str) -> str:
         """The task kind of a priority class: a class the source does not map (or none) is
@@ -303,15 +306,6 @@ class QueryPlan:
         if self.raw_samples is not None:
             return self.raw_samples
         return self.step_seconds // self.scrape_seconds <= RAW_SAMPLES_PER_STEP
-
-    @property
-    def splits_shared_from_samples(self) -> bool:
-        """Whether the time-sliced GPUs' per-tick split (`shared_devices_query`) is taken in
-        Python from their raw samples, read once a batch (metering.shared_split), instead of
-        asked of Prometheus, which evaluates it at every scrape tick whatever the samples.
-        Every tick's samples lie in the interval of its tick: windows are aligned to the step
-        and the scrape interval divides it (`query_plan_for`)."""
-        return True if self.shared_from_samples is None else self.shared_from_samples
 
     @property
     def scrape(self) -> str:

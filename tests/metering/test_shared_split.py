@@ -56,7 +56,8 @@ def _edge_samples() -> dict[float, list[str]]:
         at = tick + 17  # Prometheus scrapes a target at an offset of its own
         s1 = f'UUID="GPU-s1",gpu="0",modelName="NVIDIA A100-SXM4-80GB",{TARGET}'
         found.append(_line(fb, s1, "6144" if n != 7 else "NaN", at))  # the bare series
-        found.append(_line(util, s1, "90", at) if n % 3 else (at, ""))  # beside at some ticks
+        if n % 3:  # the bare utilisation beside the pods' at some ticks only
+            found.append(_line(util, s1, "90", at))
         holders = [("train", "a-0", "4096" if n != 4 else "-3", "0.9" if n != 9 else "NaN")]
         if 2 <= n <= 9:
             holders.append(("train", "b-0", "NaN" if n == 6 else "1024", "0.9"))
@@ -100,8 +101,7 @@ def _edge_samples() -> dict[float, list[str]]:
                 found.append(_line(active, labels, "0.6", at))
     lines: dict[float, list[str]] = {}
     for at, line in found:
-        if line:
-            lines.setdefault(at, []).append(line)
+        lines.setdefault(at, []).append(line)
     return lines
 
 
