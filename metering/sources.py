@@ -59,8 +59,8 @@ RANGE_PROBE = "count_over_time(vector(1)[2s:1s])"
 RANGE_PROBE_AT = 1_000_000_000  # any whole second
 MAX_POINTS_PER_QUERY = 10_000
 # The most samples per series an interval may hold for the device meter to read raw samples
-# (QueryPlan.reads_raw_samples): its three answers are three points an interval.
-RAW_SAMPLES_PER_STEP = 3
+# (QueryPlan.reads_raw_samples): five at a minute's scrape and the 5-minute step.
+RAW_SAMPLES_PER_STEP = 5
 DEFAULT_TIMEOUT_SECONDS = 120  # per read
 DEFAULT_DEADLINE_SECONDS = 300  # per request, headers and body (TANDEM_PROMETHEUS_DEADLINE_SECONDS)
 DEFAULT_MAX_RESPONSE_BYTES = 512 * 1024 * 1024
@@ -298,10 +298,14 @@ class QueryPlan:
 
         Prometheus evaluates a range function series by series at every step, at a cost per
         series and step whatever the samples. Where an interval holds at most
-        RAW_SAMPLES_PER_STEP samples (a scrape of a third of the step or sparser), its samples
-        are fewer points than the three answers and are read once: the same numbers, a third
-        of the evaluation. Denser scrapes would send the workers more points than the answers,
-        and the workers are the larger part of an ingest's CPU (benchmarks/ingest.py).
+        RAW_SAMPLES_PER_STEP samples (a scrape of a fifth of the step or sparser: a minute at
+        the 5-minute step), they are read once instead of three times: the same numbers, a
+        third of Prometheus' evaluation. Up to three samples an interval the workers get fewer
+        points than the three answers; at four or five, more, and their CPU grows by about
+        what Prometheus' shrinks (README, "A real cluster's day"). The trade is taken there
+        because Prometheus is what every worker shares and what does not scale out with them.
+        Denser scrapes (dcgm-exporter's 30 s: ten samples) keep the three range functions, whose
+        answers are then far fewer points than the samples.
         """
         if self.raw_samples is not None:
             return self.raw_samples

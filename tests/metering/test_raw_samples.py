@@ -22,10 +22,12 @@ def plan_at(scrape: int, **fields: object) -> sources.QueryPlan:
     return dataclasses.replace(plan, **fields)
 
 
-def test_it_reads_raw_samples_where_an_interval_holds_at_most_three() -> None:
+def test_it_reads_raw_samples_where_an_interval_holds_at_most_five() -> None:
     assert plan_at(150).reads_raw_samples  # 2 samples an interval: fewer than 3 answers
     assert plan_at(100).reads_raw_samples  # 3
-    assert not plan_at(60).reads_raw_samples  # 5: more points than the answers
+    assert plan_at(60).reads_raw_samples  # 5: a third of Prometheus' evaluation
+    assert not plan_at(50).reads_raw_samples  # 6
+    assert not plan_at(30).reads_raw_samples  # dcgm-exporter's default: 10
     assert not plan_at(15).reads_raw_samples
     assert plan_at(15, raw_samples=True).reads_raw_samples
     assert not plan_at(150, raw_samples=False).reads_raw_samples
@@ -43,7 +45,7 @@ def test_it_asks_for_the_frame_buffer_samples_once_for_the_three_device_parts() 
     ]
     # What they mean stays readable PromQL (explain a charge, the windows' records).
     assert parts["ticks"].promql.startswith("count_over_time(DCGM_FI_DEV_FB_USED")
-    assert not any(part.samples for part in sources.devices_parts(plan_at(60)).values())
+    assert not any(part.samples for part in sources.devices_parts(plan_at(30)).values())
     assert not any(part.samples for part in sources.busy_parts(plan_at(150)).values())
 
 
@@ -149,9 +151,9 @@ def test_it_measures_the_pool_exactly_as_the_range_functions_do(
     read once instead of three times."""
     start, end = pool_span(pool_truth)
     client = sources.PrometheusClient(url=pool_prometheus.url)
-    by_range = plan_at(POOL.scrape_interval_seconds, closed_ranges=client.ranges_closed())
-    assert not by_range.reads_raw_samples  # a 60 s scrape: range functions by default
-    by_samples = dataclasses.replace(by_range, raw_samples=True)
+    by_samples = plan_at(POOL.scrape_interval_seconds, closed_ranges=client.ranges_closed())
+    assert by_samples.reads_raw_samples  # a 60 s scrape: raw samples by default
+    by_range = dataclasses.replace(by_samples, raw_samples=False)
     if sharded:  # the shard of "every other node": its series through two selectors
         by_samples = dataclasses.replace(by_samples, node_set=sources.NodeSet(None))
     plans = {"range functions": by_range, "raw samples": by_samples}
