@@ -5,8 +5,8 @@ compare two checkouts of Tandem on the same data.
 wall time moves by half a second between runs. This ingests the whole kept pool in THIS
 process, batch by batch as a worker does, and prints the process' CPU seconds (every thread:
 requests, JSON decoding, parsing, deriving, writing) and Prometheus' (/proc), which move by
-a few percent. Run it against two checkouts, interleaved (a `git worktree` of the commit
-before a change, say), with the same kept pool:
+a few percent, and the process' peak resident memory. Run it against two checkouts,
+interleaved (a `git worktree` of the commit before a change, say), with the same kept pool:
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_ingest \\
       .venv/bin/python benchmarks/ingest.py --gpus 1000 --hours 24 --scrape 150 --keep
@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -82,12 +83,18 @@ def main() -> None:
             print(
                 f"{options.checkout}: this process' CPU {time.process_time() - spent:.2f} s,"
                 f" Prometheus' CPU {cpu_seconds([prometheus.pid]) - answered:.2f} s,"
-                f" wall {time.perf_counter() - began:.2f} s ({len(ids)} windows)",
+                f" wall {time.perf_counter() - began:.2f} s ({len(ids)} windows),"
+                f" this process' peak RSS {_peak_mib():,.0f} MiB",
                 flush=True,
             )
     finally:
         prometheus.stop()
         truncate_metering()
+
+
+def _peak_mib() -> float:
+    """This process' peak resident memory so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@ moves between Prometheus and the worker.
 - `--switch raw_samples`: the device meter from its range functions or from raw samples.
 
 Each run measures the day in 72-window batches (`measure.measure`, no database) and prints
-the process' CPU, the wall time, Prometheus' evaluation, and the evaluation of the meter the
-switch moves. The day is back-filled once and Prometheus' compaction waited out, as
+the process' CPU, the wall time, Prometheus' evaluation, the evaluation of the meter the
+switch moves, and the CPU the Prometheus process used (evaluating, and encoding its answers,
+which `stats` does not time). The day is back-filled once and Prometheus' compaction waited out, as
 `benchmarks/real_trace.py` does. Not run by `make bench`:
 
     .venv/bin/python benchmarks/_shared_split.py --runs 3
@@ -33,7 +34,7 @@ import django
 
 django.setup()
 
-from benchmarks.ingest import compaction_settled  # noqa: E402
+from benchmarks.ingest import compaction_settled, cpu_seconds  # noqa: E402
 from metering import measure, sources  # noqa: E402
 from metering.models import Source  # noqa: E402
 from tests.metering import real_trace  # noqa: E402
@@ -67,7 +68,10 @@ def main() -> None:
             for _ in range(options.runs):
                 for value in (False, True):
                     switched = dataclasses.replace(plan, **{options.switch: value})
-                    print(f"{options.switch}={value}: {_day(client, switched, options.switch)}")
+                    answered = cpu_seconds([prometheus.pid])
+                    day = _day(client, switched, options.switch)
+                    used = cpu_seconds([prometheus.pid]) - answered
+                    print(f"{options.switch}={value}: {day}, Prometheus' CPU {used:.2f} s")
             client.close()
         finally:
             prometheus.stop()
