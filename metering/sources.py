@@ -301,9 +301,10 @@ class QueryPlan:
         RAW_SAMPLES_PER_STEP samples (a scrape of a fifth of the step or sparser: a minute at
         the 5-minute step), they are read once instead of three times: the same numbers, a
         third of Prometheus' evaluation. Up to three samples an interval the workers get fewer
-        points than the three answers; at four or five, more, and their CPU grows by about
-        what Prometheus' shrinks (README, "A real cluster's day"). The trade is taken there
-        because Prometheus is what every worker shares and what does not scale out with them.
+        points than the three answers; at four or five, more: their CPU and peak memory grow
+        (at 10,000 GPUs and a 60 s scrape, about a tenth and 130 MB; docs/telemetry.md,
+        "Presence, allocation, capacity and memory"). The trade is taken there because
+        Prometheus is what every worker shares and what does not scale out with them.
         Denser scrapes (dcgm-exporter's 30 s: ten samples) keep the three range functions, whose
         answers are then far fewer points than the samples.
         """
