@@ -585,15 +585,10 @@ def _shared_from_samples(
         for metric, selected in shared_split.selectors(runner.plan, uuids).items()
     }
     samples = {metric: run.series for metric, run in runs.items()}
-    result = sources.QueryRun(
-        "shared",
-        query,
-        runner.start,
-        runner.end,
-        sum(run.seconds for run in runs.values()),
-        sum(run.evaluation_seconds for run in runs.values()),
-        shared_split.split(samples, runner.plan, seen=seen, exporters=exporters),
-        sum(run.samples for run in runs.values()),
+    result = replace(
+        _concatenated(list(runs.values())),  # the three requests' costs, summed
+        promql=query,
+        series=shared_split.split(samples, runner.plan, seen=seen, exporters=exporters),
     )
     runner.record("shared", query, result)
     return result
