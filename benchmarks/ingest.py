@@ -447,7 +447,7 @@ def replay_batch(url: str, plan: sources.QueryPlan, *, start: int, end: int) -> 
 
 
 def replay_ingest(
-    source: Source, windows: list[IngestWindow], batches: list[tuple[str, int]]
+    source: Source, windows: list[IngestWindow], logged: list[tuple[int, str, dict]]
 ) -> float:
     """Prometheus' evaluation time of the ingest's queries, sent again batch by batch, once the
     workers have stopped, by the code the workers ran (`querying.observe_batch`: the meter
@@ -457,29 +457,73 @@ def replay_ingest(
     Python and the other worker's query: it counts the waits for a core. Replayed alone, it is
     what the PromQL costs, under the conditions the reference scan is timed in.
 
-    `batches`: (first window start, windows) as the workers logged them, as they sized them."""
+    `logged`: (windows, first window start, timings) as the workers logged them, as they
+    sized them."""
     plan = sources.query_plan_for(source, step_seconds=STEP)
-    at_start = {str(window.start): at for at, window in enumerate(windows)}
     seconds = 0.0
-    for first, count in batches:
-        at = at_start[first]
-        batch = windows[at : at + count]
+    for count, first, _ in logged:
+        batch = logged_span(windows, first, count)
         observation = querying.observe_batch(source, plan, batch[0].start, batch[-1].start)
         seconds += observation.evaluation_seconds
     return seconds
 
 
-class _BatchTimings(logging.Handler):
-    """The timings `metering.ingest` logs for each batch it writes (as the workers log them)."""
+def logged_span(windows: list[IngestWindow], first: str, count: int) -> list[IngestWindow]:
+    """The `count` windows of a logged batch, from its first window's start as logged."""
+    at = next(at for at, window in enumerate(windows) if str(window.start) == first)
+    return windows[at : at + count]
 
+
+def write_totals(timings: list[dict]) -> dict[str, float]:
+    """Windows, usage rows, and seconds of the write phase and of its usage DELETE + COPY,
+    summed over batches' timings as `metering.ingest` logs them."""
+    return {
+        "windows": sum(t["windows"] for t in timings),
+        "usage_rows": sum(t["usage_rows"] for t in timings),
+        "write_seconds": sum(t["write_seconds"] for t in timings),
+        "copy_seconds": sum(t["usage_copy_seconds"] for t in timings),
+    }
+
+
+def meter_totals(timings: list[dict]) -> dict[str, list[float]]:
+    """Per meter, [Prometheus evaluation seconds, samples scanned] summed over batches'
+    timings as `metering.ingest` logs them."""
+    meters: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for t in timings:
+        for meter, (seconds, scanned) in t.get("meters", {}).items():
+            meters[meter][0] += seconds
+            meters[meter][1] += scanned
+    return dict(meters)
+
+
+class _Batches(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.INFO)
-        self.found: list[dict] = []
+        self.found: list[tuple[int, str, dict]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         timings = getattr(record, "timings", None)
         if timings is not None:
-            self.found.append(timings)
+            first = record.args[2]  # ingest logs (windows, source, the first start, timings)
+            self.found.append((timings["windows"], str(first), timings))
+
+
+@contextmanager
+def batches_logged() -> Iterator[list[tuple[int, str, dict]]]:
+    """The batches `metering.ingest` writes in this process meanwhile, as `logged_batches`
+    reads the workers' lines: (windows, first window start, timings); the lines are the
+    caller's to read, not printed."""
+    handler, logger = _Batches(), logging.getLogger(ingest.__name__)
+    level, propagate = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield handler.found
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
 
 
 def replay_write(
@@ -500,14 +544,14 @@ def replay_write(
 
     Which batches: the day's usage rows per window move with its hours, while much of a
     batch's write goes per GPU and per pod (the sightings, the task upsert), so a few
-    batches' rows/s depends on where in the day they lie (at 10,000 GPUs, 60 windows from the
-    middle of the day held 1,081 rows a window against the day's 1,854 and wrote at 0.06 of
-    a raw COPY, against 0.10 for the whole day during the ingest). So: batches of the workers'
+    batches' rows/s depends on where in the day they lie (`make bench` on commit 327c5c3,
+    which took them from the middle of the day: at 10,000 GPUs its 60 windows held 1,081 rows
+    a window against the day's 1,854 and wrote at 0.063 of a raw COPY, against 0.10 for the
+    whole day during the ingest). So: batches of the workers'
     largest size (the one the pool sized them to), those whose rows per window come nearest
     the day's, at least REPLAYED_WRITE_WINDOWS windows. The batch before the first of them is
     written first, untimed: the workers wrote each batch beside the tasks and GPU sightings
     that earlier batches had made, which a new source's first batch makes all at once."""
-    at_start = {str(window.start): at for at, window in enumerate(windows)}
     per_window = sum(t["usage_rows"] for _, _, t in logged) / sum(n for n, _, _ in logged)
     largest = max(n for n, _, _ in logged)
     nearest = sorted(
@@ -526,14 +570,9 @@ def replay_write(
         url=source.url,
         scrape_interval_seconds=source.scrape_interval_seconds,
     )
-    handler, logger = _BatchTimings(), logging.getLogger(ingest.__name__)
-    level, propagate = logger.level, logger.propagate
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False  # not on the bench's output
-    try:
+    with batches_logged() as written:
         for count, first, _ in [*before, *timed]:
-            span = windows[at_start[first] : at_start[first] + count]
+            span = logged_span(windows, first, count)
             created = services.windows_create(source=alone, start=span[0].start, end=span[-1].end)
             batch = list(
                 IngestWindow.objects.select_related("source")
@@ -541,18 +580,8 @@ def replay_write(
                 .order_by("start")
             )
             ingest._run_ingest(batch, None)
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-        logger.propagate = propagate
-    written = handler.found[len(before) :]
-    return {
-        "windows": sum(t["windows"] for t in written),
-        "usage_rows": sum(t["usage_rows"] for t in written),
-        "write_seconds": sum(t["write_seconds"] for t in written),
-        "copy_seconds": sum(t["usage_copy_seconds"] for t in written),
-        "day_rows_per_window": per_window,
-    }
+    timings = [t for _, _, t in written[len(before) :]]
+    return {**write_totals(timings), "day_rows_per_window": per_window}
 
 
 def logged_batches(log: Path, windows: int) -> list[tuple[int, str, dict]]:
@@ -711,7 +740,7 @@ def run_size(
             prometheus.url, plan, start=int(windows[0].start.timestamp()), end=batch_end
         )
         logged = logged_batches(log, len(ids))
-        replay["ingest"] = replay_ingest(source, windows, [(start, n) for n, start, _ in logged])
+        replay["ingest"] = replay_ingest(source, windows, logged)
         sharded = None
         if shards > 1:
             sharded_source = Source.objects.create(
@@ -764,21 +793,16 @@ def run_size(
         f" {', '.join(sorted({str(n) for n, _, _ in logged}, key=int))} windows",
         flush=True,
     )
-    usage_rows = sum(t["usage_rows"] for t in timings)
+    during = write_totals(timings)
+    usage_rows = during["usage_rows"]
     # From the windows themselves (each holds its share of its batch's evaluation), so a
     # log line lost cannot shrink it.
     evaluation = IngestWindow.objects.filter(pk__in=ids).aggregate(
         total=Cast(Sum("prometheus_seconds"), FloatField())  # seconds, for the ratios
     )["total"]
-    write_seconds = sum(t["write_seconds"] for t in timings)
-    copy_seconds = sum(t["usage_copy_seconds"] for t in timings)
     copied_rows, copy_rate = copy_rows_per_second(source)
     table_copy_rate = usage_table_copy_rate(source)
-    meters: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
-    for t in timings:
-        for meter, (seconds, scanned) in t.get("meters", {}).items():
-            meters[meter][0] += seconds
-            meters[meter][1] += scanned
+    meters = meter_totals(timings)
     return {
         "gpus": gpus,
         "hours": hours,
@@ -796,8 +820,8 @@ def run_size(
         "evaluation": evaluation,
         "scan_seconds": scan_seconds,
         "scan_samples": scan_samples,
-        "write_rate": _rate(usage_rows, write_seconds),
-        "ingest_copy_rate": _rate(usage_rows, copy_seconds),
+        "write_rate": _rate(usage_rows, during["write_seconds"]),
+        "ingest_copy_rate": _rate(usage_rows, during["copy_seconds"]),
         "write_alone_rate": _rate(write_alone["usage_rows"], write_alone["write_seconds"]),
         "copy_alone_rate": _rate(write_alone["usage_rows"], write_alone["copy_seconds"]),
         "write_alone": write_alone,

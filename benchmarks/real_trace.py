@@ -27,13 +27,11 @@ TRUNCATEd before and after), e.g.
 
 from __future__ import annotations
 
-import logging
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -47,8 +45,10 @@ from django.core.management import call_command  # noqa: E402
 
 from benchmarks._table import Row, report, within  # noqa: E402
 from benchmarks.ingest import (  # noqa: E402
+    batches_logged,
     compaction_settled,
     cpu_seconds,
+    meter_totals,
     reference_scan,
     replay_ingest,
     truncate_metering,
@@ -64,26 +64,6 @@ DAY = "the openb trace's day (96 GPUs, 366 pods)"
 # ratio by its noise (the readings are printed: 2.90x, 2.80x and 2.13x round by round in the
 # `make bench` of 2026-12-07 21:38).
 READINGS = 3
-
-
-class Batches(logging.Handler):
-    """The batches the ingest measured, from the timings each batch logs with its line
-    (`extra`): (first window start, windows), and each meter's evaluation and samples."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.found: list[tuple[str, int]] = []
-        self.meters: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
-
-    def emit(self, record: logging.LogRecord) -> None:
-        timings = getattr(record, "timings", None)
-        if timings is None:
-            return
-        first = record.args[2]  # ingest logs (windows, source, the first start, timings)
-        self.found.append((str(first), timings["windows"]))
-        for meter, (seconds, samples) in timings["meters"].items():
-            self.meters[meter][0] += seconds
-            self.meters[meter][1] += samples
 
 
 def main() -> list[Row]:
@@ -115,34 +95,31 @@ def _ingested(prometheus, gpus: list[real_trace.Gpu]) -> list[Row]:
     source = jobs_source(prometheus.url)  # the test's source: a 60 s scrape, the defaults
     windows = services.windows_create(source=source, start=real_trace.START, end=real_trace.END)
     ids = [window.pk for window in windows]
-    batches = Batches()
-    log = logging.getLogger(ingest.__name__)
-    log.addHandler(batches)
-    log.setLevel(logging.INFO)
-    log.propagate = False  # the batches' lines are this script's to read, not to print
     per_task = catchup_windows_per_task(source)
     began, spent = time.perf_counter(), time.process_time()
     answered = cpu_seconds([prometheus.pid])
-    for index in range(0, len(ids), per_task):
-        ingest.windows_ingest(window_ids=ids[index : index + per_task])
+    with batches_logged() as batches:
+        for index in range(0, len(ids), per_task):
+            ingest.windows_ingest(window_ids=ids[index : index + per_task])
     wall, cpu = time.perf_counter() - began, time.process_time() - spent
     prometheus_cpu = cpu_seconds([prometheus.pid]) - answered
     first, end = int(real_trace.START.timestamp()), int(real_trace.END.timestamp())
     replays, scans = [], []
     for _ in range(READINGS):
-        replays.append(replay_ingest(source, windows, batches.found))
+        replays.append(replay_ingest(source, windows, batches))
         scan, scanned = reference_scan(prometheus.url, first, end)
         scans.append(scan)
     replayed, scan = statistics.median(replays), statistics.median(scans)
     print(f"{DAY}, per meter, Prometheus' evaluation during the ingest:")
-    for meter, (seconds, samples) in sorted(batches.meters.items(), key=lambda m: -m[1][0]):
+    meters = meter_totals([timings for _, _, timings in batches])
+    for meter, (seconds, samples) in sorted(meters.items(), key=lambda m: -m[1][0]):
         print(f"  {meter}: {seconds:.3f} s of evaluation, {samples:,.0f} samples")
     expected = real_trace.expected_allocation(gpus)
     stored = real_trace.stored_usage()
     equal = sum(1 for key, value in expected.items() if stored.get(key) == value)
     exact = equal == len(expected) == len(stored)
     print(
-        f"{DAY}: {len(ids)} windows in {len(batches.found)} batches, ingest {wall:.1f} s"
+        f"{DAY}: {len(ids)} windows in {len(batches)} batches, ingest {wall:.1f} s"
         f" (this process {cpu:.1f} s of CPU, Prometheus {prometheus_cpu:.1f} s);"
         f" evaluation replayed {_readings(replays)} s, one scan {_readings(scans)} s"
         f" ({scanned:,} samples), the middle of each kept;"
