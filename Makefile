@@ -30,19 +30,25 @@ debian-packages:
 demo: debian-packages $(STAMP)
 	$(PY) -m config.demo
 
-# The app graph's contracts (import-linter, pyproject.toml), then the whole suite, one xdist
-# worker per core; each test area stays on one worker so its simulated pools are built once
-# (tests/conftest.py). The 15 slowest tests are listed at the end.
+# One xdist worker more than the cores: the soak waits minutes of real time on its faults and
+# many tests wait on Prometheus, Celery or Chromium, while the cores could run another test.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+# Groups of tests that share a simulated pool stay on one worker, the longest first, in the order
+# tests/conftest.py gives them (`--no-loadscope-reorder`).
+XDIST = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
+# The app graph's contracts (import-linter, pyproject.toml), then the whole suite (above). The 15
+# slowest tests are listed at the end.
 test: debian-packages $(STAMP)
 	$(PY) -m ruff check --no-cache .
 	$(VENV)/bin/lint-imports --no-cache --no-logo
-	$(PY) -m pytest -n auto --dist loadgroup --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) --durations=15 $(PYTEST_ARGS)
 
 # The inner loop: every test but those marked `slow` (they start Prometheus, a Celery worker or
 # Chromium; tests/slow.py fails one that starts them unmarked), keeping the test databases of the
 # last run (`--reuse-db`; add PYTEST_ARGS=--create-db after a new migration).
 test-fast: debian-packages $(STAMP)
-	$(PY) -m pytest -m "not slow" --reuse-db -n auto --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" --reuse-db $(XDIST) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check --no-cache .

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,15 +47,48 @@ def collected_static(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]
         yield
 
 
-# tryfirst: xdist's own hook turns the mark into the node id's `@group` suffix, so it must see it.
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist (`--dist loadgroup`), each test area runs on one worker, so the pools its
-    session-scoped fixtures simulate, back-fill and serve are built once, not once a worker."""
+# The groups that take longest, started first (a group runs on one worker, so one started last
+# is the run's tail): the soak's faults take minutes of real time, the metering area's simulated
+# pools and Prometheus processes, the API schema's generated requests.
+LONGEST_GROUPS = ("soak", "metering", "api:test_schema")
+
+
+# A wrapper: the groups are marked before any other plugin's hook runs (xdist's turns the mark
+# into the node id's `@group` suffix), and the tests ordered after all of them (pytest-django
+# orders database tests by kind, which the sort keeps within each group).
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
+    """Under xdist (`--dist loadgroup`), the modules of a test area that share its
+    session-scoped fixtures (a simulated pool, a Prometheus over it) run on one worker, so the
+    pool is built once, not once a worker; every other module is a group of its own, which
+    any worker may take. The longest groups go first (`LONGEST_GROUPS`), then the rest by
+    size, as xdist would order them (`--no-loadscope-reorder` keeps this order)."""
     tests = REPO / "tests"
+    sharing = {item.path for item in items if _uses_area_session_fixture(item, item.path.parent)}
     for item in items:
-        area = item.path.relative_to(tests).parts[0]
-        item.add_marker(pytest.mark.xdist_group(area.removesuffix(".py")))
+        area = item.path.relative_to(tests).parts[0].removesuffix(".py")
+        shared = item.path in sharing or item.path.parent == tests
+        item.add_marker(pytest.mark.xdist_group(area if shared else f"{area}:{item.path.stem}"))
+    yield
+    # By the mark: xdist's suffix changes a node's id, and with it its hash.
+    groups = [item.get_closest_marker("xdist_group").args[0] for item in items]
+    sizes = Counter(groups)
+    first = {group: rank for rank, group in enumerate(LONGEST_GROUPS)}
+    order = sorted(
+        range(len(items)), key=lambda i: (first.get(groups[i], len(first)), -sizes[groups[i]])
+    )
+    items[:] = [items[i] for i in order]
+
+
+def _uses_area_session_fixture(item: pytest.Item, folder: Path) -> bool:
+    """Whether the test uses a session-scoped fixture of its folder's conftest.py."""
+    definitions = item._fixtureinfo.name2fixturedefs  # type: ignore[attr-defined]
+    base = str(folder.relative_to(REPO))
+    return any(
+        fixture.scope == "session" and fixture.baseid == base
+        for name in item.fixturenames
+        for fixture in definitions.get(name, ())
+    )
 
 
 # Fixtures that give a test the database (pytest-django's).
