@@ -497,6 +497,8 @@ def meter_totals(timings: list[dict]) -> dict[str, list[float]]:
 
 
 class _Batches(logging.Handler):
+    """The batches `metering.ingest` logs, with the timings each line carries (`extra`)."""
+
     def __init__(self) -> None:
         super().__init__(logging.INFO)
         self.found: list[tuple[int, str, dict]] = []
@@ -552,7 +554,8 @@ def replay_write(
     the day's, at least REPLAYED_WRITE_WINDOWS windows. The batch before the first of them is
     written first, untimed: the workers wrote each batch beside the tasks and GPU sightings
     that earlier batches had made, which a new source's first batch makes all at once."""
-    per_window = sum(t["usage_rows"] for _, _, t in logged) / sum(n for n, _, _ in logged)
+    day = write_totals([timings for _, _, timings in logged])
+    per_window = day["usage_rows"] / day["windows"]
     largest = max(n for n, _, _ in logged)
     nearest = sorted(
         (batch for batch in logged if batch[0] == largest),

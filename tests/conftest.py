@@ -70,14 +70,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
         shared = item.path in sharing or item.path.parent == tests
         item.add_marker(pytest.mark.xdist_group(area if shared else f"{area}:{item.path.stem}"))
     yield
-    # By the mark: xdist's suffix changes a node's id, and with it its hash.
-    groups = [item.get_closest_marker("xdist_group").args[0] for item in items]
-    sizes = Counter(groups)
+    sizes = Counter(map(_group, items))
     first = {group: rank for rank, group in enumerate(LONGEST_GROUPS)}
-    order = sorted(
-        range(len(items)), key=lambda i: (first.get(groups[i], len(first)), -sizes[groups[i]])
-    )
-    items[:] = [items[i] for i in order]
+    items.sort(key=lambda item: (first.get(_group(item), len(first)), -sizes[_group(item)]))
+
+
+def _group(item: pytest.Item) -> str:
+    """The item's xdist group, from its mark (xdist's suffix has changed its node id)."""
+    return item.get_closest_marker("xdist_group").args[0]
 
 
 def _uses_area_session_fixture(item: pytest.Item, folder: Path) -> bool:
